@@ -1,0 +1,54 @@
+#include "cli_common.h"
+
+#include <iostream>
+#include <thread>
+
+#include "core/model/model_files.h"
+
+namespace tokenfab::cli {
+
+void add_model_option(CLI::App& cmd, CommonOptions& o) {
+  cmd.add_option("--model", o.model, "GGUF model file (default: the embedded SmolLM2-135M-Instruct)");
+}
+
+void add_threads_option(CLI::App& cmd, CommonOptions& o) {
+  cmd.add_option("--threads", o.threads, "CPU threads (default: all hardware threads)")
+      ->check(CLI::Range(1, 1024));
+}
+
+void add_json_option(CLI::App& cmd, CommonOptions& o) {
+  cmd.add_flag("--json", o.json, "print one JSON object on stdout and nothing else there");
+}
+
+void add_sampling_options(CLI::App& cmd, SamplingParams& s) {
+  cmd.add_option("--temperature", s.temperature, "sampling temperature; 0 is greedy")
+      ->capture_default_str();
+  cmd.add_option("--top-k", s.top_k, "keep the K most likely tokens (0 disables)")->capture_default_str();
+  cmd.add_option("--top-p", s.top_p, "nucleus sampling mass (1 disables)")->capture_default_str();
+  cmd.add_option("--min-p", s.min_p, "drop tokens below min-p × the top probability")
+      ->capture_default_str();
+  cmd.add_option("--seed", s.seed, "random seed (same seed, same output)")->capture_default_str();
+}
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+LoadedModel load_model(const CommonOptions& o) {
+  LoadedModel loaded;
+  loaded.model = LlamaModel::load(resolve_model_path(o.model));
+  loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(loaded.model->file()));
+  if (loaded.tokenizer->n_vocab() > loaded.model->hparams().n_vocab)
+    throw Error(loaded.model->file().name() + ": the tokenizer has " +
+                std::to_string(loaded.tokenizer->n_vocab()) + " tokens but token_embd.weight only " +
+                std::to_string(loaded.model->hparams().n_vocab) + " rows");
+  return loaded;
+}
+
+// Invalid UTF-8 in generated text is replaced (U+FFFD) rather than failing the whole output.
+void print_json(const nlohmann::json& j) {
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+}
+
+}  // namespace tokenfab::cli

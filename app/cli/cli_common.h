@@ -1,0 +1,56 @@
+#pragma once
+// What every tokenfab-cli subcommand shares: the common flags, loading the model and tokenizer,
+// and printing one JSON object on stdout.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/model/llama_model.h"
+#include "core/runtime/sampler.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace tokenfab::cli {
+
+struct CommonOptions {
+  std::optional<std::string> model;
+  int threads = 0;  // 0: all hardware threads
+  bool json = false;
+};
+
+void add_model_option(CLI::App& cmd, CommonOptions& o);
+void add_threads_option(CLI::App& cmd, CommonOptions& o);
+void add_json_option(CLI::App& cmd, CommonOptions& o);
+void add_sampling_options(CLI::App& cmd, SamplingParams& s);
+
+int resolve_threads(int requested);
+
+struct LoadedModel {
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+LoadedModel load_model(const CommonOptions& o);
+
+void print_json(const nlohmann::json& j);
+
+// Registration of each subcommand (cmd_*.cpp).
+void register_fetch(CLI::App& app);
+void register_info(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_perplexity(CLI::App& app);
+
+}  // namespace tokenfab::cli
+
+namespace tokenfab {
+struct GenerateOptions;
+}
+namespace tokenfab::cli {
+// --max-tokens, --ctx and the sampling flags (shared by generate and chat).
+void add_generation_options(CLI::App& cmd, GenerateOptions& g, int64_t& ctx);
+}  // namespace tokenfab::cli

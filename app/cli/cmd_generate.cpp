@@ -1,0 +1,83 @@
+// generate: one prompt (raw text or a chat message) → streamed text, or one JSON object.
+
+#include <iostream>
+#include <memory>
+
+#include "cli_common.h"
+#include "core/common/error.h"
+#include "core/runtime/generator.h"
+#include "core/tokenizer/chat_template.h"
+
+namespace tokenfab::cli {
+
+namespace {
+
+struct GenerateCommand {
+  CommonOptions common;
+  std::optional<std::string> prompt;
+  std::optional<std::string> chat;
+  std::optional<std::string> system;
+  GenerateOptions options;
+  int64_t ctx = 4096;
+};
+
+void run_generate(const GenerateCommand& c) {
+  if (c.prompt.has_value() == c.chat.has_value())
+    throw Error("give exactly one of --prompt TEXT (raw text) or --chat TEXT (a chat message)");
+  c.options.validate();
+  LoadedModel m = load_model(c.common);
+  std::vector<TokenId> prompt_ids;
+  if (c.prompt) {
+    prompt_ids = m.tokenizer->encode(*c.prompt, m.tokenizer->add_bos_token(), false);
+  } else {
+    const ChatTemplate tmpl = ChatTemplate::from_gguf(m.model->file());
+    std::vector<ChatMessage> messages;
+    if (c.system) messages.push_back({"system", *c.system});
+    messages.push_back({"user", *c.chat});
+    prompt_ids = m.tokenizer->encode(tmpl.apply(messages, true), m.tokenizer->add_bos_token(), true);
+  }
+  Generator generator(*m.model, *m.tokenizer, resolve_threads(c.common.threads), c.ctx);
+  TextCallback stream;
+  if (!c.common.json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
+  const GenerateResult r = generator.generate(prompt_ids, c.options, stream);
+  if (c.common.json) {
+    print_json({{"text", r.text},
+                {"ids", r.ids},
+                {"prompt_tokens", r.prompt_tokens},
+                {"output_tokens", r.output_tokens},
+                {"ttft_ms", r.ttft_ms},
+                {"decode_tok_s", r.decode_tok_s},
+                {"prefill_tok_s", r.prefill_tok_s},
+                {"stop_reason", r.stop_reason}});
+    return;
+  }
+  std::cout << std::endl;
+  std::cerr << "[" << r.prompt_tokens << " prompt tokens, " << r.output_tokens
+            << " generated; TTFT " << static_cast<int>(r.ttft_ms) << " ms; decode "
+            << static_cast<int>(r.decode_tok_s) << " tok/s; stop: " << r.stop_reason << "]" << std::endl;
+}
+
+}  // namespace
+
+void add_generation_options(CLI::App& cmd, GenerateOptions& g, int64_t& ctx) {
+  cmd.add_option("--max-tokens", g.max_tokens, "most tokens to generate")->capture_default_str();
+  cmd.add_option("--ctx", ctx, "context length in tokens (prompt + reply)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  add_sampling_options(cmd, g.sampling);
+}
+
+void register_generate(CLI::App& app) {
+  auto c = std::make_shared<GenerateCommand>();
+  auto* cmd = app.add_subcommand("generate", "generate text from a prompt");
+  add_model_option(*cmd, c->common);
+  add_threads_option(*cmd, c->common);
+  add_json_option(*cmd, c->common);
+  cmd->add_option("--prompt", c->prompt, "raw text prompt (BOS added per the model)");
+  cmd->add_option("--chat", c->chat, "a user message, formatted with the model's chat template");
+  cmd->add_option("--system", c->system, "system prompt for --chat (default: the model's own)");
+  add_generation_options(*cmd, c->options, c->ctx);
+  cmd->callback([c] { run_generate(*c); });
+}
+
+}  // namespace tokenfab::cli

@@ -1,0 +1,40 @@
+// tokenfab-cli: headless front end of Tokenfab. Every failure prints one line naming what was
+// wrong on stderr and exits non-zero.
+
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli_common.h"
+#include "core/common/error.h"
+#include "core/common/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tokenfab-cli: a token factory on one workstation (headless front end)"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.parse_complete_callback([&] { tokenfab::set_log_level(log_level); });
+
+  tokenfab::cli::register_fetch(app);
+  tokenfab::cli::register_info(app);
+  tokenfab::cli::register_tokenize(app);
+  tokenfab::cli::register_generate(app);
+  tokenfab::cli::register_chat(app);
+  tokenfab::cli::register_bench(app);
+  tokenfab::cli::register_perplexity(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tokenfab::Error& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,144 @@
+#include "core/model/llama_forward.h"
+
+#include <cmath>
+
+#include "core/common/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
+
+namespace tokenfab {
+
+using kernels::MatmulJob;
+using kernels::ThreadPool;
+
+LlamaForward::LlamaForward(const LlamaModel& model, ThreadPool& pool, int64_t max_chunk)
+    : model_(model), hp_(model.hparams()), pool_(pool), max_chunk_(std::max<int64_t>(1, max_chunk)) {
+  const auto c = static_cast<size_t>(max_chunk_);
+  x_.resize(c * hp_.n_embd);
+  xb_.resize(c * hp_.n_embd);
+  q_.resize(c * hp_.q_dim());
+  att_.resize(c * hp_.q_dim());
+  gate_.resize(c * hp_.n_ff);
+  up_.resize(c * hp_.n_ff);
+  rope_cos_.resize(c * (hp_.rot_dim / 2));
+  rope_sin_.resize(c * (hp_.rot_dim / 2));
+  scores_.resize(static_cast<size_t>(pool.size()));
+}
+
+KvCache LlamaForward::make_cache() const { return KvCache(hp_.n_layer, hp_.kv_dim()); }
+
+void LlamaForward::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsFor which,
+                           std::vector<float>& logits) {
+  if (tokens.empty()) throw Error("forward: no tokens to process");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= hp_.n_vocab)
+      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                  std::to_string(hp_.n_vocab - 1) + ")");
+  const auto n = static_cast<int64_t>(tokens.size());
+  logits.resize(static_cast<size_t>((which == LogitsFor::AllTokens ? n : 1) * hp_.n_vocab));
+  cache.reserve(cache.size() + n);
+  for (int64_t start = 0; start < n; start += max_chunk_) {
+    const int64_t len = std::min(max_chunk_, n - start);
+    const bool last_chunk = start + len == n;
+    float* out = which == LogitsFor::AllTokens ? logits.data() + start * hp_.n_vocab
+                 : last_chunk                  ? logits.data()
+                                               : nullptr;
+    run_chunk(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)), cache, which,
+              out);
+  }
+}
+
+void LlamaForward::norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n) {
+  for (int64_t r = 0; r < n; ++r)
+    kernels::rms_norm(in + r * hp_.n_embd, w.data(), out + r * hp_.n_embd, hp_.n_embd, hp_.rms_eps);
+}
+
+void LlamaForward::run_chunk(std::span<const int32_t> tokens, KvCache& cache, LogitsFor which,
+                             float* logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t pos0 = cache.size();
+  const int half = hp_.rot_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    model_.embed(tokens[static_cast<size_t>(i)], x_.data() + i * hp_.n_embd);
+    kernels::rope_table(pos0 + i, hp_.rot_dim, hp_.rope_base, rope_cos_.data() + i * half,
+                        rope_sin_.data() + i * half);
+  }
+  for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+    attention_block(layer, n, cache);
+    ffn_block(layer, n);
+  }
+  cache.set_size(pos0 + n);
+  if (logits == nullptr) return;
+
+  // Final norm and the LM head, only for the rows whose logits are wanted.
+  const int64_t first = which == LogitsFor::AllTokens ? 0 : n - 1;
+  const int64_t rows = n - first;
+  norm_rows(x_.data() + first * hp_.n_embd, model_.output_norm(), xb_.data(), rows);
+  const WeightMatrix& out = model_.output();
+  const MatmulJob job{out.type, out.data, out.rows, logits, hp_.n_vocab};
+  kernels::matmul(pool_, {&job, 1}, xb_.data(), hp_.n_embd, hp_.n_embd, rows, scratch_);
+}
+
+void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
+  const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
+  const int64_t pos0 = cache.size();
+  const int64_t kv_dim = hp_.kv_dim(), q_dim = hp_.q_dim();
+  float* k_rows = cache.k(layer) + pos0 * kv_dim;  // this chunk's K rows, written in place
+  float* v_rows = cache.v(layer) + pos0 * kv_dim;
+  norm_rows(x_.data(), w.attn_norm, xb_.data(), n);
+  const MatmulJob qkv[] = {{w.wq.type, w.wq.data, w.wq.rows, q_.data(), q_dim},
+                           {w.wk.type, w.wk.data, w.wk.rows, k_rows, kv_dim},
+                           {w.wv.type, w.wv.data, w.wv.rows, v_rows, kv_dim}};
+  kernels::matmul(pool_, qkv, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
+
+  const int half = hp_.rot_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = rope_cos_.data() + i * half;
+    const float* s = rope_sin_.data() + i * half;
+    kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
+    kernels::rope(k_rows + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
+  }
+
+  const kernels::AttentionArgs args{q_.data(), q_dim, cache.k(layer), cache.v(layer), kv_dim,
+                                    att_.data(), q_dim, n, pos0, hp_.n_head, hp_.n_kv_head,
+                                    hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
+  const int64_t items = n * hp_.n_head;
+  pool_.run([&](int t, int nt) {
+    std::vector<float>& scores = scores_[static_cast<size_t>(t)];
+    if (scores.size() < static_cast<size_t>(pos0 + n)) scores.resize(static_cast<size_t>(pos0 + n));
+    // Later tokens attend to more positions: interleave items so threads get similar work.
+    int64_t b, e;
+    ThreadPool::split(items, 1, t, nt, b, e);
+    if (n == 1 || nt == 1) {
+      kernels::attention(args, b, e, scores.data());
+    } else {
+      for (int64_t item = t; item < items; item += nt) kernels::attention(args, item, item + 1, scores.data());
+    }
+  });
+
+  const MatmulJob o{w.wo.type, w.wo.data, w.wo.rows, xb_.data(), hp_.n_embd};
+  kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
+  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+}
+
+void LlamaForward::ffn_block(int64_t layer, int64_t n) {
+  const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
+  norm_rows(x_.data(), w.ffn_norm, xb_.data(), n);
+  const MatmulJob gate_up[] = {{w.w_gate.type, w.w_gate.data, w.w_gate.rows, gate_.data(), hp_.n_ff},
+                               {w.w_up.type, w.w_up.data, w.w_up.rows, up_.data(), hp_.n_ff}};
+  kernels::matmul(pool_, gate_up, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
+  if (n == 1) {
+    kernels::silu_mul(gate_.data(), up_.data(), hp_.n_ff);
+  } else {
+    pool_.run([&](int t, int nt) {
+      int64_t b, e;
+      ThreadPool::split(n, 1, t, nt, b, e);
+      kernels::silu_mul(gate_.data() + b * hp_.n_ff, up_.data() + b * hp_.n_ff, (e - b) * hp_.n_ff);
+    });
+  }
+  const MatmulJob down{w.w_down.type, w.w_down.data, w.w_down.rows, xb_.data(), hp_.n_embd};
+  kernels::matmul(pool_, {&down, 1}, gate_.data(), hp_.n_ff, hp_.n_ff, n, scratch_);
+  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+}
+
+}  // namespace tokenfab

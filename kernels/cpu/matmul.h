@@ -1,0 +1,39 @@
+#pragma once
+// Threaded matmul over weights kept in their stored (quantized) form:
+//   for each job j:  Y_j (cols × rows_j) = X (cols × k) · W_jᵀ
+// Several jobs sharing one input (Q/K/V, gate/up) run in one parallel region, their rows split
+// evenly over the threads. X is converted once to the layout the kernels read (Q8A blocks for
+// quantized weights, f32 otherwise).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/quant_types.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tokenfab::kernels {
+
+struct MatmulJob {
+  WeightType type;
+  const uint8_t* w;  // rows × row_bytes(type, k)
+  int64_t rows;
+  float* y;          // (cols, ldy): y[c * ldy + r]
+  int64_t ldy;
+};
+
+// Reusable conversion buffer for X; grows to the largest input seen, never shrinks.
+class ActivationScratch {
+ public:
+  uint8_t* reserve(size_t bytes);
+
+ private:
+  std::vector<uint8_t> buffer_;
+};
+
+// x: (cols, ldx) f32. All jobs must share one activation layout (all quantized or all float).
+void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, int64_t ldx,
+            int64_t k, int64_t cols, ActivationScratch& scratch);
+
+}  // namespace tokenfab::kernels

@@ -1,0 +1,29 @@
+#pragma once
+// Element-wise and normalisation ops of the Llama forward pass, in f32. Each has a plain scalar
+// reference (`*_scalar`); the dispatched entry point uses AVX2 where it pays.
+
+#include <cstdint>
+
+namespace tokenfab::kernels {
+
+// y = x / sqrt(mean(x²) + eps) * w, over n elements.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// Rotation tables for one position: angle_i = pos · base^(-2i/rot_dim), i < rot_dim/2.
+void rope_table(int64_t pos, int rot_dim, float base, float* cos_out, float* sin_out);
+// GGUF/llama convention: within each head, pairs (x[2i], x[2i+1]) for 2i < rot_dim are rotated.
+// x: (n_heads, head_dim).
+void rope(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_t, const float* sin_t);
+
+// gate = silu(gate) * up, n elements.
+void silu_mul(float* gate, const float* up, int64_t n);
+void silu_mul_scalar(float* gate, const float* up, int64_t n);
+void silu_mul_avx2(float* gate, const float* up, int64_t n);
+
+// y += x.
+void add_inplace(float* y, const float* x, int64_t n);
+
+// In-place softmax over n values (used by tests and attention's reference).
+void softmax_scalar(float* x, int64_t n);
+
+}  // namespace tokenfab::kernels

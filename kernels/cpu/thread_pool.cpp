@@ -1,0 +1,71 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TOKENFAB_PAUSE() _mm_pause()
+#else
+#define TOKENFAB_PAUSE() ((void)0)
+#endif
+
+namespace tokenfab::kernels {
+
+// About a millisecond of spinning before a worker sleeps: long enough to span the gaps inside a
+// decode step, short enough not to burn a core while the engine idles.
+static constexpr int kSpinIterations = 20000;
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0, 1);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  fn(0, n_threads_);
+  while (pending_.load(std::memory_order_acquire) != 0) TOKENFAB_PAUSE();
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    uint64_t current;
+    while ((current = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        TOKENFAB_PAUSE();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = current;
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(index, n_threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::split(int64_t n, int64_t grain, int index, int n_threads, int64_t& begin,
+                       int64_t& end) {
+  const int64_t units = (n + grain - 1) / grain;
+  const int64_t per = units / n_threads, extra = units % n_threads;
+  const int64_t ub = index * per + std::min<int64_t>(index, extra);
+  const int64_t ue = ub + per + (index < extra ? 1 : 0);
+  begin = std::min(n, ub * grain);
+  end = std::min(n, ue * grain);
+}
+
+}  // namespace tokenfab::kernels
