@@ -44,6 +44,7 @@ void register_generate(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_synth(CLI::App& app);
 
 }  // namespace tokenfab::cli
 

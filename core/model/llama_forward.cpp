@@ -75,7 +75,7 @@ void LlamaForward::run_chunk(std::span<const int32_t> tokens, KvCache& cache, Lo
   const int64_t rows = n - first;
   norm_rows(x_.data() + first * hp_.n_embd, model_.output_norm(), xb_.data(), rows);
   const WeightMatrix& out = model_.output();
-  const MatmulJob job{out.type, out.data, out.rows, logits, hp_.n_vocab};
+  const MatmulJob job = matmul_job(out, logits, hp_.n_vocab);
   kernels::matmul(pool_, {&job, 1}, xb_.data(), hp_.n_embd, hp_.n_embd, rows, scratch_);
 }
 
@@ -86,9 +86,8 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
   float* k_rows = cache.k(layer) + pos0 * kv_dim;  // this chunk's K rows, written in place
   float* v_rows = cache.v(layer) + pos0 * kv_dim;
   norm_rows(x_.data(), w.attn_norm, xb_.data(), n);
-  const MatmulJob qkv[] = {{w.wq.type, w.wq.data, w.wq.rows, q_.data(), q_dim},
-                           {w.wk.type, w.wk.data, w.wk.rows, k_rows, kv_dim},
-                           {w.wv.type, w.wv.data, w.wv.rows, v_rows, kv_dim}};
+  const MatmulJob qkv[] = {matmul_job(w.wq, q_.data(), q_dim), matmul_job(w.wk, k_rows, kv_dim),
+                           matmul_job(w.wv, v_rows, kv_dim)};
   kernels::matmul(pool_, qkv, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
 
   const int half = hp_.rot_dim / 2;
@@ -116,7 +115,7 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
     }
   });
 
-  const MatmulJob o{w.wo.type, w.wo.data, w.wo.rows, xb_.data(), hp_.n_embd};
+  const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);
   kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
   kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
 }
@@ -124,8 +123,8 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
 void LlamaForward::ffn_block(int64_t layer, int64_t n) {
   const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
   norm_rows(x_.data(), w.ffn_norm, xb_.data(), n);
-  const MatmulJob gate_up[] = {{w.w_gate.type, w.w_gate.data, w.w_gate.rows, gate_.data(), hp_.n_ff},
-                               {w.w_up.type, w.w_up.data, w.w_up.rows, up_.data(), hp_.n_ff}};
+  const MatmulJob gate_up[] = {matmul_job(w.w_gate, gate_.data(), hp_.n_ff),
+                               matmul_job(w.w_up, up_.data(), hp_.n_ff)};
   kernels::matmul(pool_, gate_up, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
   if (n == 1) {
     kernels::silu_mul(gate_.data(), up_.data(), hp_.n_ff);
@@ -136,7 +135,7 @@ void LlamaForward::ffn_block(int64_t layer, int64_t n) {
       kernels::silu_mul(gate_.data() + b * hp_.n_ff, up_.data() + b * hp_.n_ff, (e - b) * hp_.n_ff);
     });
   }
-  const MatmulJob down{w.w_down.type, w.w_down.data, w.w_down.rows, xb_.data(), hp_.n_embd};
+  const MatmulJob down = matmul_job(w.w_down, xb_.data(), hp_.n_embd);
   kernels::matmul(pool_, {&down, 1}, gate_.data(), hp_.n_ff, hp_.n_ff, n, scratch_);
   kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
 }

@@ -3,7 +3,11 @@
 #include <array>
 
 #include "core/common/log.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack.h"
+
+#include <sys/mman.h>
 
 namespace tokenfab {
 
@@ -154,9 +158,63 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path) 
       throw Error(f.name() + ": layer " + std::to_string(i) +
                   " mixes quantized and float types among matrices that share an input");
   }
+  model->repack_for_cpu();
   logger("model")->info("loaded {} ({} layers, n_embd {}, vocab {})", f.name(), h.n_layer,
                         h.n_embd, h.n_vocab);
   return model;
+}
+
+std::vector<WeightMatrix*> LlamaModel::matrices() {
+  std::vector<WeightMatrix*> all{&output_};
+  for (auto& l : layers_)
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
+  return all;
+}
+
+namespace {
+
+// Drops the file pages under [p, p + n) from this process's resident set (they stay in the page
+// cache and fault back in if read again). Used after a matrix has been copied into the x8 arena
+// so the process does not hold both copies.
+void release_file_pages(const uint8_t* p, uint64_t n) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+bool wants_x8(const WeightMatrix& m) {
+  return kernels::use_avx2() && kernels::x8_supported(m.type) && m.rows % kernels::kX8Rows == 0;
+}
+
+}  // namespace
+
+void LlamaModel::repack_for_cpu() {
+  constexpr uint64_t kAlign = 2u << 20;
+  std::vector<WeightMatrix*> todo;
+  for (WeightMatrix* m : matrices())
+    if (wants_x8(*m)) todo.push_back(m);
+  uint64_t total = 0;
+  for (const WeightMatrix* m : todo) total += m->bytes();
+  if (total == 0) return;
+  const uint64_t rounded = (total + kAlign - 1) / kAlign * kAlign;
+  repacked_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded)));
+  if (!repacked_) throw Error("not enough memory to repack " + std::to_string(total >> 20) + " MiB of weights");
+  madvise(repacked_.get(), rounded, MADV_HUGEPAGE);
+  uint8_t* out = repacked_.get();
+  for (WeightMatrix* m : todo) {
+    kernels::repack_x8(m->type, m->data, m->row_bytes, out, m->rows, m->cols);
+    m->x8_data = out;
+    out += m->bytes();
+    // The embedding lookup keeps reading token_embd rows from the file, a few at a time.
+    release_file_pages(m->data, m->bytes());
+  }
+  repacked_bytes_ = total;
+}
+
+kernels::MatmulJob matmul_job(const WeightMatrix& m, float* y, int64_t ldy) {
+  if (m.x8_data != nullptr) return {m.type, m.x8_data, m.rows, y, ldy, true};
+  return {m.type, m.data, m.rows, y, ldy, false};
 }
 
 uint64_t LlamaModel::weight_bytes() const {

@@ -3,12 +3,14 @@
 // its weights, used in place from the memory-mapped file (quantized blocks are never expanded).
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/gguf/gguf_reader.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_types.h"
 
 namespace tokenfab {
@@ -40,7 +42,8 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   uint64_t row_bytes = 0;
-  const uint8_t* data = nullptr;
+  const uint8_t* data = nullptr;     // GGUF layout, inside the file mapping
+  const uint8_t* x8_data = nullptr;  // the same rows in the x8 layout, when repacked at load
 
   const uint8_t* row(int64_t r) const { return data + static_cast<uint64_t>(r) * row_bytes; }
   uint64_t bytes() const { return row_bytes * static_cast<uint64_t>(rows); }
@@ -75,9 +78,12 @@ class LlamaModel {
 
   // Copies the embedding row of `token` into `out` (n_embd floats), dequantized.
   void embed(int32_t token, float* out) const;
+  uint64_t repacked_bytes() const { return repacked_bytes_; }
 
  private:
   explicit LlamaModel(gguf::GgufFile file) : file_(std::move(file)) {}
+  void repack_for_cpu();
+  std::vector<WeightMatrix*> matrices();
 
   gguf::GgufFile file_;
   HParams hparams_;
@@ -86,7 +92,14 @@ class LlamaModel {
   bool output_tied_ = false;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
+  // Repacked (x8) copies of the quantized matrices, when the CPU has AVX2; 2 MiB aligned so the
+  // kernel can back it with huge pages.
+  std::unique_ptr<uint8_t, void (*)(void*)> repacked_{nullptr, &std::free};
+  uint64_t repacked_bytes_ = 0;
 };
+
+// A matmul job reading `m` (its x8 copy when there is one) and writing y (cols, ldy).
+kernels::MatmulJob matmul_job(const WeightMatrix& m, float* y, int64_t ldy);
 
 // The kernel type for a GGUF tensor type, or throws Error naming the tensor and the types the
 // kernels support.

@@ -30,7 +30,7 @@ void attention_scalar(const AttentionArgs& a, int64_t item_begin, int64_t item_e
 }
 
 void attention(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores) {
-  if (use_avx2() && a.head_dim % 8 == 0 && a.head_dim <= 256) {
+  if (use_avx2() && attention_avx2_supports(a.head_dim)) {
     attention_avx2(a, item_begin, item_end, scores);
   } else {
     attention_scalar(a, item_begin, item_end, scores);

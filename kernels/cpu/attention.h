@@ -27,5 +27,6 @@ struct AttentionArgs {
 void attention(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores);
 void attention_scalar(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores);
 void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores);
+bool attention_avx2_supports(int head_dim);
 
 }  // namespace tokenfab::kernels

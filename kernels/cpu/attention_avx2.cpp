@@ -9,16 +9,33 @@ namespace tokenfab::kernels {
 
 namespace {
 
-// head_dim a multiple of 8, at most 256 (32 registers' worth of q held in an array).
-inline float dot_row(const float* q, const float* k, int head_dim) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int d = 0;
-  for (; d + 16 <= head_dim; d += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), acc1);
+// Scores of one query row against positions [0, n): s[p] = scale · q·k_p. Four positions at a time
+// share each q load and give four independent FMA chains; one hadd tree reduces them together.
+template <int NV>
+void scores_row(const float* q, const float* k, int64_t kv_stride, int64_t n, float scale, float* s) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  int64_t p = 0;
+  for (; p + 4 <= n; p += 4) {
+    const float* k0 = k + p * kv_stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int j = 0; j < NV; ++j) {
+      const __m256 qj = _mm256_loadu_ps(q + 8 * j);
+      a0 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + 8 * j), a0);
+      a1 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + kv_stride + 8 * j), a1);
+      a2 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + 2 * kv_stride + 8 * j), a2);
+      a3 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + 3 * kv_stride + 8 * j), a3);
+    }
+    // hadd(a0,a1), hadd(a2,a3) → per 128-bit lane [a0 a0 a1 a1 | ...]; again → [a0 a1 a2 a3] per lane.
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(s + p, _mm_mul_ps(sum, _mm256_castps256_ps128(vscale)));
   }
-  if (d < head_dim) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc0);
-  return hsum_avx2(_mm256_add_ps(acc0, acc1));
+  for (; p < n; ++p) {
+    const float* kp = k + p * kv_stride;
+    __m256 a = _mm256_setzero_ps();
+    for (int j = 0; j < NV; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * j), _mm256_loadu_ps(kp + 8 * j), a);
+    s[p] = hsum_avx2(a) * scale;
+  }
 }
 
 // scores[0..n) ← softmax(scores), vectorised exp.
@@ -38,39 +55,59 @@ void softmax_avx2(float* s, int64_t n) {
   }
   float sum = hsum_avx2(vsum);
   for (; i < n; ++i) {
-    const __m256 e = exp_avx2(_mm256_set1_ps(s[i] - max));
-    s[i] = _mm256_cvtss_f32(e);
+    s[i] = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(s[i] - max)));
     sum += s[i];
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  const float inv = 1.0f / sum;
+  const __m256 vinv = _mm256_set1_ps(inv);
   i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
-  for (; i < n; ++i) s[i] *= 1.0f / sum;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vinv));
+  for (; i < n; ++i) s[i] *= inv;
 }
 
-}  // namespace
+// out = Σ_p w[p] · v_p, the whole head row held in NV registers.
+template <int NV>
+void weighted_sum(const float* w, const float* v, int64_t kv_stride, int64_t n, float* out) {
+  __m256 acc[NV];
+  for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < n; ++p) {
+    const float* vp = v + p * kv_stride;
+    const __m256 wp = _mm256_broadcast_ss(w + p);
+    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
 
-void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores) {
+template <int NV>
+void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores) {
   const int group = a.n_head / a.n_kv_head;
-  const int nv = a.head_dim / 8;
   for (int64_t item = item_begin; item < item_end; ++item) {
     const int64_t t = item / a.n_head;
     const int h = static_cast<int>(item % a.n_head);
     const int64_t kv_off = static_cast<int64_t>(h / group) * a.head_dim;
     const float* q = a.q + t * a.q_stride + static_cast<int64_t>(h) * a.head_dim;
     const int64_t n_pos = a.pos0 + t + 1;
-    for (int64_t p = 0; p < n_pos; ++p)
-      scores[p] = dot_row(q, a.k + p * a.kv_stride + kv_off, a.head_dim) * a.scale;
+    scores_row<NV>(q, a.k + kv_off, a.kv_stride, n_pos, a.scale, scores);
     softmax_avx2(scores, n_pos);
-    __m256 acc[32];
-    for (int j = 0; j < nv; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < n_pos; ++p) {
-      const float* v = a.v + p * a.kv_stride + kv_off;
-      const __m256 w = _mm256_set1_ps(scores[p]);
-      for (int j = 0; j < nv; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * j), acc[j]);
-    }
-    float* out = a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim;
-    for (int j = 0; j < nv; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+    weighted_sum<NV>(scores, a.v + kv_off, a.kv_stride, n_pos,
+                     a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim);
+  }
+}
+
+}  // namespace
+
+// Specialised for the common head sizes; attention() sends other sizes to the scalar version.
+bool attention_avx2_supports(int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 32 || head_dim == 96;
+}
+
+void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores) {
+  switch (a.head_dim) {
+    case 32: attention_items<4>(a, item_begin, item_end, scores); return;
+    case 64: attention_items<8>(a, item_begin, item_end, scores); return;
+    case 96: attention_items<12>(a, item_begin, item_end, scores); return;
+    case 128: attention_items<16>(a, item_begin, item_end, scores); return;
+    default: attention_scalar(a, item_begin, item_end, scores); return;
   }
 }
 

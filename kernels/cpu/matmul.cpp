@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack.h"
 
 namespace tokenfab::kernels {
 
@@ -39,21 +40,22 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
     });
   }
 
-  int64_t total_rows = 0;
-  for (const auto& j : jobs) total_rows += j.rows;
+  // Every job is split over all threads in multiples of 8 rows (the x8 group size), so the
+  // threads get equal work and x8 ranges start on a group boundary.
   pool.run([&](int t, int n) {
-    int64_t begin, end;
-    ThreadPool::split(total_rows, 16, t, n, begin, end);
-    int64_t offset = 0;  // first row of the current job in the concatenated row space
     for (const auto& j : jobs) {
-      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + j.rows);
-      if (lo < hi) {
+      int64_t r0, r1;
+      ThreadPool::split(j.rows, kX8Rows, t, n, r0, r1);
+      if (r0 >= r1) continue;
+      if (j.x8) {
+        const size_t g_stride = x8_group_stride(j.type, k);
+        gemm_x8_avx2(GemmArgs{j.type, j.w + r0 / kX8Rows * g_stride, g_stride, xq, x_stride, k,
+                              j.y + r0, j.ldy, r1 - r0, cols});
+      } else {
         const size_t w_stride = row_bytes(j.type, static_cast<uint64_t>(k));
-        const int64_t r0 = lo - offset;
         gemm(GemmArgs{j.type, j.w + r0 * w_stride, w_stride, xq, x_stride, k, j.y + r0, j.ldy,
-                      hi - lo, cols});
+                      r1 - r0, cols});
       }
-      offset += j.rows;
     }
   });
 }

@@ -17,10 +17,11 @@ namespace tokenfab::kernels {
 
 struct MatmulJob {
   WeightType type;
-  const uint8_t* w;  // rows × row_bytes(type, k)
+  const uint8_t* w;  // rows × row_bytes(type, k), or row groups in the x8 layout (repack.h)
   int64_t rows;
   float* y;          // (cols, ldy): y[c * ldy + r]
   int64_t ldy;
+  bool x8 = false;   // w is in the x8 layout (rows % 8 == 0, AVX2 kernels)
 };
 
 // Reusable conversion buffer for X; grows to the largest input seen, never shrinks.

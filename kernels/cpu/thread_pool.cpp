@@ -36,7 +36,15 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) TOKENFAB_PAUSE();
+  // Spin while the workers finish; if one of them was descheduled (more runnable threads than
+  // cores), give the core away instead of burning the time slice it needs.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < kSpinIterations) {
+      TOKENFAB_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::worker_loop(int index) {

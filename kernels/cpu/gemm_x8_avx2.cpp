@@ -1,0 +1,129 @@
+// AVX2 kernels over the row-interleaved x8 layout (repack.h). Per row group and block:
+// Q4: 4 loads unpacked into 8 vectors of nibbles; per activation row, 8 broadcasts of 4 bytes,
+// 8 maddubs summed in 16 bits (|sum| ≤ 8·2·15·127 < 2^15), one madd to 32 bits, one FMA with the
+// eight rows' scales, one FMA for the minimums. Q8_0 uses the sign trick per vector and widens
+// each product to 32 bits (8·2·127·127 would overflow 16 bits).
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/repack.h"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+template <WeightType T, int C>
+void group_q4(const GemmArgs& a, int64_t g, int64_t c0) {
+  constexpr size_t kRecord = T == WeightType::Q4_1 ? 160 : 144;
+  constexpr size_t kQsOffset = T == WeightType::Q4_1 ? 32 : 16;
+  const int64_t nb = a.k / kQK;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  const BlockQ8A* x[C];
+  for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
+  __m256 acc[C], bias[C];
+  for (int c = 0; c < C; ++c) acc[c] = bias[c] = _mm256_setzero_ps();
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+    const __m256 m = T == WeightType::Q4_1
+                         ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)))
+                         : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    __m256i lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kQsOffset + 32 * k));
+      lo[k] = _mm256_and_si256(p, mask);
+      hi[k] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
+    }
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8A& xb = x[c][b];
+      __m256i s = _mm256_maddubs_epi16(lo[0], broadcast4(xb.qs));
+      s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[0], broadcast4(xb.qs + 16)));
+      for (int k = 1; k < 4; ++k) {
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[k], broadcast4(xb.qs + 4 * k)));
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[k], broadcast4(xb.qs + 16 + 4 * k)));
+      }
+      const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
+      acc[c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[c]);
+      bias[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), bias[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, _mm256_add_ps(acc[c], bias[c]));
+}
+
+template <int C>
+void group_q8(const GemmArgs& a, int64_t g, int64_t c0) {
+  constexpr size_t kRecord = 272;
+  const int64_t nb = a.k / kQK;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  const BlockQ8A* x[C];
+  for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+    const auto* qs = reinterpret_cast<const __m256i*>(rec + 16);
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8A& xb = x[c][b];
+      __m256i s = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i w = _mm256_loadu_si256(qs + k);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w),
+                                               _mm256_sign_epi8(broadcast4(xb.qs + 4 * k), w));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+      }
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, acc[c]);
+}
+
+template <WeightType T, int C>
+void group(const GemmArgs& a, int64_t g, int64_t c0) {
+  if constexpr (T == WeightType::Q8_0) {
+    group_q8<C>(a, g, c0);
+  } else {
+    group_q4<T, C>(a, g, c0);
+  }
+}
+
+// Columns in chunks that stay in L2 while every row group passes over them; within a chunk,
+// tiles of C columns share each unpacked weight record.
+template <WeightType T>
+void gemm_x8_typed(const GemmArgs& a) {
+  constexpr int C = 4;
+  constexpr int64_t kColChunk = 64;
+  const int64_t groups = a.rows / kX8Rows;
+  for (int64_t cc = 0; cc < a.cols; cc += kColChunk) {
+    const int64_t c_end = std::min(a.cols, cc + kColChunk);
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t c = cc;
+      for (; c + C <= c_end; c += C) group<T, C>(a, g, c);
+      for (; c < c_end; ++c) group<T, 1>(a, g, c);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_x8_avx2(const GemmArgs& a) {
+  switch (a.type) {
+    case WeightType::Q4_0: gemm_x8_typed<WeightType::Q4_0>(a); return;
+    case WeightType::Q4_1: gemm_x8_typed<WeightType::Q4_1>(a); return;
+    case WeightType::Q8_0: gemm_x8_typed<WeightType::Q8_0>(a); return;
+    default: return;
+  }
+}
+
+}  // namespace tokenfab::kernels

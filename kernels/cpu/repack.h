@@ -1,0 +1,42 @@
+#pragma once
+// Row-interleaved ("x8") weight layout for the AVX2 kernels, built once at load time from the
+// GGUF blocks. Rows are taken in groups of 8; for each group and each block index b the packed
+// record holds, for Q4_0 / Q4_1 (144 / 160 bytes):
+//   d[8]  fp16 scales of the 8 rows' blocks b
+//   m[8]  fp16 minimums (Q4_1 only)
+//   qs    4 × 32 bytes; vector k, byte 4r+j = GGUF qs byte 4k+j of row r, i.e. low nibble =
+//         element 4k+j, high nibble = element 16+4k+j of row r
+// and for Q8_0 (272 bytes):
+//   d[8]  fp16 scales
+//   qs    8 × 32 bytes; vector k, byte 4r+j = element 4k+j of row r
+// One 32-bit broadcast of four activation bytes then multiplies the same four elements of all
+// eight rows at once, and the eight row sums of a block land in the eight lanes of one register.
+// The bytes per row are exactly those of the GGUF layout, so decode reads no more memory.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant_types.h"
+
+namespace tokenfab::kernels {
+
+inline constexpr int kX8Rows = 8;
+
+bool x8_supported(WeightType type);  // Q4_0, Q4_1, Q8_0
+size_t x8_block_bytes(WeightType type);  // bytes of one packed record (8 rows × one block)
+// Bytes between consecutive row groups for rows of k elements.
+inline size_t x8_group_stride(WeightType type, int64_t k) {
+  return x8_block_bytes(type) * static_cast<size_t>(k / kQK);
+}
+
+// src: `rows` GGUF rows (rows % 8 == 0) `src_stride` bytes apart; dst: rows/8 groups.
+void repack_x8(WeightType type, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t rows,
+               int64_t k);
+
+// GemmArgs as for gemm(), except w points at packed row groups, w_stride is the group stride,
+// and rows is a multiple of 8. Same results as gemm_scalar on the GGUF layout, up to float
+// summation order.
+void gemm_x8_avx2(const GemmArgs& a);
+
+}  // namespace tokenfab::kernels

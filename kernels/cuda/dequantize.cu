@@ -1,0 +1,133 @@
+#include "kernels/cuda/dequantize.cuh"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cpu/quant_types.h"
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover any size beyond this
+
+// Rows are packed back to back and n is a multiple of kQK for block types, so `rows` rows of n
+// elements are one run of rows·n elements (rows·n/kQK blocks): every kernel sees a flat array.
+
+__device__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+
+__device__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// One thread per element. src: (total) f32 / f16 / bf16 bits.
+template <WeightType kType>
+__global__ void dequantize_float_kernel(const void* src, float* y, int64_t total) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    if constexpr (kType == WeightType::F32) {
+      y[i] = static_cast<const float*>(src)[i];
+    } else if constexpr (kType == WeightType::F16) {
+      y[i] = half_bits_to_float(static_cast<const uint16_t*>(src)[i]);
+    } else {
+      y[i] = bf16_bits_to_float(static_cast<const uint16_t*>(src)[i]);
+    }
+  }
+}
+
+// One thread per quant byte: byte j of a block gives element j (low nibble) and j+16 (high).
+// blocks: (total / kQK) BlockQ4_0 or BlockQ4_1; y: (total).
+template <WeightType kType>
+__global__ void dequantize_q4_kernel(const void* src, float* y, int64_t total) {
+  using Block = std::conditional_t<kType == WeightType::Q4_0, BlockQ4_0, BlockQ4_1>;
+  const auto* blocks = static_cast<const Block*>(src);
+  const int64_t pairs = total / 2;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
+       p += stride) {
+    const int64_t b = p / (kQK / 2);
+    const int j = static_cast<int>(p % (kQK / 2));
+    const Block& block = blocks[b];
+    const float d = half_bits_to_float(block.d);
+    const int lo = block.qs[j] & 0x0f;
+    const int hi = block.qs[j] >> 4;
+    float* out = y + b * kQK;  // (kQK)
+    if constexpr (kType == WeightType::Q4_0) {
+      out[j] = __fmul_rn(d, static_cast<float>(lo - 8));
+      out[j + kQK / 2] = __fmul_rn(d, static_cast<float>(hi - 8));
+    } else {
+      // Explicit rounding steps: a contracted fma(d, q, m) would differ from the CPU reference,
+      // which rounds d·q before adding m.
+      const float m = half_bits_to_float(block.m);
+      out[j] = __fadd_rn(__fmul_rn(d, static_cast<float>(lo)), m);
+      out[j + kQK / 2] = __fadd_rn(__fmul_rn(d, static_cast<float>(hi)), m);
+    }
+  }
+}
+
+// One thread per element. blocks: (total / kQK) BlockQ8_0; y: (total).
+__global__ void dequantize_q8_0_kernel(const BlockQ8_0* blocks, float* y, int64_t total) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const BlockQ8_0& block = blocks[i / kQK];
+    y[i] = __fmul_rn(half_bits_to_float(block.d), static_cast<float>(block.qs[i % kQK]));
+  }
+}
+
+unsigned grid_for(int64_t work_items) {
+  return static_cast<unsigned>(std::min((work_items + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+}  // namespace
+
+void launch_dequantize_rows(int type, const void* src, float* y, int64_t rows, int64_t n,
+                            cudaStream_t stream) {
+  if (type < static_cast<int>(WeightType::F32) || type > static_cast<int>(WeightType::Q8_0))
+    throw std::invalid_argument("launch_dequantize_rows: unknown weight type " + std::to_string(type));
+  const auto wtype = static_cast<WeightType>(type);
+  if (rows < 0 || n < 0)
+    throw std::invalid_argument("launch_dequantize_rows: negative shape (" + std::to_string(rows) +
+                                ", " + std::to_string(n) + ")");
+  // Local test rather than is_block_quantized(): this library does not link tokenfab_kernels.
+  const bool block_type =
+      wtype == WeightType::Q4_0 || wtype == WeightType::Q4_1 || wtype == WeightType::Q8_0;
+  if (block_type && n % kQK != 0)
+    throw std::invalid_argument("launch_dequantize_rows: n = " + std::to_string(n) +
+                                " is not a multiple of " + std::to_string(kQK) +
+                                " for block type " + std::to_string(type));
+  const int64_t total = rows * n;
+  if (total == 0) return;
+
+  switch (wtype) {
+    case WeightType::F32:
+      dequantize_float_kernel<WeightType::F32><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+      break;
+    case WeightType::F16:
+      dequantize_float_kernel<WeightType::F16><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+      break;
+    case WeightType::BF16:
+      dequantize_float_kernel<WeightType::BF16><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+      break;
+    case WeightType::Q4_0:
+      dequantize_q4_kernel<WeightType::Q4_0><<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
+      break;
+    case WeightType::Q4_1:
+      dequantize_q4_kernel<WeightType::Q4_1><<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
+      break;
+    case WeightType::Q8_0:
+      dequantize_q8_0_kernel<<<grid_for(total), kThreads, 0, stream>>>(
+          static_cast<const BlockQ8_0*>(src), y, total);
+      break;
+  }
+  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tokenfab::kernels

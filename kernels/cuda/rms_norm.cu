@@ -1,0 +1,53 @@
+#include "kernels/cuda/rms_norm.cuh"
+
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One block per row; blockDim.x is a multiple of 32 and at most 1024.
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t n, float eps) {
+  __shared__ float warp_sums[kWarp];  // (n_warps) partial sums of squares
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * n;  // (n)
+  float* yr = y + row * n;        // (n)
+
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(xr[i], xr[i], sum);
+  sum = warp_sum(sum);
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  if (lane == 0) warp_sums[warp] = sum;
+  __syncthreads();
+  if (warp == 0) {
+    const int n_warps = blockDim.x / kWarp;
+    sum = warp_sum(lane < n_warps ? warp_sums[lane] : 0.0f);
+    if (lane == 0) warp_sums[0] = sum;
+  }
+  __syncthreads();
+
+  // Same rounding steps as the CPU reference: IEEE sqrt and division (no rsqrtf), then x·scale·w.
+  const float scale = 1.0f / sqrtf(warp_sums[0] / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+}  // namespace
+
+void launch_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
+                     cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  // One warp is enough for short rows; longer rows get 256 threads, each striding through the row.
+  const int threads = n < 256 ? kWarp : 256;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, w, y, n, eps);
+  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tokenfab::kernels

@@ -1,0 +1,16 @@
+#pragma once
+// RMS normalisation on the GPU; mirrors kernels::rms_norm (kernels/cpu/ops.h) row by row.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tokenfab::kernels {
+
+// y[r] = x[r] / sqrt(mean(x[r]²) + eps) * w for each of `rows` rows of n elements.
+// x, y: (rows, n) device f32, y may equal x; w: (n) device f32. Asynchronous on `stream`;
+// throws std::runtime_error if the launch fails.
+void launch_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
+                     cudaStream_t stream);
+
+}  // namespace tokenfab::kernels

@@ -1,0 +1,276 @@
+// tokenfab-cli as a user runs it (QProcess on the built binary): the JSON contracts of each
+// subcommand, and one clear message with a non-zero exit for each kind of bad input. Cases that
+// run a model use the embedded SmolLM2-135M-Instruct (they fail, naming `tokenfab-cli fetch`, when
+// it is absent) or small synthetic models written here.
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <filesystem>
+#include <fstream>
+
+#include "core/gguf/gguf_writer.h"
+#include "core/model/model_files.h"
+#include "core/model/synthetic_model.h"
+
+namespace {
+
+const QString kCli = QStringLiteral(TOKENFAB_BINARY_DIR "/bin/tokenfab-cli");
+const QString kPerplexityText = QStringLiteral(TOKENFAB_SOURCE_DIR "/tests/data/perplexity_en.txt");
+constexpr int kTimeoutMs = 120'000;
+
+struct CliRun {
+  int exit_code = -1;
+  bool finished = false;
+  QByteArray out;
+  QByteArray err;
+};
+
+CliRun run_cli(const QStringList& args) {
+  QProcess p;
+  p.start(kCli, args);
+  CliRun r;
+  r.finished = p.waitForFinished(kTimeoutMs) && p.exitStatus() == QProcess::NormalExit;
+  if (!r.finished) p.kill();
+  r.exit_code = p.exitCode();
+  r.out = p.readAllStandardOutput();
+  r.err = p.readAllStandardError();
+  return r;
+}
+
+QString describe(const QStringList& args, const CliRun& r) {
+  return QString("tokenfab-cli %1\n  exit %2\n  stdout: %3\n  stderr: %4")
+      .arg(args.join(' '))
+      .arg(r.exit_code)
+      .arg(QString::fromUtf8(r.out.left(400)), QString::fromUtf8(r.err.left(400)));
+}
+
+}  // namespace
+
+class CliTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+
+  void info_json();
+  void tokenize_json();
+  void detokenize_text();
+  void generate_json();
+  void bench_json();
+  void perplexity_json();
+  void synth_json();
+
+  void bad_input_data();
+  void bad_input();
+
+ private:
+  // Runs `args` with --json; checks exit 0 and that stdout is exactly one line holding one JSON
+  // object (no log line leaked there). Returns the object.
+  QJsonObject run_json(const QStringList& args);
+  bool require_model();
+
+  QTemporaryDir dir_;
+  QString model_error_;
+  QString garbage_;       // a file that is not GGUF
+  QString gpt2_;          // a GGUF file of architecture gpt2
+  QString q4k_;           // a synthetic model with one Q4_K matrix
+};
+
+void CliTest::initTestCase() {
+  QVERIFY2(QFile::exists(kCli), qPrintable(kCli + " is not built"));
+  QVERIFY(dir_.isValid());
+  const auto model = tokenfab::default_model_path();
+  if (!std::filesystem::exists(model))
+    model_error_ = QString::fromStdString("the model file " + model.string() +
+                                          " is missing; fetch it with `tokenfab-cli fetch`");
+
+  garbage_ = dir_.filePath("garbage.gguf");
+  std::ofstream(garbage_.toStdString()) << "this is plain text, not a GGUF model\n";
+
+  gpt2_ = dir_.filePath("gpt2.gguf");
+  tokenfab::gguf::GgufWriter w;
+  w.add("general.architecture", tokenfab::gguf::Value::string("gpt2"));
+  w.add("gpt2.block_count", tokenfab::gguf::Value::u32(1));
+  const std::vector<float> zeros(64, 0.0f);
+  w.add_tensor("token_embd.weight", tokenfab::gguf::TensorType::F32, {32, 2},
+               {reinterpret_cast<const uint8_t*>(zeros.data()), zeros.size() * sizeof(float)});
+  w.write(gpt2_.toStdString());
+
+  q4k_ = dir_.filePath("q4k.gguf");
+  tokenfab::SyntheticShape shape{"tiny", 512, 64, 256, 1, 2, 1, 128};
+  tokenfab::write_synthetic_llama(q4k_.toStdString(), shape, tokenfab::kernels::WeightType::Q8_0, 1,
+                                  tokenfab::gguf::TensorType::Q4_K);
+}
+
+bool CliTest::require_model() {
+  if (model_error_.isEmpty()) return true;
+  QTest::qFail(qPrintable(model_error_), __FILE__, __LINE__);
+  return false;
+}
+
+QJsonObject CliTest::run_json(const QStringList& args) {
+  const CliRun r = run_cli(args + QStringList{"--json"});
+  const QString what = describe(args, r);
+  [&] {
+    QVERIFY2(r.finished && r.exit_code == 0, qPrintable(what));
+    QVERIFY2(r.out.endsWith('\n') && r.out.count('\n') == 1, qPrintable("not one line: " + what));
+  }();
+  QJsonParseError error;
+  const QJsonDocument doc = QJsonDocument::fromJson(r.out, &error);
+  if (!doc.isObject()) {
+    QTest::qFail(qPrintable("stdout is not a JSON object (" + error.errorString() + "): " + what),
+                 __FILE__, __LINE__);
+    return {};
+  }
+  return doc.object();
+}
+
+#define REQUIRE_MODEL()           \
+  do {                            \
+    if (!require_model()) return; \
+  } while (false)
+
+// After run_json(): stop the test function when it already failed.
+#define RETURN_IF_FAILED()                  \
+  do {                                      \
+    if (QTest::currentTestFailed()) return; \
+  } while (false)
+
+void CliTest::info_json() {
+  REQUIRE_MODEL();
+  const QJsonObject j = run_json({"info"});
+  RETURN_IF_FAILED();
+  QCOMPARE(j["architecture"].toString(), QString("llama"));
+  QCOMPARE(j["n_layer"].toInt(), 30);
+  QVERIFY(j["tensor_count"].toInt() > 0);
+  QCOMPARE(j["sha256"].toString(), QString(tokenfab::EmbeddedModel::kSha256));
+}
+
+void CliTest::tokenize_json() {
+  REQUIRE_MODEL();
+  const QJsonObject j = run_json({"tokenize", "--text", "Hello"});
+  RETURN_IF_FAILED();
+  QCOMPARE(j, (QJsonObject{{"ids", QJsonArray{19556}}}));
+}
+
+void CliTest::detokenize_text() {
+  REQUIRE_MODEL();
+  const CliRun r = run_cli({"detokenize", "--ids", "19556"});
+  QVERIFY2(r.finished && r.exit_code == 0, qPrintable(describe({"detokenize"}, r)));
+  QCOMPARE(r.out, QByteArray("Hello\n"));
+}
+
+void CliTest::generate_json() {
+  REQUIRE_MODEL();
+  const QJsonObject j = run_json({"generate", "--prompt", "The capital of France is", "--temperature",
+                                  "0", "--max-tokens", "8", "--threads", "2"});
+  RETURN_IF_FAILED();
+  for (const char* key : {"text", "ids", "prompt_tokens", "output_tokens", "ttft_ms", "decode_tok_s"})
+    QVERIFY2(j.contains(key), key);
+  QVERIFY(j["text"].isString());
+  QVERIFY(j["text"].toString().contains("Paris"));
+  QCOMPARE(j["ids"].toArray().size(), j["output_tokens"].toInt());
+  QCOMPARE(j["prompt_tokens"].toInt(), 5);
+  QVERIFY(j["output_tokens"].toInt() >= 1 && j["output_tokens"].toInt() <= 8);
+  QVERIFY(j["ttft_ms"].toDouble() > 0.0);
+  QVERIFY(j["decode_tok_s"].isDouble());
+}
+
+void CliTest::bench_json() {
+  REQUIRE_MODEL();
+  const QJsonObject j = run_json({"bench", "--prompt-tokens", "16", "--gen-tokens", "4",
+                                  "--repetitions", "1", "--threads", "2"});
+  RETURN_IF_FAILED();
+  QVERIFY(j["prefill_tok_s"].toDouble() > 0.0);
+  QVERIFY(j["decode_tok_s"].toDouble() > 0.0);
+  QCOMPARE(j["threads"].toInt(), 2);
+  QVERIFY(j["model"].toString().endsWith(tokenfab::EmbeddedModel::kFileName));
+}
+
+void CliTest::perplexity_json() {
+  REQUIRE_MODEL();
+  const QJsonObject j = run_json({"perplexity", "--file", kPerplexityText, "--threads", "2"});
+  RETURN_IF_FAILED();
+  QCOMPARE(j["tokens"].toInt(), 366);  // one window of 367 tokens (tests/data/forward_golden.json)
+  // The reference gives 36.96 (tools/reference_forward.py); test_model bounds it tightly.
+  QVERIFY2(j["ppl"].toDouble() > 30.0 && j["ppl"].toDouble() < 45.0,
+           qPrintable(QString::number(j["ppl"].toDouble())));
+}
+
+// `synth` writes a model that loads, runs and says it is synthetic.
+void CliTest::synth_json() {
+  const QString out = dir_.filePath("synth.gguf");
+  const QJsonObject j =
+      run_json({"synth", "--shape", "smollm2-135m", "--type", "q4_0", "--seed", "3", "--out", out});
+  RETURN_IF_FAILED();
+  QCOMPARE(j["path"].toString(), out);
+  QCOMPARE(j["shape"].toString(), QString("smollm2-135m"));
+  QCOMPARE(j["type"].toString(), QString("q4_0"));
+  QCOMPARE(static_cast<qint64>(j["bytes"].toDouble()), QFileInfo(out).size());
+
+  const QJsonObject info = run_json({"info", "--model", out});
+  RETURN_IF_FAILED();
+  QCOMPARE(info["name"].toString(), QString("synthetic smollm2-135m (random weights)"));
+  QCOMPARE(info["n_layer"].toInt(), 30);
+  QCOMPARE(info["n_vocab"].toInt(), 49152);
+  QCOMPARE(info["tensor_types"].toObject()["Q4_0"].toInt(), 1 + 30 * 7);
+
+  const QJsonObject gen = run_json({"generate", "--model", out, "--chat", "hi", "--temperature",
+                                    "0", "--max-tokens", "3", "--threads", "2"});
+  RETURN_IF_FAILED();
+  QVERIFY(gen["prompt_tokens"].toInt() > 0);
+}
+
+void CliTest::bad_input_data() {
+  QTest::addColumn<QStringList>("args");
+  QTest::addColumn<QString>("message");  // a substring the one stderr line must contain
+  QTest::addColumn<bool>("needs_model");
+
+  QTest::newRow("missing model file")
+      << QStringList{"generate", "--model", "/nonexistent.gguf", "--prompt", "hi"}
+      << "model file not found: /nonexistent.gguf" << false;
+  QTest::newRow("not a GGUF file") << QStringList{"info", "--model", garbage_}
+                                   << "this is not a GGUF file" << false;
+  QTest::newRow("unsupported architecture")
+      << QStringList{"generate", "--model", gpt2_, "--prompt", "hi"}
+      << "unsupported architecture 'gpt2'" << false;
+  QTest::newRow("unsupported tensor type")
+      << QStringList{"generate", "--model", q4k_, "--prompt", "hi"}
+      << "blk.0.ffn_down.weight has type Q4_K, which tokenfab cannot compute on" << false;
+  QTest::newRow("prompt longer than the context")
+      << QStringList{"generate", "--ctx", "8", "--prompt",
+                     "one two three four five six seven eight nine ten eleven twelve"}
+      << "but the context holds 8" << true;
+  QTest::newRow("max-tokens 0") << QStringList{"generate", "--prompt", "hi", "--max-tokens", "0"}
+                                << "--max-tokens must be at least 1" << true;
+  QTest::newRow("negative temperature")
+      << QStringList{"generate", "--prompt", "hi", "--temperature", "-1"} << "temperature" << true;
+  QTest::newRow("ids not integers") << QStringList{"detokenize", "--ids", "1,x,3"}
+                                    << "'x' is not an integer" << true;
+  QTest::newRow("perplexity of a missing file")
+      << QStringList{"perplexity", "--file", "/nonexistent/text.txt"}
+      << "cannot read /nonexistent/text.txt" << true;
+}
+
+// Each bad input: non-zero exit, nothing on stdout, one line on stderr naming the problem.
+void CliTest::bad_input() {
+  QFETCH(QStringList, args);
+  QFETCH(QString, message);
+  QFETCH(bool, needs_model);
+  if (needs_model) REQUIRE_MODEL();
+  const CliRun r = run_cli(args);
+  const QString what = describe(args, r);
+  QVERIFY2(r.finished, qPrintable(what));
+  QVERIFY2(r.exit_code != 0, qPrintable(what));
+  QVERIFY2(r.out.isEmpty(), qPrintable(what));
+  const QByteArray err = r.err.trimmed();
+  QVERIFY2(!err.isEmpty() && !err.contains('\n'), qPrintable("not one line: " + what));
+  QVERIFY2(QString::fromUtf8(err).contains(message), qPrintable("expected '" + message + "': " + what));
+}
+
+QTEST_GUILESS_MAIN(CliTest)
+#include "test_cli.moc"

@@ -1,0 +1,202 @@
+#include "tests/model/reference_forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/common/error.h"
+#include "kernels/cpu/quantize.h"
+
+namespace tokenfab::test {
+
+namespace {
+
+using Vec = std::vector<double>;
+
+// A weight expanded to f32: (rows, cols), row-major. 1-D tensors have one row.
+struct Dense {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> w;
+  bool block_quantized = false;  // stored as Q8_0 / Q4_0 / Q4_1
+};
+
+kernels::WeightType kernel_type(const gguf::TensorInfo& t) {
+  switch (t.type) {
+    case gguf::TensorType::F32: return kernels::WeightType::F32;
+    case gguf::TensorType::F16: return kernels::WeightType::F16;
+    case gguf::TensorType::BF16: return kernels::WeightType::BF16;
+    case gguf::TensorType::Q4_0: return kernels::WeightType::Q4_0;
+    case gguf::TensorType::Q4_1: return kernels::WeightType::Q4_1;
+    case gguf::TensorType::Q8_0: return kernels::WeightType::Q8_0;
+    default: throw Error("reference forward: tensor " + t.name + " has a type it cannot read");
+  }
+}
+
+Dense dense(const gguf::GgufFile& file, const std::string& name) {
+  const gguf::TensorInfo& t = file.tensor(name);
+  Dense d;
+  d.cols = static_cast<int64_t>(t.dims[0]);
+  d.rows = t.dims.size() > 1 ? static_cast<int64_t>(t.dims[1]) : 1;
+  d.w.resize(static_cast<size_t>(d.rows * d.cols));
+  const kernels::WeightType type = kernel_type(t);
+  d.block_quantized = kernels::is_block_quantized(type);
+  const uint64_t row_bytes = kernels::row_bytes(type, static_cast<uint64_t>(d.cols));
+  for (int64_t r = 0; r < d.rows; ++r)
+    kernels::dequantize_row(type, t.data + r * row_bytes, d.w.data() + r * d.cols, d.cols);
+  return d;
+}
+
+struct Config {
+  int64_t n_embd = 0, n_layer = 0;
+  int n_head = 0, n_kv_head = 0, head_dim = 0;
+  double eps = 0.0, rope_base = 0.0;
+  Activations activations = Activations::kExact;
+};
+
+Config read_config(const gguf::GgufFile& f) {
+  Config c;
+  c.n_embd = f.get("llama.embedding_length").as_int();
+  c.n_layer = f.get("llama.block_count").as_int();
+  c.n_head = static_cast<int>(f.get("llama.attention.head_count").as_int());
+  c.n_kv_head = static_cast<int>(f.get("llama.attention.head_count_kv").as_int());
+  c.head_dim = static_cast<int>(c.n_embd / c.n_head);
+  c.eps = f.get("llama.attention.layer_norm_rms_epsilon").as_float();
+  c.rope_base = f.get("llama.rope.freq_base").as_float();
+  if (const gguf::Value* rot = f.find("llama.rope.dimension_count"); rot && rot->as_int() != c.head_dim)
+    throw Error("reference forward: partial RoPE is not implemented");
+  return c;
+}
+
+// x rounded per block of 32 to d · q, d = max|x| / 127, q = round(x / d) (ties to even), in f32
+// as the kernels compute it.
+Vec round_q8_blocks(const Vec& x) {
+  Vec y(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.0f;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(static_cast<float>(x[i])));
+    const float d = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (size_t i = b; i < b + 32; ++i)
+      y[i] = static_cast<double>(d) * std::nearbyint(static_cast<float>(x[i]) * inv);
+  }
+  return y;
+}
+
+// y = W x: (rows) from (cols).
+Vec matvec(const Config& c, const Dense& m, const Vec& in) {
+  const Vec& x = c.activations == Activations::kQ8Blocks && m.block_quantized ? round_q8_blocks(in) : in;
+  Vec y(static_cast<size_t>(m.rows), 0.0);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    const float* row = m.w.data() + r * m.cols;
+    double sum = 0.0;
+    for (int64_t c = 0; c < m.cols; ++c) sum += static_cast<double>(row[c]) * x[c];
+    y[r] = sum;
+  }
+  return y;
+}
+
+Vec rms_norm(const Vec& x, const Dense& w, double eps) {
+  double ss = 0.0;
+  for (double v : x) ss += v * v;
+  const double scale = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * w.w[i];
+  return y;
+}
+
+// Rotates pairs (v[2i], v[2i+1]) of each head by pos · base^(-2i / head_dim) (GGUF's Llama
+// convention: Q/K rows are stored permuted for exactly this pairing).
+void rope(Vec& v, int n_heads, int head_dim, int64_t pos, double base) {
+  for (int h = 0; h < n_heads; ++h) {
+    double* x = v.data() + h * head_dim;
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double theta = static_cast<double>(pos) * std::pow(base, -2.0 * i / head_dim);
+      const double a = x[2 * i], b = x[2 * i + 1];
+      x[2 * i] = a * std::cos(theta) - b * std::sin(theta);
+      x[2 * i + 1] = a * std::sin(theta) + b * std::cos(theta);
+    }
+  }
+}
+
+// Causal attention of every position over positions 0..t. Query head h reads KV head
+// h / (n_head / n_kv_head) (grouped-query attention: consecutive query heads share one KV head).
+std::vector<Vec> attention(const Config& c, const std::vector<Vec>& q, const std::vector<Vec>& k,
+                           const std::vector<Vec>& v) {
+  const int group = c.n_head / c.n_kv_head;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  std::vector<Vec> out(q.size(), Vec(static_cast<size_t>(c.n_head) * c.head_dim, 0.0));
+  for (size_t t = 0; t < q.size(); ++t) {
+    for (int h = 0; h < c.n_head; ++h) {
+      const int kvh = h / group;
+      Vec p(t + 1);
+      double max = -INFINITY;
+      for (size_t s = 0; s <= t; ++s) {
+        double dot = 0.0;
+        for (int d = 0; d < c.head_dim; ++d) dot += q[t][h * c.head_dim + d] * k[s][kvh * c.head_dim + d];
+        p[s] = dot * scale;
+        max = std::max(max, p[s]);
+      }
+      double sum = 0.0;
+      for (double& x : p) sum += (x = std::exp(x - max));
+      for (size_t s = 0; s <= t; ++s)
+        for (int d = 0; d < c.head_dim; ++d)
+          out[t][h * c.head_dim + d] += p[s] / sum * v[s][kvh * c.head_dim + d];
+    }
+  }
+  return out;
+}
+
+void add(Vec& y, const Vec& x) {
+  for (size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+}
+
+void layer(const gguf::GgufFile& f, const Config& c, int64_t index, std::vector<Vec>& x) {
+  const std::string p = "blk." + std::to_string(index) + ".";
+  const Dense attn_norm = dense(f, p + "attn_norm.weight"), wq = dense(f, p + "attn_q.weight"),
+              wk = dense(f, p + "attn_k.weight"), wv = dense(f, p + "attn_v.weight"),
+              wo = dense(f, p + "attn_output.weight"), ffn_norm = dense(f, p + "ffn_norm.weight"),
+              gate = dense(f, p + "ffn_gate.weight"), up = dense(f, p + "ffn_up.weight"),
+              down = dense(f, p + "ffn_down.weight");
+  std::vector<Vec> q, k, v;  // per position: (q_dim), (kv_dim), (kv_dim)
+  for (size_t t = 0; t < x.size(); ++t) {
+    const Vec h = rms_norm(x[t], attn_norm, c.eps);
+    q.push_back(matvec(c, wq, h));
+    k.push_back(matvec(c, wk, h));
+    v.push_back(matvec(c, wv, h));
+    rope(q.back(), c.n_head, c.head_dim, static_cast<int64_t>(t), c.rope_base);
+    rope(k.back(), c.n_kv_head, c.head_dim, static_cast<int64_t>(t), c.rope_base);
+  }
+  const std::vector<Vec> att = attention(c, q, k, v);
+  for (size_t t = 0; t < x.size(); ++t) {
+    add(x[t], matvec(c, wo, att[t]));
+    const Vec h = rms_norm(x[t], ffn_norm, c.eps);
+    Vec g = matvec(c, gate, h);
+    const Vec u = matvec(c, up, h);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SiLU(g)·u
+    add(x[t], matvec(c, down, g));
+  }
+}
+
+}  // namespace
+
+std::vector<double> reference_logits(const gguf::GgufFile& f, std::span<const int32_t> tokens,
+                                     Activations activations) {
+  Config c = read_config(f);
+  c.activations = activations;
+  const Dense embd = dense(f, "token_embd.weight");  // (n_vocab, n_embd)
+  std::vector<Vec> x;  // (n, n_embd) residual stream
+  for (int32_t token : tokens)
+    x.emplace_back(embd.w.begin() + token * c.n_embd, embd.w.begin() + (token + 1) * c.n_embd);
+  for (int64_t i = 0; i < c.n_layer; ++i) layer(f, c, i, x);
+
+  const Dense norm = dense(f, "output_norm.weight");
+  const Dense out = f.find_tensor("output.weight") != nullptr ? dense(f, "output.weight") : embd;
+  std::vector<double> logits;
+  for (const Vec& row : x) {
+    const Vec l = matvec(c, out, rms_norm(row, norm, c.eps));
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
+}  // namespace tokenfab::test

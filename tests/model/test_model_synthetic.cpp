@@ -1,0 +1,165 @@
+// Synthetic models (core/model/synthetic_model.h): the file describes itself and loads, and the
+// forward pass matches a plain-loop reference in every weight type the kernels support.
+
+#include <QTemporaryDir>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "core/model/llama_forward.h"
+#include "core/model/synthetic_model.h"
+#include "core/tokenizer/chat_template.h"
+#include "tests/model/model_test.h"
+#include "tests/model/reference_forward.h"
+
+using tokenfab::KvCache;
+using tokenfab::LlamaForward;
+using tokenfab::LlamaModel;
+using tokenfab::LogitsFor;
+using tokenfab::SyntheticShape;
+using tokenfab::kernels::WeightType;
+
+Q_DECLARE_METATYPE(WeightType)
+
+namespace {
+
+// The 135M shape cut to 2 layers and a 512-token vocabulary: every op and head layout of the
+// real shape (576 wide, 9 query heads sharing 3 KV heads of 64), a fraction of the work.
+SyntheticShape small_shape(bool tied_output) {
+  SyntheticShape s = SyntheticShape::smollm2_135m();
+  s.name = "smollm2-135m-2l";
+  s.n_layer = 2;
+  s.n_vocab = 512;
+  s.n_ctx = 256;
+  s.tied_output = tied_output;
+  return s;
+}
+
+std::string file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+void ModelTest::synthetic_file_describes_itself() {
+  const SyntheticShape s135 = SyntheticShape::smollm2_135m();
+  QCOMPARE(s135.n_vocab, int64_t{49152});
+  QCOMPARE(s135.n_layer, int64_t{30});
+  QCOMPARE(s135.n_kv_head, 3);
+  const SyntheticShape s8b = SyntheticShape::llama3_8b();
+  QCOMPARE(s8b.n_vocab, int64_t{128256});
+  QCOMPARE(s8b.n_ff, int64_t{14336});
+  QCOMPARE(s8b.n_kv_head, 8);
+
+  QTemporaryDir dir;
+  QVERIFY(dir.isValid());
+  const std::filesystem::path a = dir.filePath("a.gguf").toStdString();
+  const std::filesystem::path b = dir.filePath("b.gguf").toStdString();
+  const std::filesystem::path c = dir.filePath("c.gguf").toStdString();
+  const SyntheticShape shape = small_shape(true);
+  tokenfab::write_synthetic_llama(a, shape, WeightType::Q4_1, 7);
+  tokenfab::write_synthetic_llama(b, shape, WeightType::Q4_1, 7);
+  tokenfab::write_synthetic_llama(c, shape, WeightType::Q4_1, 8);
+  QVERIFY2(file_bytes(a) == file_bytes(b), "the same seed must give the same file");
+  QVERIFY2(file_bytes(a) != file_bytes(c), "another seed must give other weights");
+
+  const auto model = LlamaModel::load(a);
+  const auto& file = model->file();
+  QCOMPARE(file.get("general.name").as_string(), std::string("synthetic smollm2-135m-2l (random weights)"));
+  QVERIFY(file.get("tokenfab.synthetic").as_bool());
+  QCOMPARE(model->hparams().n_vocab, int64_t{512});
+  QCOMPARE(model->hparams().n_kv_head, 3);
+  QVERIFY(model->output_is_tied());
+
+  const tokenfab::Tokenizer tok = tokenfab::Tokenizer::from_gguf(file);
+  QCOMPARE(tok.n_vocab(), 512);
+  const std::string text = "Hello, wörld!\n";
+  const auto ids = tok.encode(text, false, false);
+  QCOMPARE(ids.size(), text.size());  // bytes only, no merges
+  QCOMPARE(tok.decode(ids), text);
+  const auto im_end = tok.find_token("<|im_end|>");
+  QCOMPARE(im_end, 2);
+  QVERIFY(tok.is_end_of_generation(im_end));
+  QCOMPARE(tok.encode("<|im_start|>", false, true), (std::vector<tokenfab::TokenId>{1}));
+  const auto chat = tokenfab::ChatTemplate::from_gguf(file);
+  QVERIFY(chat.default_system_prompt().has_value());
+
+  // A type the kernels lack is written (zero blocks) and refused by the loader, naming it.
+  const std::filesystem::path k = dir.filePath("q4k.gguf").toStdString();
+  tokenfab::write_synthetic_llama(k, shape, WeightType::Q4_1, 7, tokenfab::gguf::TensorType::Q4_K);
+  QCOMPARE(tokenfab::gguf::GgufFile::open(k).tensor(tokenfab::kSyntheticOverrideTensor).type,
+           tokenfab::gguf::TensorType::Q4_K);
+  try {
+    LlamaModel::load(k);
+    QFAIL("a Q4_K tensor must be refused");
+  } catch (const tokenfab::Error& e) {
+    QVERIFY2(std::string(e.what()).find("Q4_K") != std::string::npos, e.what());
+  }
+}
+
+void ModelTest::synthetic_matches_reference_data() {
+  // Tolerances on max |logit - reference| where the reference logits have an RMS of ~0.5 (weights
+  // normal(0, 0.02) over 576 inputs). Float types run f32 activations against the same f32
+  // weights the reference reads: only summation order differs (measured max |Δ| ≤ 3e-6).
+  // Quantized types quantize activations to 8 bits per block of 32 (Q8A) for integer dot
+  // products, which the reference does not: measured max |Δ| 0.004 (Q8_0), 0.005 (Q4_0),
+  // 0.004 (Q4_1), about 1% of the logits' RMS. Bounds are ~2× the measurement.
+  QTest::addColumn<WeightType>("type");
+  QTest::addColumn<double>("tolerance");     // against the exact reference
+  QTest::addColumn<double>("q8_tolerance");  // against the reference that rounds activations
+  QTest::newRow("F32") << WeightType::F32 << 1e-4 << 1e-4;
+  QTest::newRow("F16") << WeightType::F16 << 1e-4 << 1e-4;
+  QTest::newRow("BF16") << WeightType::BF16 << 1e-4 << 1e-4;
+  QTest::newRow("Q8_0") << WeightType::Q8_0 << 1e-2 << 1e-2;
+  QTest::newRow("Q4_0") << WeightType::Q4_0 << 1e-2 << 1e-2;
+  QTest::newRow("Q4_1") << WeightType::Q4_1 << 1e-2 << 1e-2;
+}
+
+// Prefill 5 tokens (the many-row kernels), then decode 2 one at a time (the one-row kernels):
+// the logits at all 7 positions match the reference.
+void ModelTest::synthetic_matches_reference() {
+  QFETCH(WeightType, type);
+  QFETCH(double, tolerance);
+  QFETCH(double, q8_tolerance);
+  QTemporaryDir dir;
+  QVERIFY(dir.isValid());
+  const std::filesystem::path path = dir.filePath("synthetic.gguf").toStdString();
+  const bool tied = type == WeightType::F32 || type == WeightType::BF16 || type == WeightType::Q4_0;
+  tokenfab::write_synthetic_llama(path, small_shape(tied), type, 1234 + static_cast<int>(type));
+  const auto model = LlamaModel::load(path);
+  QCOMPARE(model->output_is_tied(), tied);
+  QCOMPARE(model->layers()[0].wq.type, type);
+
+  const std::vector<int32_t> tokens = {1, 72, 101, 108, 300, 511, 3};
+  const int64_t n_vocab = model->hparams().n_vocab;
+  LlamaForward forward(*model, *pool_);
+  KvCache cache = forward.make_cache();
+  std::vector<float> ours;  // (7, n_vocab)
+  std::vector<float> step;
+  forward.forward(std::span(tokens).first(5), cache, LogitsFor::AllTokens, ours);
+  for (size_t i = 5; i < tokens.size(); ++i) {
+    forward.forward(std::span(tokens).subspan(i, 1), cache, LogitsFor::LastToken, step);
+    ours.insert(ours.end(), step.begin(), step.end());
+  }
+  using tokenfab::test::Activations;
+  const std::vector<double> exact = tokenfab::test::reference_logits(model->file(), tokens);
+  const std::vector<double> rounded =
+      tokenfab::test::reference_logits(model->file(), tokens, Activations::kQ8Blocks);
+  QCOMPARE(static_cast<int64_t>(exact.size()), 7 * n_vocab);
+  QCOMPARE(ours.size(), exact.size());
+
+  double worst = 0.0, worst_q8 = 0.0, sum_sq = 0.0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    worst = std::max(worst, std::abs(ours[i] - exact[i]));
+    worst_q8 = std::max(worst_q8, std::abs(ours[i] - rounded[i]));
+    sum_sq += exact[i] * exact[i];
+  }
+  const double rms = std::sqrt(sum_sq / static_cast<double>(exact.size()));
+  qInfo("%s: max |logit - reference| %.3g (tolerance %.0e), with Q8 activations %.3g "
+        "(tolerance %.0e); reference RMS %.3f",
+        tokenfab::kernels::weight_type_name(type), worst, tolerance, worst_q8, q8_tolerance, rms);
+  QVERIFY(rms > 0.1);  // the comparison is not between near-zero numbers
+  QVERIFY(worst <= tolerance);
+  QVERIFY(worst_q8 <= q8_tolerance);
+}
