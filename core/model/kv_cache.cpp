@@ -13,7 +13,7 @@ void KvCache::reserve(int64_t positions) {
 }
 
 uint64_t KvCache::bytes() const {
-  return 2 * k_.size() * static_cast<uint64_t>(capacity_ * kv_dim_) * sizeof(float);
+  return 2 * k_.size() * static_cast<uint64_t>(capacity_ * kv_dim_) * sizeof(uint16_t);
 }
 
 }  // namespace tokenfab

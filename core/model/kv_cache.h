@@ -1,6 +1,7 @@
 #pragma once
 // The single-sequence KV cache of the forward pass: per layer, K and V rows for positions
-// 0 .. size()-1, contiguous. (The paged, multi-sequence cache lives in core/kvcache.)
+// 0 .. size()-1, contiguous, stored as fp16. (The paged, multi-sequence cache lives in
+// core/kvcache.)
 
 #include <cstdint>
 #include <vector>
@@ -19,16 +20,16 @@ class KvCache {
   void set_size(int64_t positions) { size_ = positions; }  // after a forward, or to roll back
   void clear() { size_ = 0; }
 
-  float* k(int64_t layer) { return k_[layer].data(); }  // (capacity, kv_dim)
-  float* v(int64_t layer) { return v_[layer].data(); }
+  uint16_t* k(int64_t layer) { return k_[layer].data(); }  // fp16 (capacity, kv_dim)
+  uint16_t* v(int64_t layer) { return v_[layer].data(); }
   uint64_t bytes() const;
 
  private:
   int64_t kv_dim_;
   int64_t size_ = 0;
   int64_t capacity_ = 0;
-  std::vector<std::vector<float>> k_;
-  std::vector<std::vector<float>> v_;
+  std::vector<std::vector<uint16_t>> k_;
+  std::vector<std::vector<uint16_t>> v_;
 };
 
 }  // namespace tokenfab

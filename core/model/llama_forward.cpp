@@ -17,12 +17,14 @@ LlamaForward::LlamaForward(const LlamaModel& model, ThreadPool& pool, int64_t ma
   x_.resize(c * hp_.n_embd);
   xb_.resize(c * hp_.n_embd);
   q_.resize(c * hp_.q_dim());
+  k_.resize(c * hp_.kv_dim());
+  v_.resize(c * hp_.kv_dim());
   att_.resize(c * hp_.q_dim());
   gate_.resize(c * hp_.n_ff);
   up_.resize(c * hp_.n_ff);
   rope_cos_.resize(c * (hp_.rot_dim / 2));
   rope_sin_.resize(c * (hp_.rot_dim / 2));
-  scores_.resize(static_cast<size_t>(pool.size()));
+  attention_scratch_.resize(static_cast<size_t>(pool.size()));
 }
 
 KvCache LlamaForward::make_cache() const { return KvCache(hp_.n_layer, hp_.kv_dim()); }
@@ -83,11 +85,9 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
   const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
   const int64_t pos0 = cache.size();
   const int64_t kv_dim = hp_.kv_dim(), q_dim = hp_.q_dim();
-  float* k_rows = cache.k(layer) + pos0 * kv_dim;  // this chunk's K rows, written in place
-  float* v_rows = cache.v(layer) + pos0 * kv_dim;
   norm_rows(x_.data(), w.attn_norm, xb_.data(), n);
-  const MatmulJob qkv[] = {matmul_job(w.wq, q_.data(), q_dim), matmul_job(w.wk, k_rows, kv_dim),
-                           matmul_job(w.wv, v_rows, kv_dim)};
+  const MatmulJob qkv[] = {matmul_job(w.wq, q_.data(), q_dim), matmul_job(w.wk, k_.data(), kv_dim),
+                           matmul_job(w.wv, v_.data(), kv_dim)};
   kernels::matmul(pool_, qkv, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
 
   const int half = hp_.rot_dim / 2;
@@ -95,24 +95,41 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
     const float* c = rope_cos_.data() + i * half;
     const float* s = rope_sin_.data() + i * half;
     kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
-    kernels::rope(k_rows + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
+    kernels::rope(k_.data() + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
   }
+  kernels::fp32_to_fp16_row(k_.data(), cache.k(layer) + pos0 * kv_dim, n * kv_dim);
+  kernels::fp32_to_fp16_row(v_.data(), cache.v(layer) + pos0 * kv_dim, n * kv_dim);
 
   const kernels::AttentionArgs args{q_.data(), q_dim, cache.k(layer), cache.v(layer), kv_dim,
                                     att_.data(), q_dim, n, pos0, hp_.n_head, hp_.n_kv_head,
                                     hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
+  // Items are (head, token) pairs; token t costs pos0 + t + 1 positions, so the threads get
+  // equal shares of the total cost rather than of the item count.
   const int64_t items = n * hp_.n_head;
+  const int64_t scratch_floats = kernels::attention_scratch_floats(args);
+  const auto cost_before = [&](int64_t item) {  // cost of items [0, item)
+    const int64_t h = item / n, t = item % n;
+    const int64_t per_head = n * pos0 + n * (n + 1) / 2;
+    return h * per_head + t * pos0 + t * (t + 1) / 2;
+  };
   pool_.run([&](int t, int nt) {
-    std::vector<float>& scores = scores_[static_cast<size_t>(t)];
-    if (scores.size() < static_cast<size_t>(pos0 + n)) scores.resize(static_cast<size_t>(pos0 + n));
-    // Later tokens attend to more positions: interleave items so threads get similar work.
-    int64_t b, e;
-    ThreadPool::split(items, 1, t, nt, b, e);
-    if (n == 1 || nt == 1) {
-      kernels::attention(args, b, e, scores.data());
-    } else {
-      for (int64_t item = t; item < items; item += nt) kernels::attention(args, item, item + 1, scores.data());
-    }
+    std::vector<float>& scratch = attention_scratch_[static_cast<size_t>(t)];
+    if (scratch.size() < static_cast<size_t>(scratch_floats)) scratch.resize(static_cast<size_t>(scratch_floats));
+    const int64_t total = cost_before(items);
+    int64_t b = 0, e = 0;
+    // First item whose preceding cost reaches each thread's share (binary search: cost is monotone).
+    const auto boundary = [&](int64_t share_index) {
+      const int64_t target = total * share_index / nt;
+      int64_t lo = 0, hi = items;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (cost_before(mid) < target) lo = mid + 1; else hi = mid;
+      }
+      return lo;
+    };
+    b = boundary(t);
+    e = t + 1 == nt ? items : boundary(t + 1);
+    if (b < e) kernels::attention(args, b, e, scratch.data());
   });
 
   const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);

@@ -45,12 +45,14 @@ class LlamaForward {
   std::vector<float> x_;         // (chunk, n_embd) residual stream
   std::vector<float> xb_;        // (chunk, n_embd) normalised input of a block
   std::vector<float> q_;         // (chunk, q_dim)
+  std::vector<float> k_;         // (chunk, kv_dim) before it is stored in the cache as fp16
+  std::vector<float> v_;         // (chunk, kv_dim)
   std::vector<float> att_;       // (chunk, q_dim) attention output
   std::vector<float> gate_;      // (chunk, n_ff)
   std::vector<float> up_;        // (chunk, n_ff)
   std::vector<float> rope_cos_;  // (chunk, rot_dim/2)
   std::vector<float> rope_sin_;  // (chunk, rot_dim/2)
-  std::vector<std::vector<float>> scores_;  // per thread: (positions)
+  std::vector<std::vector<float>> attention_scratch_;  // per thread
 };
 
 }  // namespace tokenfab

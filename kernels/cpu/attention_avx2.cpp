@@ -9,21 +9,26 @@ namespace tokenfab::kernels {
 
 namespace {
 
+inline __m256 load_h8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load_h8(const float* p) { return _mm256_loadu_ps(p); }
+
 // Scores of one query row against positions [0, n): s[p] = scale · q·k_p. Four positions at a time
 // share each q load and give four independent FMA chains; one hadd tree reduces them together.
-template <int NV>
-void scores_row(const float* q, const float* k, int64_t kv_stride, int64_t n, float scale, float* s) {
+template <int NV, typename E>
+void scores_row(const float* q, const E* k, int64_t kv_stride, int64_t n, float scale, float* s) {
   const __m256 vscale = _mm256_set1_ps(scale);
   int64_t p = 0;
   for (; p + 4 <= n; p += 4) {
-    const float* k0 = k + p * kv_stride;
+    const E* k0 = k + p * kv_stride;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int j = 0; j < NV; ++j) {
       const __m256 qj = _mm256_loadu_ps(q + 8 * j);
-      a0 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + 8 * j), a0);
-      a1 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + kv_stride + 8 * j), a1);
-      a2 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + 2 * kv_stride + 8 * j), a2);
-      a3 = _mm256_fmadd_ps(qj, _mm256_loadu_ps(k0 + 3 * kv_stride + 8 * j), a3);
+      a0 = _mm256_fmadd_ps(qj, load_h8(k0 + 8 * j), a0);
+      a1 = _mm256_fmadd_ps(qj, load_h8(k0 + kv_stride + 8 * j), a1);
+      a2 = _mm256_fmadd_ps(qj, load_h8(k0 + 2 * kv_stride + 8 * j), a2);
+      a3 = _mm256_fmadd_ps(qj, load_h8(k0 + 3 * kv_stride + 8 * j), a3);
     }
     // hadd(a0,a1), hadd(a2,a3) → per 128-bit lane [a0 a0 a1 a1 | ...]; again → [a0 a1 a2 a3] per lane.
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
@@ -31,9 +36,9 @@ void scores_row(const float* q, const float* k, int64_t kv_stride, int64_t n, fl
     _mm_storeu_ps(s + p, _mm_mul_ps(sum, _mm256_castps256_ps128(vscale)));
   }
   for (; p < n; ++p) {
-    const float* kp = k + p * kv_stride;
+    const E* kp = k + p * kv_stride;
     __m256 a = _mm256_setzero_ps();
-    for (int j = 0; j < NV; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * j), _mm256_loadu_ps(kp + 8 * j), a);
+    for (int j = 0; j < NV; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * j), load_h8(kp + 8 * j), a);
     s[p] = hsum_avx2(a) * scale;
   }
 }
@@ -66,31 +71,59 @@ void softmax_avx2(float* s, int64_t n) {
 }
 
 // out = Σ_p w[p] · v_p, the whole head row held in NV registers.
-template <int NV>
-void weighted_sum(const float* w, const float* v, int64_t kv_stride, int64_t n, float* out) {
+template <int NV, typename E>
+void weighted_sum(const float* w, const E* v, int64_t kv_stride, int64_t n, float* out) {
   __m256 acc[NV];
   for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t p = 0; p < n; ++p) {
-    const float* vp = v + p * kv_stride;
+    const E* vp = v + p * kv_stride;
     const __m256 wp = _mm256_broadcast_ss(w + p);
-    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * j), acc[j]);
+    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wp, load_h8(vp + 8 * j), acc[j]);
   }
   for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
 }
 
+// Chunks of at least this many query tokens convert a kv head's K/V rows to f32 once (each row is
+// then read by group × n_tokens queries); single-token decode reads the fp16 rows directly.
+constexpr int64_t kConvertMinTokens = 4;
+
+void convert_head_rows(const uint16_t* src, int64_t stride, int64_t n, int head_dim, float* dst) {
+  for (int64_t p = 0; p < n; ++p)
+    for (int d = 0; d < head_dim; d += 8)
+      _mm256_storeu_ps(dst + p * head_dim + d, load_h8(src + p * stride + d));
+}
+
 template <int NV>
-void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores) {
+void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scratch) {
   const int group = a.n_head / a.n_kv_head;
+  const int64_t positions = a.pos0 + a.n_tokens;
+  float* scores = scratch;
+  float* k32 = scratch + positions;                // (positions, head_dim)
+  float* v32 = k32 + positions * a.head_dim;       // (positions, head_dim)
+  const bool convert = a.n_tokens >= kConvertMinTokens;
+  int converted_kvh = -1;
   for (int64_t item = item_begin; item < item_end; ++item) {
-    const int64_t t = item / a.n_head;
-    const int h = static_cast<int>(item % a.n_head);
-    const int64_t kv_off = static_cast<int64_t>(h / group) * a.head_dim;
+    const int h = static_cast<int>(item / a.n_tokens);
+    const int64_t t = item % a.n_tokens;
+    const int kvh = h / group;
+    const int64_t kv_off = static_cast<int64_t>(kvh) * a.head_dim;
     const float* q = a.q + t * a.q_stride + static_cast<int64_t>(h) * a.head_dim;
+    float* out = a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim;
     const int64_t n_pos = a.pos0 + t + 1;
-    scores_row<NV>(q, a.k + kv_off, a.kv_stride, n_pos, a.scale, scores);
-    softmax_avx2(scores, n_pos);
-    weighted_sum<NV>(scores, a.v + kv_off, a.kv_stride, n_pos,
-                     a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim);
+    if (convert) {
+      if (kvh != converted_kvh) {
+        convert_head_rows(a.k + kv_off, a.kv_stride, positions, a.head_dim, k32);
+        convert_head_rows(a.v + kv_off, a.kv_stride, positions, a.head_dim, v32);
+        converted_kvh = kvh;
+      }
+      scores_row<NV>(q, k32, a.head_dim, n_pos, a.scale, scores);
+      softmax_avx2(scores, n_pos);
+      weighted_sum<NV>(scores, v32, a.head_dim, n_pos, out);
+    } else {
+      scores_row<NV>(q, a.k + kv_off, a.kv_stride, n_pos, a.scale, scores);
+      softmax_avx2(scores, n_pos);
+      weighted_sum<NV>(scores, a.v + kv_off, a.kv_stride, n_pos, out);
+    }
   }
 }
 
@@ -101,13 +134,13 @@ bool attention_avx2_supports(int head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == 32 || head_dim == 96;
 }
 
-void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scores) {
+void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scratch) {
   switch (a.head_dim) {
-    case 32: attention_items<4>(a, item_begin, item_end, scores); return;
-    case 64: attention_items<8>(a, item_begin, item_end, scores); return;
-    case 96: attention_items<12>(a, item_begin, item_end, scores); return;
-    case 128: attention_items<16>(a, item_begin, item_end, scores); return;
-    default: attention_scalar(a, item_begin, item_end, scores); return;
+    case 32: attention_items<4>(a, item_begin, item_end, scratch); return;
+    case 64: attention_items<8>(a, item_begin, item_end, scratch); return;
+    case 96: attention_items<12>(a, item_begin, item_end, scratch); return;
+    case 128: attention_items<16>(a, item_begin, item_end, scratch); return;
+    default: attention_scalar(a, item_begin, item_end, scratch); return;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/quant_types.h"
 
 namespace tokenfab::kernels {
 
@@ -44,6 +45,14 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   } else {
     silu_mul_scalar(gate, up, n);
   }
+}
+
+void fp32_to_fp16_row(const float* x, uint16_t* y, int64_t n) {
+  if (use_avx2()) {
+    fp32_to_fp16_row_avx2(x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

@@ -11,9 +11,12 @@
 
 namespace tokenfab::kernels {
 
-// About a millisecond of spinning before a worker sleeps: long enough to span the gaps inside a
-// decode step, short enough not to burn a core while the engine idles.
-static constexpr int kSpinIterations = 20000;
+// Waiting is pure spinning for ~kSpinIterations pauses (tens of microseconds: the gaps inside a
+// decode step), then spinning with sched_yield (so that a descheduled thread of ours, or another
+// process, gets the core when there are more runnable threads than cores), and for a worker,
+// finally sleeping on a futex once the engine has been idle for ~kYieldIterations yields.
+static constexpr int kSpinIterations = 2000;
+static constexpr int kYieldIterations = 2000;
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -53,8 +56,11 @@ void ThreadPool::worker_loop(int index) {
     int spins = 0;
     uint64_t current;
     while ((current = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kSpinIterations) {
+      ++spins;
+      if (spins < kSpinIterations) {
         TOKENFAB_PAUSE();
+      } else if (spins < kSpinIterations + kYieldIterations) {
+        std::this_thread::yield();
       } else {
         generation_.wait(seen, std::memory_order_acquire);
       }
