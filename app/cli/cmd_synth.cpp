@@ -33,7 +33,8 @@ const std::map<std::string, kernels::WeightType>& weight_types() {
 
 void run_synth(const SynthCommand& c) {
   const std::optional<SyntheticShape> shape = SyntheticShape::preset(c.shape);
-  if (!shape) throw Error("--shape: unknown shape " + c.shape);  // CLI11 checks first; kept for safety
+  if (!shape)
+    throw Error("--shape: unknown shape " + c.shape);  // CLI11 checks first; kept for safety
   const auto type = weight_types().find(c.type);
   if (type == weight_types().end()) throw Error("--type: unknown type " + c.type);
   const std::filesystem::path out(c.out);

@@ -94,7 +94,8 @@ std::vector<uint8_t> random_matrix(int64_t rows, int64_t cols, kernels::WeightTy
     for (int64_t r = begin; r < end; ++r) {
       NormalRng rng(mix(tensor_seed, static_cast<uint64_t>(r)));
       for (float& v : row) v = kWeightStd * rng.next();
-      kernels::quantize_row(type, row.data(), out.data() + static_cast<uint64_t>(r) * row_bytes, cols);
+      kernels::quantize_row(type, row.data(), out.data() + static_cast<uint64_t>(r) * row_bytes,
+                            cols);
     }
   });
   return out;
@@ -115,13 +116,20 @@ std::optional<kernels::WeightType> weight_type_of(gguf::TensorType type) {
   using gguf::TensorType;
   using kernels::WeightType;
   switch (type) {
-    case TensorType::F32: return WeightType::F32;
-    case TensorType::F16: return WeightType::F16;
-    case TensorType::BF16: return WeightType::BF16;
-    case TensorType::Q4_0: return WeightType::Q4_0;
-    case TensorType::Q4_1: return WeightType::Q4_1;
-    case TensorType::Q8_0: return WeightType::Q8_0;
-    default: return std::nullopt;
+    case TensorType::F32:
+      return WeightType::F32;
+    case TensorType::F16:
+      return WeightType::F16;
+    case TensorType::BF16:
+      return WeightType::BF16;
+    case TensorType::Q4_0:
+      return WeightType::Q4_0;
+    case TensorType::Q4_1:
+      return WeightType::Q4_1;
+    case TensorType::Q8_0:
+      return WeightType::Q8_0;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -129,12 +137,18 @@ std::optional<kernels::WeightType> weight_type_of(gguf::TensorType type) {
 uint32_t file_type_of(kernels::WeightType type) {
   using kernels::WeightType;
   switch (type) {
-    case WeightType::F32: return 0;
-    case WeightType::F16: return 1;
-    case WeightType::Q4_0: return 2;
-    case WeightType::Q4_1: return 3;
-    case WeightType::Q8_0: return 7;
-    case WeightType::BF16: return 32;
+    case WeightType::F32:
+      return 0;
+    case WeightType::F16:
+      return 1;
+    case WeightType::Q4_0:
+      return 2;
+    case WeightType::Q4_1:
+      return 3;
+    case WeightType::Q8_0:
+      return 7;
+    case WeightType::BF16:
+      return 32;
   }
   return 0;
 }
@@ -179,7 +193,8 @@ void add_tokenizer(gguf::GgufWriter& w, int64_t n_vocab) {
   w.add("tokenizer.ggml.model", gguf::Value::string("gpt2"));
   w.add("tokenizer.ggml.pre", gguf::Value::string("default"));
   w.add("tokenizer.ggml.tokens", gguf::Value::string_array(tokens));
-  w.add("tokenizer.ggml.token_type", gguf::Value::array(gguf::ValueType::Int32, std::move(type_values)));
+  w.add("tokenizer.ggml.token_type",
+        gguf::Value::array(gguf::ValueType::Int32, std::move(type_values)));
   w.add("tokenizer.ggml.merges", gguf::Value::string_array({}));  // bytes only: no merges
   w.add("tokenizer.ggml.bos_token_id", gguf::Value::u32(1));
   w.add("tokenizer.ggml.eos_token_id", gguf::Value::u32(2));
@@ -204,7 +219,8 @@ void check_shape(const SyntheticShape& s) {
   if (!(s.rope_freq_base > 0.0f)) fail("rope_freq_base must be positive");
 }
 
-void add_hparams(gguf::GgufWriter& w, const SyntheticShape& s, kernels::WeightType type, uint64_t seed) {
+void add_hparams(gguf::GgufWriter& w, const SyntheticShape& s, kernels::WeightType type,
+                 uint64_t seed) {
   const auto u32 = [](int64_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
   w.add("general.architecture", gguf::Value::string("llama"));
   w.add("general.name", gguf::Value::string("synthetic " + s.name + " (random weights)"));
@@ -250,18 +266,26 @@ std::optional<SyntheticShape> SyntheticShape::preset(std::string_view name) {
   return std::nullopt;
 }
 
-std::vector<std::string> SyntheticShape::preset_names() { return {"smollm2-135m", "llama3-8b"}; }
+std::vector<std::string> SyntheticShape::preset_names() {
+  return {"smollm2-135m", "llama3-8b"};
+}
 
 gguf::TensorType tensor_type_of(kernels::WeightType type) {
   using gguf::TensorType;
   using kernels::WeightType;
   switch (type) {
-    case WeightType::F32: return TensorType::F32;
-    case WeightType::F16: return TensorType::F16;
-    case WeightType::BF16: return TensorType::BF16;
-    case WeightType::Q4_0: return TensorType::Q4_0;
-    case WeightType::Q4_1: return TensorType::Q4_1;
-    case WeightType::Q8_0: return TensorType::Q8_0;
+    case WeightType::F32:
+      return TensorType::F32;
+    case WeightType::F16:
+      return TensorType::F16;
+    case WeightType::BF16:
+      return TensorType::BF16;
+    case WeightType::Q4_0:
+      return TensorType::Q4_0;
+    case WeightType::Q4_1:
+      return TensorType::Q4_1;
+    case WeightType::Q8_0:
+      return TensorType::Q8_0;
   }
   throw Error("tensor_type_of: unknown weight type");
 }
@@ -292,8 +316,8 @@ void write_synthetic_llama(const std::filesystem::path& path, const SyntheticSha
       std::string why;
       const auto size = gguf::tensor_size(static_cast<uint32_t>(type), dims, &why);
       if (!size)
-        throw Error("synthetic model: cannot store " + name + " as " + gguf::tensor_type_name(type) +
-                    ": " + why);
+        throw Error("synthetic model: cannot store " + name + " as " +
+                    gguf::tensor_type_name(type) + ": " + why);
       w.add_tensor(name, type, dims, std::vector<uint8_t>(size->n_bytes, 0));
       return;
     }

@@ -25,14 +25,14 @@
 namespace tokenfab {
 
 struct SyntheticShape {
-  std::string name;  // e.g. "smollm2-135m"; goes into general.name
+  std::string name;     // e.g. "smollm2-135m"; goes into general.name
   int64_t n_vocab = 0;  // at least kSyntheticMinVocab
   int64_t n_embd = 0;   // multiple of 32 and of n_head
   int64_t n_ff = 0;     // multiple of 32
   int64_t n_layer = 0;
   int n_head = 0;
-  int n_kv_head = 0;    // divides n_head
-  int64_t n_ctx = 0;    // llama.context_length
+  int n_kv_head = 0;  // divides n_head
+  int64_t n_ctx = 0;  // llama.context_length
   float rope_freq_base = 10000.0f;
   bool tied_output = true;  // no output.weight: the LM head is token_embd.weight, as in SmolLM2
 
@@ -46,7 +46,8 @@ struct SyntheticShape {
 };
 
 // Vocabulary entries the synthetic tokenizer needs before its filler tokens: three control tokens
-// (ids 0 <|endoftext|>, 1 <|im_start|>, 2 <|im_end|>, as in SmolLM2) and the 256 bytes (ids 3..258).
+// (ids 0 <|endoftext|>, 1 <|im_start|>, 2 <|im_end|>, as in SmolLM2) and the 256 bytes
+// (ids 3..258).
 inline constexpr int64_t kSyntheticMinVocab = 3 + 256;
 
 // The tensor `override_one_tensor_type` applies to.

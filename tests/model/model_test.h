@@ -24,7 +24,7 @@ class ModelTest : public QObject {
 
   // Need the real model file.
   void golden_logits();
-  void plain_reference_matches_golden_and_engine();
+  void plain_reference_matches_golden();
   void greedy_capital_of_france();
   void perplexity_en();
   void chunked_prefill_matches_unchunked();
@@ -46,7 +46,7 @@ class ModelTest : public QObject {
   QJsonObject golden_;  // tests/data/forward_golden.json
 };
 
-#define REQUIRE_MODEL()                            \
-  do {                                             \
-    if (!model_) QFAIL(qPrintable(model_error_));  \
+#define REQUIRE_MODEL()                           \
+  do {                                            \
+    if (!model_) QFAIL(qPrintable(model_error_)); \
   } while (false)

@@ -17,18 +17,24 @@ struct Dense {
   int64_t rows = 0;
   int64_t cols = 0;
   std::vector<float> w;
-  bool block_quantized = false;  // stored as Q8_0 / Q4_0 / Q4_1
 };
 
 kernels::WeightType kernel_type(const gguf::TensorInfo& t) {
   switch (t.type) {
-    case gguf::TensorType::F32: return kernels::WeightType::F32;
-    case gguf::TensorType::F16: return kernels::WeightType::F16;
-    case gguf::TensorType::BF16: return kernels::WeightType::BF16;
-    case gguf::TensorType::Q4_0: return kernels::WeightType::Q4_0;
-    case gguf::TensorType::Q4_1: return kernels::WeightType::Q4_1;
-    case gguf::TensorType::Q8_0: return kernels::WeightType::Q8_0;
-    default: throw Error("reference forward: tensor " + t.name + " has a type it cannot read");
+    case gguf::TensorType::F32:
+      return kernels::WeightType::F32;
+    case gguf::TensorType::F16:
+      return kernels::WeightType::F16;
+    case gguf::TensorType::BF16:
+      return kernels::WeightType::BF16;
+    case gguf::TensorType::Q4_0:
+      return kernels::WeightType::Q4_0;
+    case gguf::TensorType::Q4_1:
+      return kernels::WeightType::Q4_1;
+    case gguf::TensorType::Q8_0:
+      return kernels::WeightType::Q8_0;
+    default:
+      throw Error("reference forward: tensor " + t.name + " has a type it cannot read");
   }
 }
 
@@ -39,7 +45,6 @@ Dense dense(const gguf::GgufFile& file, const std::string& name) {
   d.rows = t.dims.size() > 1 ? static_cast<int64_t>(t.dims[1]) : 1;
   d.w.resize(static_cast<size_t>(d.rows * d.cols));
   const kernels::WeightType type = kernel_type(t);
-  d.block_quantized = kernels::is_block_quantized(type);
   const uint64_t row_bytes = kernels::row_bytes(type, static_cast<uint64_t>(d.cols));
   for (int64_t r = 0; r < d.rows; ++r)
     kernels::dequantize_row(type, t.data + r * row_bytes, d.w.data() + r * d.cols, d.cols);
@@ -50,7 +55,6 @@ struct Config {
   int64_t n_embd = 0, n_layer = 0;
   int n_head = 0, n_kv_head = 0, head_dim = 0;
   double eps = 0.0, rope_base = 0.0;
-  Activations activations = Activations::kExact;
 };
 
 Config read_config(const gguf::GgufFile& f) {
@@ -62,29 +66,14 @@ Config read_config(const gguf::GgufFile& f) {
   c.head_dim = static_cast<int>(c.n_embd / c.n_head);
   c.eps = f.get("llama.attention.layer_norm_rms_epsilon").as_float();
   c.rope_base = f.get("llama.rope.freq_base").as_float();
-  if (const gguf::Value* rot = f.find("llama.rope.dimension_count"); rot && rot->as_int() != c.head_dim)
+  if (const gguf::Value* rot = f.find("llama.rope.dimension_count");
+      rot && rot->as_int() != c.head_dim)
     throw Error("reference forward: partial RoPE is not implemented");
   return c;
 }
 
-// x rounded per block of 32 to d · q, d = max|x| / 127, q = round(x / d) (ties to even), in f32
-// as the kernels compute it.
-Vec round_q8_blocks(const Vec& x) {
-  Vec y(x.size());
-  for (size_t b = 0; b < x.size(); b += 32) {
-    float amax = 0.0f;
-    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(static_cast<float>(x[i])));
-    const float d = amax / 127.0f;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (size_t i = b; i < b + 32; ++i)
-      y[i] = static_cast<double>(d) * std::nearbyint(static_cast<float>(x[i]) * inv);
-  }
-  return y;
-}
-
 // y = W x: (rows) from (cols).
-Vec matvec(const Config& c, const Dense& m, const Vec& in) {
-  const Vec& x = c.activations == Activations::kQ8Blocks && m.block_quantized ? round_q8_blocks(in) : in;
+Vec matvec(const Dense& m, const Vec& x) {
   Vec y(static_cast<size_t>(m.rows), 0.0);
   for (int64_t r = 0; r < m.rows; ++r) {
     const float* row = m.w.data() + r * m.cols;
@@ -132,7 +121,8 @@ std::vector<Vec> attention(const Config& c, const std::vector<Vec>& q, const std
       double max = -INFINITY;
       for (size_t s = 0; s <= t; ++s) {
         double dot = 0.0;
-        for (int d = 0; d < c.head_dim; ++d) dot += q[t][h * c.head_dim + d] * k[s][kvh * c.head_dim + d];
+        for (int d = 0; d < c.head_dim; ++d)
+          dot += q[t][h * c.head_dim + d] * k[s][kvh * c.head_dim + d];
         p[s] = dot * scale;
         max = std::max(max, p[s]);
       }
@@ -160,31 +150,30 @@ void layer(const gguf::GgufFile& f, const Config& c, int64_t index, std::vector<
   std::vector<Vec> q, k, v;  // per position: (q_dim), (kv_dim), (kv_dim)
   for (size_t t = 0; t < x.size(); ++t) {
     const Vec h = rms_norm(x[t], attn_norm, c.eps);
-    q.push_back(matvec(c, wq, h));
-    k.push_back(matvec(c, wk, h));
-    v.push_back(matvec(c, wv, h));
+    q.push_back(matvec(wq, h));
+    k.push_back(matvec(wk, h));
+    v.push_back(matvec(wv, h));
     rope(q.back(), c.n_head, c.head_dim, static_cast<int64_t>(t), c.rope_base);
     rope(k.back(), c.n_kv_head, c.head_dim, static_cast<int64_t>(t), c.rope_base);
   }
   const std::vector<Vec> att = attention(c, q, k, v);
   for (size_t t = 0; t < x.size(); ++t) {
-    add(x[t], matvec(c, wo, att[t]));
+    add(x[t], matvec(wo, att[t]));
     const Vec h = rms_norm(x[t], ffn_norm, c.eps);
-    Vec g = matvec(c, gate, h);
-    const Vec u = matvec(c, up, h);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SiLU(g)·u
-    add(x[t], matvec(c, down, g));
+    Vec g = matvec(gate, h);
+    const Vec u = matvec(up, h);
+    for (size_t i = 0; i < g.size(); ++i)
+      g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SiLU(g)·u
+    add(x[t], matvec(down, g));
   }
 }
 
 }  // namespace
 
-std::vector<double> reference_logits(const gguf::GgufFile& f, std::span<const int32_t> tokens,
-                                     Activations activations) {
-  Config c = read_config(f);
-  c.activations = activations;
+std::vector<double> reference_logits(const gguf::GgufFile& f, std::span<const int32_t> tokens) {
+  const Config c = read_config(f);
   const Dense embd = dense(f, "token_embd.weight");  // (n_vocab, n_embd)
-  std::vector<Vec> x;  // (n, n_embd) residual stream
+  std::vector<Vec> x;                                // (n, n_embd) residual stream
   for (int32_t token : tokens)
     x.emplace_back(embd.w.begin() + token * c.n_embd, embd.w.begin() + (token + 1) * c.n_embd);
   for (int64_t i = 0; i < c.n_layer; ++i) layer(f, c, i, x);
@@ -193,7 +182,7 @@ std::vector<double> reference_logits(const gguf::GgufFile& f, std::span<const in
   const Dense out = f.find_tensor("output.weight") != nullptr ? dense(f, "output.weight") : embd;
   std::vector<double> logits;
   for (const Vec& row : x) {
-    const Vec l = matvec(c, out, rms_norm(row, norm, c.eps));
+    const Vec l = matvec(out, rms_norm(row, norm, c.eps));
     logits.insert(logits.end(), l.begin(), l.end());
   }
   return logits;
