@@ -103,8 +103,40 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
   const kernels::AttentionArgs args{q_.data(), q_dim, cache.k(layer), cache.v(layer), kv_dim,
                                     att_.data(), q_dim, n, pos0, hp_.n_head, hp_.n_kv_head,
                                     hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
-  // Items are (head, token) pairs; token t costs pos0 + t + 1 positions, so the threads get
-  // equal shares of the total cost rather than of the item count.
+  if (n == 1) {
+    decode_attention(args);
+  } else {
+    prefill_attention(args);
+  }
+
+  const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);
+  kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
+  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+}
+
+// One query token: every kv head's positions are split in as many ranges as there are threads,
+// so the n_kv_head × threads items divide evenly whatever the number of kv heads.
+void LlamaForward::decode_attention(const kernels::AttentionArgs& args) {
+  const int splits = pool_.size();
+  const int64_t items = static_cast<int64_t>(hp_.n_kv_head) * splits;
+  const auto partial_floats = static_cast<size_t>(kernels::attention_decode_partial_floats(args, splits));
+  if (decode_partials_.size() < partial_floats) decode_partials_.resize(partial_floats);
+  const int64_t scratch_floats = kernels::attention_decode_scratch_floats(args, splits);
+  pool_.run([&](int t, int nt) {
+    std::vector<float>& scratch = attention_scratch_[static_cast<size_t>(t)];
+    if (scratch.size() < static_cast<size_t>(scratch_floats)) scratch.resize(static_cast<size_t>(scratch_floats));
+    int64_t b, e;
+    ThreadPool::split(items, 1, t, nt, b, e);
+    for (int64_t item = b; item < e; ++item)
+      kernels::attention_decode_partial(args, splits, item, decode_partials_.data(), scratch.data());
+  });
+  kernels::attention_decode_merge(args, splits, decode_partials_.data());
+}
+
+// A chunk of query tokens: items are (head, token) pairs; token t costs pos0 + t + 1 positions, so
+// the threads get equal shares of the total cost rather than of the item count.
+void LlamaForward::prefill_attention(const kernels::AttentionArgs& args) {
+  const int64_t n = args.n_tokens, pos0 = args.pos0;
   const int64_t items = n * hp_.n_head;
   const int64_t scratch_floats = kernels::attention_scratch_floats(args);
   const auto cost_before = [&](int64_t item) {  // cost of items [0, item)
@@ -112,29 +144,28 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
     const int64_t per_head = n * pos0 + n * (n + 1) / 2;
     return h * per_head + t * pos0 + t * (t + 1) / 2;
   };
+  const int64_t total = cost_before(items);
+  // First item whose preceding cost reaches a share boundary (cost_before is monotone).
+  const auto boundary = [&](int64_t share, int64_t shares) {
+    const int64_t target = total * share / shares;
+    int64_t lo = 0, hi = items;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (cost_before(mid) < target) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  };
   pool_.run([&](int t, int nt) {
     std::vector<float>& scratch = attention_scratch_[static_cast<size_t>(t)];
     if (scratch.size() < static_cast<size_t>(scratch_floats)) scratch.resize(static_cast<size_t>(scratch_floats));
-    const int64_t total = cost_before(items);
-    int64_t b = 0, e = 0;
-    // First item whose preceding cost reaches each thread's share (binary search: cost is monotone).
-    const auto boundary = [&](int64_t share_index) {
-      const int64_t target = total * share_index / nt;
-      int64_t lo = 0, hi = items;
-      while (lo < hi) {
-        const int64_t mid = (lo + hi) / 2;
-        if (cost_before(mid) < target) lo = mid + 1; else hi = mid;
-      }
-      return lo;
-    };
-    b = boundary(t);
-    e = t + 1 == nt ? items : boundary(t + 1);
+    const int64_t b = boundary(t, nt);
+    const int64_t e = t + 1 == nt ? items : boundary(t + 1, nt);
     if (b < e) kernels::attention(args, b, e, scratch.data());
   });
-
-  const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);
-  kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
-  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
 }
 
 void LlamaForward::ffn_block(int64_t layer, int64_t n) {

@@ -9,6 +9,7 @@
 
 #include "core/model/kv_cache.h"
 #include "core/model/llama_model.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -33,6 +34,8 @@ class LlamaForward {
  private:
   void run_chunk(std::span<const int32_t> tokens, KvCache& cache, LogitsFor which, float* logits);
   void attention_block(int64_t layer, int64_t n, KvCache& cache);
+  void decode_attention(const kernels::AttentionArgs& args);
+  void prefill_attention(const kernels::AttentionArgs& args);
   void ffn_block(int64_t layer, int64_t n);
   void norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n);
 
@@ -53,6 +56,7 @@ class LlamaForward {
   std::vector<float> rope_cos_;  // (chunk, rot_dim/2)
   std::vector<float> rope_sin_;  // (chunk, rot_dim/2)
   std::vector<std::vector<float>> attention_scratch_;  // per thread
+  std::vector<float> decode_partials_;  // (n_head, threads, 2 + head_dim) split-K records
 };
 
 }  // namespace tokenfab

@@ -33,4 +33,20 @@ void attention_scalar(const AttentionArgs& a, int64_t item_begin, int64_t item_e
 void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scratch);
 bool attention_avx2_supports(int head_dim);
 
+// Decode (n_tokens == 1) split over kv heads and position ranges ("split-K"), so every thread gets
+// an equal share however few kv heads the model has. Item i = kv_head * n_splits + split covers
+// positions [n·split/S, n·(split+1)/S) of n = pos0 + 1 for the group's query heads and writes, per
+// query head h, the partial softmax record at partials + (h * S + split) * (2 + head_dim):
+//   { m = max score, l = Σ exp(score − m), o[head_dim] = Σ exp(score − m) · v }.
+// attention_decode_merge() combines the records of all splits into a.out.
+int64_t attention_decode_partial_floats(const AttentionArgs& a, int n_splits);
+int64_t attention_decode_scratch_floats(const AttentionArgs& a, int n_splits);
+void attention_decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* partials,
+                              float* scratch);
+void attention_decode_partial_scalar(const AttentionArgs& a, int n_splits, int64_t item,
+                                     float* partials, float* scratch);
+void attention_decode_partial_avx2(const AttentionArgs& a, int n_splits, int64_t item,
+                                   float* partials, float* scratch);
+void attention_decode_merge(const AttentionArgs& a, int n_splits, const float* partials);
+
 }  // namespace tokenfab::kernels

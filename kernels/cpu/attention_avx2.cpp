@@ -43,8 +43,12 @@ void scores_row(const float* q, const E* k, int64_t kv_stride, int64_t n, float 
   }
 }
 
-// scores[0..n) ← softmax(scores), vectorised exp.
-void softmax_avx2(float* s, int64_t n) {
+// s[0..n) ← exp(s − max); returns {max, Σ}. Vectorised exp.
+struct ExpSum {
+  float max;
+  float sum;
+};
+ExpSum exp_and_sum_avx2(float* s, int64_t n) {
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
@@ -63,9 +67,14 @@ void softmax_avx2(float* s, int64_t n) {
     s[i] = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(s[i] - max)));
     sum += s[i];
   }
-  const float inv = 1.0f / sum;
+  return {max, sum};
+}
+
+// scores[0..n) ← softmax(scores).
+void softmax_avx2(float* s, int64_t n) {
+  const float inv = 1.0f / exp_and_sum_avx2(s, n).sum;
+  int64_t i = 0;
   const __m256 vinv = _mm256_set1_ps(inv);
-  i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vinv));
   for (; i < n; ++i) s[i] *= inv;
 }
@@ -127,7 +136,48 @@ void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_en
   }
 }
 
+template <int NV>
+void decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* partials, float* scratch) {
+  const int group = a.n_head / a.n_kv_head;
+  const int kvh = static_cast<int>(item / n_splits);
+  const int64_t split = item % n_splits, n_pos = a.pos0 + 1;
+  const int64_t p0 = n_pos * split / n_splits, n = n_pos * (split + 1) / n_splits - p0;
+  const int64_t kv_off = static_cast<int64_t>(kvh) * a.head_dim;
+  // The range's K and V rows, converted once and read by every query head of the group.
+  float* scores = scratch;
+  float* k32 = scores + n + 1;
+  float* v32 = k32 + n * a.head_dim;
+  convert_head_rows(a.k + p0 * a.kv_stride + kv_off, a.kv_stride, n, a.head_dim, k32);
+  convert_head_rows(a.v + p0 * a.kv_stride + kv_off, a.kv_stride, n, a.head_dim, v32);
+  for (int g = 0; g < group; ++g) {
+    const int h = kvh * group + g;
+    float* rec = partials + (static_cast<int64_t>(h) * n_splits + split) * (2 + a.head_dim);
+    if (n == 0) {
+      rec[0] = -INFINITY;
+      rec[1] = 0.0f;
+      for (int d = 0; d < a.head_dim; ++d) rec[2 + d] = 0.0f;
+      continue;
+    }
+    scores_row<NV>(a.q + static_cast<int64_t>(h) * a.head_dim, k32, a.head_dim, n, a.scale, scores);
+    const ExpSum es = exp_and_sum_avx2(scores, n);
+    weighted_sum<NV>(scores, v32, a.head_dim, n, rec + 2);
+    rec[0] = es.max;
+    rec[1] = es.sum;
+  }
+}
+
 }  // namespace
+
+void attention_decode_partial_avx2(const AttentionArgs& a, int n_splits, int64_t item,
+                                   float* partials, float* scratch) {
+  switch (a.head_dim) {
+    case 32: decode_partial<4>(a, n_splits, item, partials, scratch); return;
+    case 64: decode_partial<8>(a, n_splits, item, partials, scratch); return;
+    case 96: decode_partial<12>(a, n_splits, item, partials, scratch); return;
+    case 128: decode_partial<16>(a, n_splits, item, partials, scratch); return;
+    default: attention_decode_partial_scalar(a, n_splits, item, partials, scratch); return;
+  }
+}
 
 // Specialised for the common head sizes; attention() sends other sizes to the scalar version.
 bool attention_avx2_supports(int head_dim) {

