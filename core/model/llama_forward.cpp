@@ -27,7 +27,9 @@ LlamaForward::LlamaForward(const LlamaModel& model, ThreadPool& pool, int64_t ma
   attention_scratch_.resize(static_cast<size_t>(pool.size()));
 }
 
-KvCache LlamaForward::make_cache() const { return KvCache(hp_.n_layer, hp_.kv_dim()); }
+KvCache LlamaForward::make_cache() const {
+  return KvCache(hp_.n_layer, hp_.n_kv_head, hp_.head_dim);
+}
 
 void LlamaForward::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsFor which,
                            std::vector<float>& logits) {
@@ -97,12 +99,21 @@ void LlamaForward::attention_block(int64_t layer, int64_t n, KvCache& cache) {
     kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
     kernels::rope(k_.data() + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
   }
-  kernels::fp32_to_fp16_row(k_.data(), cache.k(layer) + pos0 * kv_dim, n * kv_dim);
-  kernels::fp32_to_fp16_row(v_.data(), cache.v(layer) + pos0 * kv_dim, n * kv_dim);
+  // (n, n_kv_head, head_dim) rows → the cache's (n_kv_head, positions, head_dim) fp16 rows.
+  const int64_t head_stride = cache.head_stride();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t g = 0; g < hp_.n_kv_head; ++g) {
+      const int64_t src = i * kv_dim + g * hp_.head_dim;
+      const int64_t dst = g * head_stride + (pos0 + i) * hp_.head_dim;
+      kernels::fp32_to_fp16_row(k_.data() + src, cache.k(layer) + dst, hp_.head_dim);
+      kernels::fp32_to_fp16_row(v_.data() + src, cache.v(layer) + dst, hp_.head_dim);
+    }
+  }
 
-  const kernels::AttentionArgs args{q_.data(), q_dim, cache.k(layer), cache.v(layer), kv_dim,
-                                    att_.data(), q_dim, n, pos0, hp_.n_head, hp_.n_kv_head,
-                                    hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
+  const kernels::AttentionArgs args{q_.data(), q_dim, cache.k(layer), cache.v(layer), hp_.head_dim,
+                                    head_stride, att_.data(), q_dim, n, pos0, hp_.n_head,
+                                    hp_.n_kv_head, hp_.head_dim,
+                                    1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
   if (n == 1) {
     decode_attention(args);
   } else {

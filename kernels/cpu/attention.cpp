@@ -23,7 +23,7 @@ void attention_scalar(const AttentionArgs& a, int64_t item_begin, int64_t item_e
     const float* q = a.q + t * a.q_stride + static_cast<int64_t>(h) * a.head_dim;
     const int64_t n_pos = a.pos0 + t + 1;
     for (int64_t p = 0; p < n_pos; ++p) {
-      const uint16_t* k = a.k + p * a.kv_stride + static_cast<int64_t>(kvh) * a.head_dim;
+      const uint16_t* k = a.k + p * a.kv_stride + static_cast<int64_t>(kvh) * a.kv_head_stride;
       float dot = 0.0f;
       for (int d = 0; d < a.head_dim; ++d) dot += q[d] * fp16_to_fp32(k[d]);
       scores[p] = dot * a.scale;
@@ -32,7 +32,7 @@ void attention_scalar(const AttentionArgs& a, int64_t item_begin, int64_t item_e
     float* out = a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim;
     for (int d = 0; d < a.head_dim; ++d) out[d] = 0.0f;
     for (int64_t p = 0; p < n_pos; ++p) {
-      const uint16_t* v = a.v + p * a.kv_stride + static_cast<int64_t>(kvh) * a.head_dim;
+      const uint16_t* v = a.v + p * a.kv_stride + static_cast<int64_t>(kvh) * a.kv_head_stride;
       for (int d = 0; d < a.head_dim; ++d) out[d] += scores[p] * fp16_to_fp32(v[d]);
     }
   }
@@ -61,7 +61,7 @@ void attention_decode_partial_scalar(const AttentionArgs& a, int n_splits, int64
   const int kvh = static_cast<int>(item / n_splits);
   const int64_t split = item % n_splits, n_pos = a.pos0 + 1;
   const int64_t p0 = n_pos * split / n_splits, p1 = n_pos * (split + 1) / n_splits;
-  const int64_t kv_off = static_cast<int64_t>(kvh) * a.head_dim;
+  const int64_t kv_off = static_cast<int64_t>(kvh) * a.kv_head_stride;
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
     float* rec = partials + (static_cast<int64_t>(h) * n_splits + split) * (2 + a.head_dim);

@@ -1,7 +1,8 @@
 #pragma once
 // Causal grouped-query attention of a chunk of query tokens over one sequence's K/V rows
-// (positions 0 .. pos0 + n_tokens - 1 laid out contiguously, one row per position, stored as
-// fp16: decode reads the whole cache every step, so its bytes matter as much as the weights').
+// (positions 0 .. pos0 + n_tokens - 1), stored as fp16: decode reads the whole cache every step,
+// so its bytes matter as much as the weights'. Head-major layouts (each kv head's rows
+// contiguous) make those reads one stream per head.
 
 #include <cstdint>
 
@@ -10,9 +11,10 @@ namespace tokenfab::kernels {
 struct AttentionArgs {
   const float* q;      // (n_tokens, n_head, head_dim), q_stride floats between tokens
   int64_t q_stride;
-  const uint16_t* k;   // fp16 (positions, n_kv_head, head_dim), kv_stride elements between positions
-  const uint16_t* v;   // same layout as k
+  const uint16_t* k;   // fp16 rows of head_dim elements: row (kv head g, position p) starts at
+  const uint16_t* v;   //   g * kv_head_stride + p * kv_stride (same layout for v)
   int64_t kv_stride;
+  int64_t kv_head_stride;
   float* out;          // (n_tokens, n_head, head_dim), out_stride floats between tokens
   int64_t out_stride;
   int64_t n_tokens;

@@ -115,7 +115,7 @@ void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_en
     const int h = static_cast<int>(item / a.n_tokens);
     const int64_t t = item % a.n_tokens;
     const int kvh = h / group;
-    const int64_t kv_off = static_cast<int64_t>(kvh) * a.head_dim;
+    const int64_t kv_off = static_cast<int64_t>(kvh) * a.kv_head_stride;
     const float* q = a.q + t * a.q_stride + static_cast<int64_t>(h) * a.head_dim;
     float* out = a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim;
     const int64_t n_pos = a.pos0 + t + 1;
@@ -142,7 +142,7 @@ void decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* p
   const int kvh = static_cast<int>(item / n_splits);
   const int64_t split = item % n_splits, n_pos = a.pos0 + 1;
   const int64_t p0 = n_pos * split / n_splits, n = n_pos * (split + 1) / n_splits - p0;
-  const int64_t kv_off = static_cast<int64_t>(kvh) * a.head_dim;
+  const int64_t kv_off = static_cast<int64_t>(kvh) * a.kv_head_stride;
   // The range's K and V rows, converted once and read by every query head of the group.
   float* scores = scratch;
   float* k32 = scores + n + 1;

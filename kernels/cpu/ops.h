@@ -20,7 +20,8 @@ void silu_mul(float* gate, const float* up, int64_t n);
 void silu_mul_scalar(float* gate, const float* up, int64_t n);
 void silu_mul_avx2(float* gate, const float* up, int64_t n);
 
-// fp32 → fp16, round to nearest even (F16C when present; both give identical bits).
+// fp32 → fp16, round to nearest even (F16C when present). Both give identical bits for every
+// value except NaN, whose payload may differ (both give a NaN of the same sign).
 void fp32_to_fp16_row(const float* x, uint16_t* y, int64_t n);
 void fp32_to_fp16_row_avx2(const float* x, uint16_t* y, int64_t n);
 

@@ -86,11 +86,12 @@ inline uint16_t fp32_to_fp16(float f) {
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow to inf
   if (abs < 0x38800000) {  // subnormal or zero in half
     if (abs < 0x33000000) return static_cast<uint16_t>(sign);
+    // The half subnormal is mant · 2^(e − 150) / 2^-24 = mant >> (126 − e), e = biased exponent.
     const uint32_t shift = 126 - (abs >> 23);
     const uint32_t mant = (abs & 0x7fffff) | 0x800000;
-    uint32_t half = mant >> (shift + 1);
-    const uint32_t rem = mant & ((2u << shift) - 1);
-    const uint32_t halfway = 1u << shift;
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
     if (rem > halfway || (rem == halfway && (half & 1))) ++half;
     return static_cast<uint16_t>(sign | half);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/cpu_features.h"
 
@@ -157,11 +158,16 @@ void quantize_row_q8a_scalar(const float* x, BlockQ8A* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
     float amax = 0.0f;
     for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(x[i]));
+    // For a block so small that 127/amax is not finite (amax < ~3.7e-37), q = x / d instead,
+    // clamped because a subnormal d is coarse.
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const bool tiny = !(id <= std::numeric_limits<float>::max());
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;
     for (int i = 0; i < kQK; ++i) {
-      const int q = static_cast<int>(std::nearbyint(x[i] * id));
+      const int q = d == 0.0f ? 0
+                    : tiny    ? std::clamp(static_cast<int>(std::nearbyint(x[i] / d)), -127, 127)
+                         : static_cast<int>(std::nearbyint(x[i] * id));
       y[b].qs[i] = static_cast<int8_t>(q);
       sum += q;
     }

@@ -1,5 +1,7 @@
 #include <immintrin.h>
 
+#include <limits>
+
 #include "kernels/cpu/quantize.h"
 
 namespace tokenfab::kernels {
@@ -17,13 +19,17 @@ void quantize_row_q8a_avx2(const float* x, BlockQ8A* y, int64_t n) {
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float max_scalar = _mm_cvtss_f32(m4);
-    const float d = max_scalar / 127.0f;
+    // Same rule as the scalar version: when 127/amax is not finite, q = clamp(x / d).
     const float id = max_scalar != 0.0f ? 127.0f / max_scalar : 0.0f;
-    const __m256 mul = _mm256_set1_ps(id);
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, mul));
-    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, mul));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, mul));
-    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, mul));
+    const bool tiny = !(id <= std::numeric_limits<float>::max());
+    const float d = max_scalar / 127.0f;
+    const auto scaled = [&](__m256 v) {
+      if (!tiny) return _mm256_cvtps_epi32(_mm256_mul_ps(v, _mm256_set1_ps(id)));
+      if (d == 0.0f) return _mm256_setzero_si256();  // amax below 127 × the smallest subnormal
+      const __m256i q = _mm256_cvtps_epi32(_mm256_div_ps(v, _mm256_set1_ps(d)));
+      return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+    };
+    __m256i i0 = scaled(v0), i1 = scaled(v1), i2 = scaled(v2), i3 = scaled(v3);
     const __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
     s4 = _mm_hadd_epi32(s4, s4);
