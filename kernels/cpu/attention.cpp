@@ -1,5 +1,6 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -52,7 +53,8 @@ int64_t attention_decode_partial_floats(const AttentionArgs& a, int n_splits) {
 
 int64_t attention_decode_scratch_floats(const AttentionArgs& a, int n_splits) {
   const int64_t range = (a.pos0 + 1 + n_splits - 1) / n_splits + 1;  // longest split
-  return range * (1 + 2 * static_cast<int64_t>(a.head_dim));
+  const int64_t group = a.n_head / a.n_kv_head;
+  return range * std::max<int64_t>(group, 1 + 2 * static_cast<int64_t>(a.head_dim));
 }
 
 void attention_decode_partial_scalar(const AttentionArgs& a, int n_splits, int64_t item,

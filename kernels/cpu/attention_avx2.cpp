@@ -136,9 +136,107 @@ void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_en
   }
 }
 
+// Decode for a group of G query heads reading the fp16 rows directly: each K/V row is loaded and
+// converted once and used by all G heads (no f32 copy). Scores: 4 positions × G heads in flight,
+// reduced with one hadd tree per head. s: (G, n), n floats apart.
+template <int NV, int G>
+void grouped_scores(const float* q, int64_t q_head_stride, const uint16_t* k, int64_t stride,
+                    int64_t n, float scale, float* s) {
+  int64_t p = 0;
+  for (; p + 4 <= n; p += 4) {
+    __m256 acc[G][4];
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_setzero_ps();
+    const uint16_t* kp = k + p * stride;
+    for (int j = 0; j < NV; ++j) {
+      __m256 kv[4];
+      for (int i = 0; i < 4; ++i) kv[i] = load_h8(kp + i * stride + 8 * j);
+      for (int g = 0; g < G; ++g) {
+        const __m256 qj = _mm256_loadu_ps(q + g * q_head_stride + 8 * j);
+        for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_fmadd_ps(qj, kv[i], acc[g][i]);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[g][0], acc[g][1]),
+                                      _mm256_hadd_ps(acc[g][2], acc[g][3]));
+      const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      _mm_storeu_ps(s + g * n + p, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+    }
+  }
+  for (; p < n; ++p) {
+    for (int g = 0; g < G; ++g) {
+      __m256 a = _mm256_setzero_ps();
+      for (int j = 0; j < NV; ++j)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_head_stride + 8 * j), load_h8(k + p * stride + 8 * j), a);
+      s[g * n + p] = hsum_avx2(a) * scale;
+    }
+  }
+}
+
+// out_g = Σ_p w[g·n + p] · v_p for the G heads, four 8-float chunks of the head at a time.
+template <int NV, int G>
+void grouped_weighted_sum(const float* w, const uint16_t* v, int64_t stride, int64_t n,
+                          float* const* out) {
+  static_assert(NV % 4 == 0);
+  for (int c0 = 0; c0 < NV; c0 += 4) {
+    __m256 acc[G][4];
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < n; ++p) {
+      __m256 vv[4];
+      for (int j = 0; j < 4; ++j) vv[j] = load_h8(v + p * stride + 8 * (c0 + j));
+      for (int g = 0; g < G; ++g) {
+        const __m256 wg = _mm256_broadcast_ss(w + g * n + p);
+        for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_fmadd_ps(wg, vv[j], acc[g][j]);
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + 8 * (c0 + j), acc[g][j]);
+  }
+}
+
+template <int NV, int G>
+void decode_partial_grouped(const AttentionArgs& a, int n_splits, int64_t item, float* partials,
+                            float* scratch) {
+  const int kvh = static_cast<int>(item / n_splits);
+  const int64_t split = item % n_splits, n_pos = a.pos0 + 1;
+  const int64_t p0 = n_pos * split / n_splits, n = n_pos * (split + 1) / n_splits - p0;
+  const uint16_t* k = a.k + static_cast<int64_t>(kvh) * a.kv_head_stride + p0 * a.kv_stride;
+  const uint16_t* v = a.v + static_cast<int64_t>(kvh) * a.kv_head_stride + p0 * a.kv_stride;
+  float* rec[G];
+  for (int g = 0; g < G; ++g)
+    rec[g] = partials + (static_cast<int64_t>(kvh * G + g) * n_splits + split) * (2 + a.head_dim);
+  if (n == 0) {
+    for (int g = 0; g < G; ++g) {
+      rec[g][0] = -INFINITY;
+      rec[g][1] = 0.0f;
+      for (int d = 0; d < a.head_dim; ++d) rec[g][2 + d] = 0.0f;
+    }
+    return;
+  }
+  float* scores = scratch;  // (G, n)
+  grouped_scores<NV, G>(a.q + static_cast<int64_t>(kvh) * G * a.head_dim, a.head_dim, k, a.kv_stride,
+                        n, a.scale, scores);
+  float* out[G];
+  for (int g = 0; g < G; ++g) {
+    const ExpSum es = exp_and_sum_avx2(scores + g * n, n);
+    rec[g][0] = es.max;
+    rec[g][1] = es.sum;
+    out[g] = rec[g] + 2;
+  }
+  grouped_weighted_sum<NV, G>(scores, v, a.kv_stride, n, out);
+}
+
 template <int NV>
 void decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* partials, float* scratch) {
   const int group = a.n_head / a.n_kv_head;
+  switch (group) {
+    case 1: return decode_partial_grouped<NV, 1>(a, n_splits, item, partials, scratch);
+    case 2: return decode_partial_grouped<NV, 2>(a, n_splits, item, partials, scratch);
+    case 3: return decode_partial_grouped<NV, 3>(a, n_splits, item, partials, scratch);
+    case 4: return decode_partial_grouped<NV, 4>(a, n_splits, item, partials, scratch);
+    default: break;  // larger groups: convert the rows once, then one head at a time
+  }
   const int kvh = static_cast<int>(item / n_splits);
   const int64_t split = item % n_splits, n_pos = a.pos0 + 1;
   const int64_t p0 = n_pos * split / n_splits, n = n_pos * (split + 1) / n_splits - p0;

@@ -29,8 +29,8 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0) {
   const uint8_t* rec = a.w + g * a.w_stride;
   const BlockQ8A* x[C];
   for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
-  __m256 acc[C], bias[C];
-  for (int c = 0; c < C; ++c) acc[c] = bias[c] = _mm256_setzero_ps();
+  __m256 acc[C];  // the block sums and the minimum terms share one accumulator per column
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
@@ -54,11 +54,11 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0) {
       }
       const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
       acc[c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[c]);
-      bias[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), bias[c]);
+      acc[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.s), acc[c]);
     }
   }
   for (int c = 0; c < C; ++c)
-    _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, _mm256_add_ps(acc[c], bias[c]));
+    _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, acc[c]);
 }
 
 template <int C>
