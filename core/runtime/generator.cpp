@@ -55,6 +55,8 @@ GenerateResult Generator::generate(const std::vector<TokenId>& prompt, const Gen
   GenerateResult result;
   result.prompt_tokens = n_prompt;
   const int64_t reused = reuse_cached_prefix(prompt);
+  // Room for the whole reply up front, so the cache is not regrown (and copied) while decoding.
+  cache_.reserve(std::min(n_ctx_, n_prompt + options.max_tokens));
   const std::vector<TokenId> fresh(prompt.begin() + reused, prompt.end());
   forward_.forward(fresh, cache_, LogitsFor::LastToken, logits_);
   cached_.insert(cached_.end(), fresh.begin(), fresh.end());

@@ -1,0 +1,177 @@
+#include "core/metrics/aggregate.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <utility>
+
+#include "core/common/error.h"
+
+namespace tokenfab {
+
+namespace {
+
+constexpr double kMsPerS = 1e3;
+constexpr double kBytesPerGb = 1e9;
+
+std::vector<double> scaled(std::vector<double> values, double factor) {
+  for (double& v : values) v *= factor;
+  return values;
+}
+
+nlohmann::json optional_json(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json percentiles_json(const PercentileSummary& p) {
+  return {
+      {"p50", optional_json(p.p50)}, {"p95", optional_json(p.p95)}, {"p99", optional_json(p.p99)}};
+}
+
+}  // namespace
+
+std::optional<double> TransferTotals::gb_per_s() const {
+  if (seconds <= 0.0) return std::nullopt;
+  return static_cast<double>(bytes) / kBytesPerGb / seconds;
+}
+
+nlohmann::json to_json(const ServingSummary& s) {
+  return {
+      {"requests", s.requests},
+      {"completed", s.completed},
+      {"failed", s.failed},
+      {"preemptions", s.preemptions},
+      {"duration_s", s.duration_s},
+      {"throughput_tok_s", optional_json(s.throughput_tok_s)},
+      {"ttft_ms", percentiles_json(s.ttft_ms)},
+      {"itl_ms", percentiles_json(s.itl_ms)},
+      {"tpot_ms", percentiles_json(s.tpot_ms)},
+      {"e2e_ms", percentiles_json(s.e2e_ms)},
+      {"prefix_hit_rate", optional_json(s.prefix_hit_rate)},
+      {"transfer",
+       {{"count", s.transfer.count},
+        {"bytes", s.transfer.bytes},
+        {"gb_s", optional_json(s.transfer.gb_per_s())}}},
+  };
+}
+
+nlohmann::json to_json(const Goodput& g) {
+  return {{"good", g.good},
+          {"ended", g.ended},
+          {"fraction", optional_json(g.fraction)},
+          {"rate_per_s", optional_json(g.rate_per_s)}};
+}
+
+ServingMetrics::ServingMetrics(MetricsTime start, size_t series_capacity)
+    : start_(start), emissions_(series_capacity, start) {}
+
+void ServingMetrics::on_submitted() {
+  std::lock_guard lock(mutex_);
+  ++submitted_;
+}
+
+void ServingMetrics::on_emission(MetricsTime t, int32_t n_tokens) {
+  emissions_.append(t, static_cast<double>(n_tokens));
+}
+
+void ServingMetrics::on_completed(const RequestMetrics& r) {
+  std::lock_guard lock(mutex_);
+  finished_.push_back({r.output_tokens, r.ttft_s, r.tpot_s, r.e2e_s});
+  itl_s_.insert(itl_s_.end(), r.itl_s.begin(), r.itl_s.end());
+  for (double gap : r.itl_s) itl_histogram_.add(gap);
+  for (int32_t n : r.tokens_per_step) accepted_tokens_ += n;
+  verification_steps_ += static_cast<int64_t>(r.tokens_per_step.size());
+}
+
+void ServingMetrics::on_failed() {
+  std::lock_guard lock(mutex_);
+  ++failed_;
+}
+
+void ServingMetrics::on_preemption() {
+  std::lock_guard lock(mutex_);
+  ++preemptions_;
+}
+
+void ServingMetrics::on_prefix_lookup(int64_t lookups, int64_t hits) {
+  if (lookups < 0 || hits < 0 || hits > lookups) {
+    throw Error("ServingMetrics::on_prefix_lookup: need 0 <= hits <= lookups, got hits=" +
+                std::to_string(hits) + " lookups=" + std::to_string(lookups));
+  }
+  std::lock_guard lock(mutex_);
+  prefix_lookups_ += lookups;
+  prefix_hits_ += hits;
+}
+
+void ServingMetrics::on_transfer(int64_t bytes, double seconds) {
+  if (bytes < 0 || !(seconds >= 0.0)) {
+    throw Error("ServingMetrics::on_transfer: bytes and seconds must be >= 0");
+  }
+  std::lock_guard lock(mutex_);
+  ++transfer_.count;
+  transfer_.bytes += bytes;
+  transfer_.seconds += seconds;
+}
+
+ServingSummary ServingMetrics::summary(MetricsTime end) const {
+  std::lock_guard lock(mutex_);
+  ServingSummary s;
+  s.requests = submitted_;
+  s.completed = static_cast<int64_t>(finished_.size());
+  s.failed = failed_;
+  s.preemptions = preemptions_;
+  s.duration_s = seconds_between(start_, end);
+
+  std::vector<double> ttft, tpot, e2e;
+  for (const Finished& f : finished_) {
+    s.output_tokens += f.output_tokens;
+    if (f.ttft_s) ttft.push_back(*f.ttft_s * kMsPerS);
+    if (f.tpot_s) tpot.push_back(*f.tpot_s * kMsPerS);
+    if (f.e2e_s) e2e.push_back(*f.e2e_s * kMsPerS);
+  }
+  if (s.duration_s > 0.0) s.throughput_tok_s = static_cast<double>(s.output_tokens) / s.duration_s;
+  s.ttft_ms = summarize_percentiles(std::move(ttft));
+  s.itl_ms = summarize_percentiles(scaled(itl_s_, kMsPerS));
+  s.tpot_ms = summarize_percentiles(std::move(tpot));
+  s.e2e_ms = summarize_percentiles(std::move(e2e));
+
+  s.prefix_lookups = prefix_lookups_;
+  s.prefix_hits = prefix_hits_;
+  if (prefix_lookups_ > 0) {
+    s.prefix_hit_rate = static_cast<double>(prefix_hits_) / static_cast<double>(prefix_lookups_);
+  }
+  s.transfer = transfer_;
+  if (verification_steps_ > 0) {
+    s.accept_per_step =
+        static_cast<double>(accepted_tokens_) / static_cast<double>(verification_steps_);
+  }
+  return s;
+}
+
+Goodput ServingMetrics::goodput(const Slo& slo, MetricsTime end) const {
+  std::lock_guard lock(mutex_);
+  Goodput g;
+  for (const Finished& f : finished_) {
+    // A completed request with no token has no TTFT/E2E and cannot meet a TTFT/E2E SLO.
+    const bool ttft_ok = !slo.ttft_s || (f.ttft_s && *f.ttft_s <= *slo.ttft_s);
+    const bool tpot_ok = !slo.tpot_s || f.tpot_s.value_or(0.0) <= *slo.tpot_s;
+    const bool e2e_ok = !slo.e2e_s || (f.e2e_s && *f.e2e_s <= *slo.e2e_s);
+    if (ttft_ok && tpot_ok && e2e_ok) ++g.good;
+  }
+  g.ended = static_cast<int64_t>(finished_.size()) + failed_;
+  if (g.ended > 0) g.fraction = static_cast<double>(g.good) / static_cast<double>(g.ended);
+  const double duration_s = seconds_between(start_, end);
+  if (duration_s > 0.0) g.rate_per_s = static_cast<double>(g.good) / duration_s;
+  return g;
+}
+
+WindowRate ServingMetrics::output_rate(MetricsTime now, std::chrono::nanoseconds window) const {
+  return emissions_.rate(now, window);
+}
+
+LogHistogram ServingMetrics::itl_histogram() const {
+  std::lock_guard lock(mutex_);
+  return itl_histogram_;
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,32 @@
+#pragma once
+// Qt Test suite for core/kvcache. Slots by theme: pool, table, fork and rollback
+// (test_kvcache_units.cpp); prefix reuse, LRU eviction, snapshots (test_kvcache_prefix.cpp);
+// randomized operation sequences checked against the invariants and main
+// (test_kvcache_random.cpp).
+
+#include <QObject>
+
+class TestKvCache : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // test_kvcache_units.cpp
+  void pool_allocates_retains_and_releases();
+  void pool_sized_from_memory_budget();
+  void table_allocates_a_block_per_block_size_tokens();
+  void out_of_blocks_is_a_return_value();
+  void truncate_releases_blocks_past_n();
+  void fork_shares_blocks_and_copies_the_partial_one();
+  void misuse_throws();
+
+  // test_kvcache_prefix.cpp
+  void hash_chain_names_tokens_and_prefix();
+  void shared_prefix_reuses_full_blocks();
+  void fully_cached_prompt_leaves_one_token_to_compute();
+  void unreferenced_blocks_are_evicted_lru();
+  void snapshot_is_a_consistent_copy();
+
+  // test_kvcache_random.cpp
+  void random_operations_keep_invariants_data();
+  void random_operations_keep_invariants();
+};
