@@ -1,7 +1,7 @@
 #pragma once
-// The Llama forward pass on the CPU kernels: tokens at positions pos0 .. pos0+n-1 of one
-// sequence go through every layer, their K/V rows are appended to the cache, and logits come out
-// for the last token or for every token.
+// The Llama forward pass of one sequence over its contiguous KV cache: tokens at positions
+// pos0 .. pos0+n-1 go through every layer (TransformerPass), their K/V rows are appended to the
+// cache, and logits come out for the last token or for every token.
 
 #include <cstdint>
 #include <span>
@@ -9,8 +9,8 @@
 
 #include "core/model/kv_cache.h"
 #include "core/model/llama_model.h"
+#include "core/model/transformer_pass.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tokenfab {
@@ -28,35 +28,36 @@ class LlamaForward {
   void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsFor which,
                std::vector<float>& logits);
 
-  const LlamaModel& model() const { return model_; }
+  const LlamaModel& model() const { return pass_.model(); }
   KvCache make_cache() const;
 
  private:
-  void run_chunk(std::span<const int32_t> tokens, KvCache& cache, LogitsFor which, float* logits);
-  void attention_block(int64_t layer, int64_t n, KvCache& cache);
-  void decode_attention(const kernels::AttentionArgs& args);
-  void prefill_attention(const kernels::AttentionArgs& args);
-  void ffn_block(int64_t layer, int64_t n);
-  void norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n);
+  // KvBackend over one contiguous, head-major KvCache: split-K attention for one query token,
+  // cost-balanced (head, token) items for a chunk.
+  class ContiguousKv : public KvBackend {
+   public:
+    ContiguousKv(const HParams& hp, kernels::ThreadPool& pool);
+    void bind(KvCache& cache) { cache_ = &cache; }
+    void store(int64_t layer, const float* k, const float* v, int64_t n_rows) override;
+    void attend(int64_t layer, const float* q, float* out, int64_t n_rows) override;
 
-  const LlamaModel& model_;
+   private:
+    void decode_attention(const kernels::AttentionArgs& args);
+    void prefill_attention(const kernels::AttentionArgs& args);
+
+    const HParams& hp_;
+    kernels::ThreadPool& pool_;
+    KvCache* cache_ = nullptr;
+    std::vector<std::vector<float>> scratch_;  // per thread
+    std::vector<float> partials_;              // (n_head, threads, 2 + head_dim) split-K records
+  };
+
   const HParams& hp_;
-  kernels::ThreadPool& pool_;
   int64_t max_chunk_;
-  kernels::ActivationScratch scratch_;
-  // Buffers for one chunk of up to max_chunk_ tokens:
-  std::vector<float> x_;         // (chunk, n_embd) residual stream
-  std::vector<float> xb_;        // (chunk, n_embd) normalised input of a block
-  std::vector<float> q_;         // (chunk, q_dim)
-  std::vector<float> k_;         // (chunk, kv_dim) before it is stored in the cache as fp16
-  std::vector<float> v_;         // (chunk, kv_dim)
-  std::vector<float> att_;       // (chunk, q_dim) attention output
-  std::vector<float> gate_;      // (chunk, n_ff)
-  std::vector<float> up_;        // (chunk, n_ff)
-  std::vector<float> rope_cos_;  // (chunk, rot_dim/2)
-  std::vector<float> rope_sin_;  // (chunk, rot_dim/2)
-  std::vector<std::vector<float>> attention_scratch_;  // per thread
-  std::vector<float> decode_partials_;  // (n_head, threads, 2 + head_dim) split-K records
+  TransformerPass pass_;
+  ContiguousKv kv_;
+  std::vector<int64_t> positions_;
+  std::vector<int64_t> logit_rows_;
 };
 
 }  // namespace tokenfab

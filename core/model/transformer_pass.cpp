@@ -1,0 +1,105 @@
+#include "core/model/transformer_pass.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/ops.h"
+
+namespace tokenfab {
+
+using kernels::MatmulJob;
+using kernels::ThreadPool;
+
+TransformerPass::TransformerPass(const LlamaModel& model, ThreadPool& pool)
+    : model_(model), hp_(model.hparams()), pool_(pool) {}
+
+void TransformerPass::reserve_rows(int64_t n) {
+  if (n <= rows_) return;
+  const auto c = static_cast<size_t>(n);
+  x_.resize(c * hp_.n_embd);
+  xb_.resize(c * hp_.n_embd);
+  q_.resize(c * hp_.q_dim());
+  k_.resize(c * hp_.kv_dim());
+  v_.resize(c * hp_.kv_dim());
+  att_.resize(c * hp_.q_dim());
+  gate_.resize(c * hp_.n_ff);
+  up_.resize(c * hp_.n_ff);
+  rope_cos_.resize(c * (hp_.rot_dim / 2));
+  rope_sin_.resize(c * (hp_.rot_dim / 2));
+  rows_ = n;
+}
+
+void TransformerPass::norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n) {
+  for (int64_t r = 0; r < n; ++r)
+    kernels::rms_norm(in + r * hp_.n_embd, w.data(), out + r * hp_.n_embd, hp_.n_embd, hp_.rms_eps);
+}
+
+void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64_t> positions,
+                          KvBackend& kv, std::span<const int64_t> logit_rows, float* logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  reserve_rows(n);
+  const int half = hp_.rot_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    model_.embed(tokens[static_cast<size_t>(i)], x_.data() + i * hp_.n_embd);
+    kernels::rope_table(positions[static_cast<size_t>(i)], hp_.rot_dim, hp_.rope_base,
+                        rope_cos_.data() + i * half, rope_sin_.data() + i * half);
+  }
+  for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+    attention_block(layer, n, kv);
+    ffn_block(layer, n);
+  }
+  if (logit_rows.empty()) return;
+
+  // Final norm and the LM head, only for the rows whose logits are wanted (gathered in order).
+  const auto rows = static_cast<int64_t>(logit_rows.size());
+  for (int64_t j = 0; j < rows; ++j)
+    kernels::rms_norm(x_.data() + logit_rows[static_cast<size_t>(j)] * hp_.n_embd,
+                      model_.output_norm().data(), xb_.data() + j * hp_.n_embd, hp_.n_embd,
+                      hp_.rms_eps);
+  const MatmulJob job = matmul_job(model_.output(), logits, hp_.n_vocab);
+  kernels::matmul(pool_, {&job, 1}, xb_.data(), hp_.n_embd, hp_.n_embd, rows, scratch_);
+}
+
+void TransformerPass::attention_block(int64_t layer, int64_t n, KvBackend& kv) {
+  const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
+  const int64_t kv_dim = hp_.kv_dim(), q_dim = hp_.q_dim();
+  norm_rows(x_.data(), w.attn_norm, xb_.data(), n);
+  const MatmulJob qkv[] = {matmul_job(w.wq, q_.data(), q_dim), matmul_job(w.wk, k_.data(), kv_dim),
+                           matmul_job(w.wv, v_.data(), kv_dim)};
+  kernels::matmul(pool_, qkv, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
+
+  const int half = hp_.rot_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = rope_cos_.data() + i * half;
+    const float* s = rope_sin_.data() + i * half;
+    kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
+    kernels::rope(k_.data() + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
+  }
+  kv.store(layer, k_.data(), v_.data(), n);
+  kv.attend(layer, q_.data(), att_.data(), n);
+
+  const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);
+  kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
+  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+}
+
+void TransformerPass::ffn_block(int64_t layer, int64_t n) {
+  const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
+  norm_rows(x_.data(), w.ffn_norm, xb_.data(), n);
+  const MatmulJob gate_up[] = {matmul_job(w.w_gate, gate_.data(), hp_.n_ff),
+                               matmul_job(w.w_up, up_.data(), hp_.n_ff)};
+  kernels::matmul(pool_, gate_up, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
+  if (n == 1) {
+    kernels::silu_mul(gate_.data(), up_.data(), hp_.n_ff);
+  } else {
+    pool_.run([&](int t, int nt) {
+      int64_t b, e;
+      ThreadPool::split(n, 1, t, nt, b, e);
+      kernels::silu_mul(gate_.data() + b * hp_.n_ff, up_.data() + b * hp_.n_ff, (e - b) * hp_.n_ff);
+    });
+  }
+  const MatmulJob down = matmul_job(w.w_down, xb_.data(), hp_.n_embd);
+  kernels::matmul(pool_, {&down, 1}, gate_.data(), hp_.n_ff, hp_.n_ff, n, scratch_);
+  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,61 @@
+#pragma once
+// One pass of rows through the Llama layers on the CPU kernels. A row is a token at a position;
+// the rows of one pass may belong to one sequence (LlamaForward) or to many (the batched
+// ModelRunner). Where K/V are kept and how queries attend over them is the KvBackend's business,
+// so the layer arithmetic exists once.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/model/llama_model.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tokenfab {
+
+class KvBackend {
+ public:
+  virtual ~KvBackend() = default;
+  // Keeps this pass's K and V rows of `layer`: k, v (n_rows, kv_dim) f32, RoPE applied to k.
+  virtual void store(int64_t layer, const float* k, const float* v, int64_t n_rows) = 0;
+  // out (n_rows, q_dim) ← attention of q (n_rows, q_dim) over the rows each query may see.
+  virtual void attend(int64_t layer, const float* q, float* out, int64_t n_rows) = 0;
+};
+
+class TransformerPass {
+ public:
+  TransformerPass(const LlamaModel& model, kernels::ThreadPool& pool);
+
+  // tokens, positions: (n_rows). Writes logits (logit_rows.size(), n_vocab) for the listed rows,
+  // in that order. Token ids must already be validated against the vocabulary.
+  void run(std::span<const int32_t> tokens, std::span<const int64_t> positions, KvBackend& kv,
+           std::span<const int64_t> logit_rows, float* logits);
+
+  const LlamaModel& model() const { return model_; }
+  kernels::ThreadPool& pool() { return pool_; }
+
+ private:
+  void reserve_rows(int64_t n);
+  void attention_block(int64_t layer, int64_t n, KvBackend& kv);
+  void ffn_block(int64_t layer, int64_t n);
+  void norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n);
+
+  const LlamaModel& model_;
+  const HParams& hp_;
+  kernels::ThreadPool& pool_;
+  kernels::ActivationScratch scratch_;
+  int64_t rows_ = 0;             // rows the buffers below hold
+  std::vector<float> x_;         // (rows, n_embd) residual stream
+  std::vector<float> xb_;        // (rows, n_embd) normalised input of a block
+  std::vector<float> q_;         // (rows, q_dim)
+  std::vector<float> k_;         // (rows, kv_dim) until the backend stores it
+  std::vector<float> v_;         // (rows, kv_dim)
+  std::vector<float> att_;       // (rows, q_dim) attention output
+  std::vector<float> gate_;      // (rows, n_ff)
+  std::vector<float> up_;        // (rows, n_ff)
+  std::vector<float> rope_cos_;  // (rows, rot_dim/2)
+  std::vector<float> rope_sin_;  // (rows, rot_dim/2)
+};
+
+}  // namespace tokenfab
