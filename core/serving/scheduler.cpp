@@ -1,0 +1,298 @@
+#include "core/serving/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/common/error.h"
+#include "core/common/log.h"
+
+namespace tokenfab {
+
+const char* sequence_status_name(SequenceStatus status) {
+  switch (status) {
+    case SequenceStatus::kWaiting:
+      return "waiting";
+    case SequenceStatus::kRunning:
+      return "running";
+    case SequenceStatus::kPreempted:
+      return "preempted";
+    case SequenceStatus::kFinished:
+      return "finished";
+    case SequenceStatus::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+int32_t StepPlan::n_tokens() const {
+  int32_t n = 0;
+  for (const ScheduledChunk& c : chunks) n += c.n_tokens;
+  return n;
+}
+
+int32_t StepPlan::n_logits() const {
+  return static_cast<int32_t>(
+      std::count_if(chunks.begin(), chunks.end(), [](const auto& c) { return c.wants_logits; }));
+}
+
+Scheduler::Scheduler(KvManager& kv, int32_t token_budget, int32_t max_running,
+                     EndOfGeneration is_end_of_generation)
+    : kv_(kv),
+      token_budget_(token_budget),
+      max_running_(max_running),
+      is_end_of_generation_(std::move(is_end_of_generation)) {
+  if (max_running < 1 || token_budget < max_running) {
+    throw Error("scheduler: need token_budget >= max_running >= 1 (got token_budget " +
+                std::to_string(token_budget) + ", max_running " + std::to_string(max_running) +
+                "), so every running decode fits each step");
+  }
+}
+
+SequenceState& Scheduler::state(SequenceId seq) {
+  return const_cast<SequenceState&>(static_cast<const Scheduler*>(this)->sequence(seq));
+}
+
+const SequenceState& Scheduler::sequence(RequestId id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw Error("scheduler: unknown request " + std::to_string(id));
+  return it->second;
+}
+
+void Scheduler::add(Request request) {
+  const std::string where = "request " + std::to_string(request.id) + ": ";
+  if (request.prompt.empty()) throw Error(where + "empty prompt (expected at least one token)");
+  if (request.max_tokens < 1) {
+    throw Error(where + "max_tokens is " + std::to_string(request.max_tokens) +
+                " (expected at least 1)");
+  }
+  if (contains(request.id)) throw Error(where + "id already in use");
+  SequenceState s;
+  s.id = request.id;
+  s.n_prompt = static_cast<int32_t>(request.prompt.size());
+  s.tokens = std::move(request.prompt);
+  s.max_tokens = request.max_tokens;
+  sequences_.emplace(s.id, std::move(s));
+  waiting_.push_back(request.id);
+}
+
+bool Scheduler::cancel(RequestId id) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return false;
+  if (kv_.has_sequence(id)) kv_.free_sequence(id);
+  remove_running(id);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  sequences_.erase(it);
+  return true;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.step = next_step_++;
+  planned_step_ = plan.step;
+  preempted_this_step_ = 0;
+  int32_t budget = token_budget_;
+  schedule_decodes(plan, budget);
+  schedule_prefills(plan, budget);
+  admit_waiting(plan, budget);
+  last_plan_copies_ = plan.copies;
+  return plan;
+}
+
+void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
+  // Index loop: reserve_last_token() only removes sequences newer than running_[i], or
+  // running_[i] itself when it is the newest.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const SequenceId seq = running_[i];
+    const SequenceState& s = state(seq);
+    if (s.n_pending() != 1 || !reserve_last_token(seq, plan)) continue;
+    plan.chunks.push_back({seq, s.n_computed, 1, true});
+    --budget;
+  }
+}
+
+bool Scheduler::reserve_last_token(SequenceId seq, StepPlan& plan) {
+  const SequenceState& s = state(seq);
+  const int32_t n_reserved = kv_.table(seq).n_tokens();
+  if (n_reserved == s.n_tokens()) return true;  // last token of a prefill: reserved at admission
+  while (!kv_.can_append(seq, 1)) {
+    if (running_.back() != seq) {
+      preempt(running_.back());
+    } else if (running_.size() > 1) {
+      preempt(seq);  // the newest yields to the older ones
+      return false;
+    } else {
+      const int32_t bs = kv_.block_size();
+      fail(seq, "request " + std::to_string(seq) + ": " + std::to_string(s.n_tokens()) +
+                    " tokens need " + std::to_string((s.n_tokens() + bs - 1) / bs) +
+                    " KV blocks, but the pool has " + std::to_string(kv_.pool().n_blocks()) +
+                    " blocks of " + std::to_string(bs) + " tokens");
+      return false;
+    }
+  }
+  const AppendResult appended = kv_.append(seq, s.tokens.back());
+  if (appended.copy) plan.copies.push_back(*appended.copy);
+  forget_written_from(seq, n_reserved / kv_.block_size());
+  return true;
+}
+
+void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
+  for (const SequenceId seq : running_) {
+    if (budget == 0) return;
+    const SequenceState& s = state(seq);
+    if (s.n_pending() <= 1) continue;  // decoding: planned above
+    const int32_t n = std::min(s.n_pending(), budget);
+    plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
+    budget -= n;
+  }
+}
+
+void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
+  while (budget > 0 && !waiting_.empty() && static_cast<int32_t>(running_.size()) < max_running_) {
+    const SequenceId seq = waiting_.front();
+    SequenceState& s = state(seq);
+    const int32_t n_ready = allocate(seq);
+    if (n_ready < 0) {
+      if (!running_.empty()) return;  // first come, first served: wait for blocks to free up
+      const int32_t bs = kv_.block_size();
+      fail(seq, "request " + std::to_string(seq) + ": " + std::to_string(s.n_tokens()) +
+                    " tokens need " + std::to_string((s.n_tokens() + bs - 1) / bs) +
+                    " KV blocks, but the pool has " + std::to_string(kv_.pool().n_blocks()) +
+                    " blocks of " + std::to_string(bs) + " tokens");
+      continue;
+    }
+    waiting_.pop_front();
+    s.n_computed = n_ready;
+    s.status = SequenceStatus::kRunning;
+    running_.push_back(seq);
+    const int32_t n = std::min(s.n_pending(), budget);
+    plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
+    budget -= n;
+  }
+}
+
+int32_t Scheduler::allocate(SequenceId seq) {
+  const SequenceState& s = state(seq);
+  const std::optional<int32_t> cached = kv_.allocate_sequence(seq, s.tokens);
+  if (!cached) return -1;
+  const int32_t bs = kv_.block_size();
+  const std::vector<BlockId>& blocks = kv_.table(seq).blocks();
+  int32_t n_ready = 0;
+  while (n_ready < *cached && written_blocks_.count(blocks[static_cast<size_t>(n_ready / bs)])) {
+    n_ready += bs;
+  }
+  if (n_ready < *cached) {
+    // Hit blocks another sequence has not written yet (it is mid-prefill, or was cancelled or
+    // preempted before writing them): compute them again into blocks of our own. n_ready is
+    // block-aligned, so no partial block is shared and no copy-on-write arises.
+    kv_.truncate(seq, n_ready);
+    const AppendResult appended =
+        kv_.append(seq, std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(n_ready)));
+    if (!appended.ok()) {
+      kv_.free_sequence(seq);
+      return -1;
+    }
+  }
+  forget_written_from(seq, n_ready / bs);
+  return n_ready;
+}
+
+std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
+                                              std::span<const TokenId> sampled) {
+  if (plan.step != planned_step_) {
+    throw Error("scheduler: complete() got step " + std::to_string(plan.step) +
+                ", but the step awaiting results is " + std::to_string(planned_step_));
+  }
+  if (static_cast<int32_t>(sampled.size()) != plan.n_logits()) {
+    throw Error("scheduler: step " + std::to_string(plan.step) + " expects " +
+                std::to_string(plan.n_logits()) + " sampled tokens, got " +
+                std::to_string(sampled.size()));
+  }
+  planned_step_ = -1;
+  StepLogEntry entry{plan.step, {}, preempted_this_step_};
+  std::vector<EmittedToken> emitted;
+  size_t next_sample = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    const TokenId* token = chunk.wants_logits ? &sampled[next_sample++] : nullptr;
+    const auto it = sequences_.find(chunk.seq);
+    if (it == sequences_.end() || it->second.status != SequenceStatus::kRunning) continue;
+    SequenceState& s = it->second;  // cancelled since schedule(): skipped above
+    const int32_t before = s.n_computed;
+    s.n_computed += chunk.n_tokens;
+    mark_written(chunk.seq, before, s.n_computed);
+    entry.advanced.push_back({chunk.seq, chunk.n_tokens});
+    if (!token) continue;
+    s.tokens.push_back(*token);  // its KV slot is reserved by the next schedule()
+    ++s.n_generated;
+    emitted.push_back({s.id, *token});
+    if (s.n_generated >= s.max_tokens || (is_end_of_generation_ && is_end_of_generation_(*token))) {
+      finish(chunk.seq);
+    }
+  }
+  step_log_.push_back(std::move(entry));
+  if (step_log_.size() > kStepLogCapacity) step_log_.pop_front();
+  return emitted;
+}
+
+std::vector<SequenceState> Scheduler::take_finished() {
+  std::vector<SequenceState> done;
+  for (auto it = sequences_.begin(); it != sequences_.end();) {
+    if (it->second.done()) {
+      done.push_back(std::move(it->second));
+      it = sequences_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return done;
+}
+
+void Scheduler::preempt(SequenceId seq) {
+  SequenceState& s = state(seq);
+  kv_.free_sequence(seq);  // written full blocks stay in the prefix cache for the recompute
+  remove_running(seq);
+  s.n_computed = 0;
+  s.status = SequenceStatus::kPreempted;
+  ++s.n_preemptions;
+  ++n_preemptions_;
+  ++preempted_this_step_;
+  waiting_.push_front(seq);
+  logger("serving")->debug("preempted request {} ({} tokens)", seq, s.n_tokens());
+}
+
+void Scheduler::fail(SequenceId seq, std::string error) {
+  SequenceState& s = state(seq);
+  if (kv_.has_sequence(seq)) kv_.free_sequence(seq);
+  remove_running(seq);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  s.status = SequenceStatus::kFailed;
+  logger("serving")->warn("{}", error);
+  s.error = std::move(error);
+}
+
+void Scheduler::finish(SequenceId seq) {
+  kv_.free_sequence(seq);
+  remove_running(seq);
+  state(seq).status = SequenceStatus::kFinished;
+}
+
+void Scheduler::remove_running(SequenceId seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+}
+
+void Scheduler::forget_written_from(SequenceId seq, int32_t first) {
+  const std::vector<BlockId>& blocks = kv_.table(seq).blocks();
+  for (size_t i = static_cast<size_t>(first); i < blocks.size(); ++i) {
+    written_blocks_.erase(blocks[i]);
+  }
+}
+
+void Scheduler::mark_written(SequenceId seq, int32_t n_computed_before, int32_t n_computed_after) {
+  const int32_t bs = kv_.block_size();
+  const std::vector<BlockId>& blocks = kv_.table(seq).blocks();
+  for (int32_t i = n_computed_before / bs; i < n_computed_after / bs; ++i) {
+    written_blocks_.insert(blocks[static_cast<size_t>(i)]);
+  }
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,162 @@
+#pragma once
+// Scheduler: the continuous-batching planner of one worker in colocated mode (prefill and decode
+// share one worker and one KV pool). Pure bookkeeping: it decides which tokens of which sequences
+// a step computes and keeps the KvManager's tables in step; it never touches tensors.
+//
+// Engine loop (one worker thread; the scheduler is not thread-safe):
+//   StepPlan plan = scheduler.schedule();   // reserves KV slots, may preempt
+//   run plan.copies, then the forward pass over plan.chunks;  // sample one token per wants_logits
+//   scheduler.complete(plan, sampled);      // advance, append, finish, free
+//
+// Policy of schedule(), within token_budget tokens per step:
+//   1. Decodes never stall: every running sequence with exactly one pending token (decoding, or
+//      at the last token of a prefill) gets it, oldest first. Its KV slot is reserved here
+//      (KvManager::append of the token sampled last step). When the pool has no block for it,
+//      the newest running sequence is preempted — its blocks freed, itself put back at the front
+//      of the waiting queue with its tokens so far, to be recomputed later (outputs unchanged:
+//      the same tokens are recomputed; full blocks still in the prefix cache are reused) — and
+//      the reservation is retried. If the sequence is the only one left running, the pool cannot
+//      hold it even alone: it fails (status kFailed, error set) instead of looping.
+//   2. The remaining budget goes to prefill chunks: running sequences mid-prefill first, oldest
+//      first, then waiting sequences in queue order (preempted ones at the front), admitted while
+//      fewer than max_running run and KvManager::allocate_sequence finds blocks for all their
+//      tokens. A waiting sequence that does not fit blocks those behind it (first come, first
+//      served); one that does not fit an otherwise empty pool fails. Tokens found in the prefix
+//      cache need no compute. A chunk is min(pending tokens, remaining budget).
+//
+// Prefix reuse and chunked prefill: KvManager registers full blocks in the prefix cache as soon
+// as their tokens are known, before their KV is written. The scheduler therefore tracks which
+// full blocks a completed step has written (written_blocks_); an admitted sequence starts
+// computing at the first prefix-hit block not yet written — it rolls its table back to the
+// written prefix and takes fresh blocks of its own for the rest — so it never attends over KV
+// that another sequence, still prefilling, has not written.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/kvcache/kv_manager.h"
+#include "core/serving/request.h"
+
+namespace tokenfab {
+
+// Compute tokens [first_token, first_token + n_tokens) of sequence `seq`; their KV goes to the
+// slots of kv.table(seq). wants_logits: the chunk ends at the sequence's last token, whose
+// logits give the next token.
+struct ScheduledChunk {
+  SequenceId seq = 0;
+  int32_t first_token = 0;
+  int32_t n_tokens = 0;
+  bool wants_logits = false;
+};
+
+struct StepPlan {
+  int64_t step = 0;
+  std::vector<ScheduledChunk> chunks;  // decodes first (oldest first), then prefill chunks
+  // Copy-on-write block copies the worker carries out before running the chunks.
+  std::vector<BlockCopy> copies;
+
+  bool empty() const { return chunks.empty(); }
+  int32_t n_tokens() const;
+  int32_t n_logits() const;  // chunks with wants_logits: the number of tokens complete() expects
+};
+
+struct EmittedToken {
+  RequestId id = 0;
+  TokenId token = 0;
+  bool operator==(const EmittedToken&) const = default;
+};
+
+// One completed step: which sequences advanced and by how many computed tokens.
+struct StepLogEntry {
+  struct Advance {
+    SequenceId seq = 0;
+    int32_t n_tokens = 0;
+  };
+  int64_t step = 0;
+  std::vector<Advance> advanced;
+  int32_t n_preempted = 0;  // sequences preempted while planning this step
+};
+
+class Scheduler {
+ public:
+  // Sampled tokens for which the predicate is true end their sequence (end of generation).
+  using EndOfGeneration = std::function<bool(TokenId)>;
+  static constexpr size_t kStepLogCapacity = 4096;  // most recent steps kept
+
+  // token_budget ≥ max_running ≥ 1, so every running decode fits each step; throws Error if not.
+  explicit Scheduler(KvManager& kv, int32_t token_budget = 512, int32_t max_running = 64,
+                     EndOfGeneration is_end_of_generation = {});
+
+  // Queues a request. Throws Error on an empty prompt, max_tokens < 1 or an id in use.
+  void add(Request request);
+  // Removes the request in any state, freeing its blocks; false when the id is unknown.
+  // Between schedule() and complete() it is safe too: complete() skips cancelled sequences.
+  bool cancel(RequestId id);
+
+  // Plans the next step (policy above). Mutates: admissions, KV reservations, preemptions.
+  StepPlan schedule();
+  // Applies the step's results: `sampled` holds one token per chunk with wants_logits, in plan
+  // order. Returns the tokens emitted, in plan order. Throws Error if `plan` is not the last one
+  // scheduled or `sampled` has the wrong size.
+  std::vector<EmittedToken> complete(const StepPlan& plan, std::span<const TokenId> sampled);
+
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  const SequenceState& sequence(RequestId id) const;  // throws Error if unknown
+  bool contains(RequestId id) const { return sequences_.count(id) != 0; }
+  // Finished and failed sequences, removed from the scheduler (oldest id first).
+  std::vector<SequenceState> take_finished();
+
+  const std::vector<SequenceId>& running() const { return running_; }  // oldest admitted first
+  const std::deque<SequenceId>& waiting() const { return waiting_; }   // next to admit first
+  const std::vector<BlockCopy>& pending_copies() const { return last_plan_copies_; }
+  const std::deque<StepLogEntry>& step_log() const { return step_log_; }
+  int64_t n_preemptions() const { return n_preemptions_; }
+  int32_t token_budget() const { return token_budget_; }
+  int32_t max_running() const { return max_running_; }
+
+ private:
+  SequenceState& state(SequenceId seq);
+  void schedule_decodes(StepPlan& plan, int32_t& budget);
+  // Reserves the KV slot of `seq`'s last token, preempting newer sequences; false if `seq`
+  // itself was preempted or failed.
+  bool reserve_last_token(SequenceId seq, StepPlan& plan);
+  void schedule_prefills(StepPlan& plan, int32_t& budget);
+  void admit_waiting(StepPlan& plan, int32_t& budget);
+  // Allocates `seq`'s table for all its tokens; the count of leading tokens already in the pool
+  // and written, or -1 when the pool is short of blocks (nothing allocated then).
+  int32_t allocate(SequenceId seq);
+  void preempt(SequenceId seq);
+  void fail(SequenceId seq, std::string error);
+  void finish(SequenceId seq);
+  void remove_running(SequenceId seq);
+  // Blocks of `seq` from block index `first` on are fresh: no written KV.
+  void forget_written_from(SequenceId seq, int32_t first);
+  void mark_written(SequenceId seq, int32_t n_computed_before, int32_t n_computed_after);
+
+  KvManager& kv_;
+  int32_t token_budget_;
+  int32_t max_running_;
+  EndOfGeneration is_end_of_generation_;
+
+  std::unordered_map<RequestId, SequenceState> sequences_;
+  std::deque<SequenceId> waiting_;   // front = next to admit
+  std::vector<SequenceId> running_;  // admission order, oldest first; back = newest
+  // Full blocks whose KV a completed step has written. Entries are dropped whenever the
+  // scheduler hands a block out fresh (allocate, append), so membership means "written and not
+  // reused since"; stale entries for evicted, unused blocks are harmless.
+  std::unordered_set<BlockId> written_blocks_;
+
+  int64_t next_step_ = 0;
+  int64_t planned_step_ = -1;  // step of the plan awaiting complete(), or -1
+  int32_t preempted_this_step_ = 0;
+  int64_t n_preemptions_ = 0;
+  std::vector<BlockCopy> last_plan_copies_;
+  std::deque<StepLogEntry> step_log_;
+};
+
+}  // namespace tokenfab

@@ -1,0 +1,356 @@
+// Scheduler (core/serving/scheduler.h) driven by a fake model: the next token is a fixed function
+// of the sequence's tokens so far, as greedy decoding is, so any correct schedule — chunked,
+// preempted and recomputed, or served from the prefix cache — must emit the same tokens as
+// generating each request alone (reference_output).
+
+#include <QtTest>
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/kvcache/kv_manager.h"
+#include "core/serving/scheduler.h"
+
+using namespace tokenfab;
+
+namespace {
+
+TokenId fake_next(const std::vector<TokenId>& tokens) {
+  const size_t n = tokens.size();
+  const int64_t a = tokens[n - 1];
+  const int64_t b = n >= 2 ? tokens[n - 2] : 7;
+  return static_cast<TokenId>((a * 31 + b * 17 + static_cast<int64_t>(n)) % 1000 + 10);
+}
+
+std::vector<TokenId> reference_output(std::vector<TokenId> tokens, int32_t max_tokens) {
+  std::vector<TokenId> out;
+  for (int32_t i = 0; i < max_tokens; ++i) {
+    out.push_back(fake_next(tokens));
+    tokens.push_back(out.back());
+  }
+  return out;
+}
+
+std::vector<TokenId> random_tokens(std::mt19937& rng, int32_t n) {
+  std::uniform_int_distribution<TokenId> dist(10, 30000);
+  std::vector<TokenId> tokens(static_cast<size_t>(n));
+  for (TokenId& t : tokens) t = dist(rng);
+  return tokens;
+}
+
+using Outputs = std::map<RequestId, std::vector<TokenId>>;
+
+// One engine step: schedule, check the plan against the scheduler and KV state, "run" the fake
+// model, complete. Appends emitted tokens to `outputs`.
+void run_step(Scheduler& scheduler, const KvManager& kv, Outputs& outputs) {
+  const StepPlan plan = scheduler.schedule();
+  QVERIFY2(plan.n_tokens() <= scheduler.token_budget(), "plan exceeds the token budget");
+  std::set<SequenceId> seen;
+  std::vector<TokenId> sampled;
+  for (const ScheduledChunk& c : plan.chunks) {
+    QVERIFY2(seen.insert(c.seq).second, "a sequence is planned twice in one step");
+    const SequenceState& s = scheduler.sequence(c.seq);
+    QCOMPARE(s.status, SequenceStatus::kRunning);
+    QCOMPARE(c.first_token, s.n_computed);
+    QVERIFY(c.n_tokens >= 1);
+    QVERIFY(c.first_token + c.n_tokens <= s.n_tokens());
+    QCOMPARE(c.wants_logits, c.first_token + c.n_tokens == s.n_tokens());
+    QCOMPARE(kv.table(c.seq).n_tokens(), s.n_tokens());  // every planned token has a KV slot
+    if (c.wants_logits) sampled.push_back(fake_next(s.tokens));
+  }
+  for (const EmittedToken& e : scheduler.complete(plan, sampled)) outputs[e.id].push_back(e.token);
+  const std::string violation = kv.check_invariants();
+  QVERIFY2(violation.empty(), violation.c_str());
+}
+
+void run_until_idle(Scheduler& scheduler, const KvManager& kv, Outputs& outputs,
+                    int max_steps = 20000) {
+  for (int i = 0; i < max_steps && scheduler.has_unfinished(); ++i) {
+    run_step(scheduler, kv, outputs);
+    if (QTest::currentTestFailed()) return;
+  }
+  QVERIFY2(!scheduler.has_unfinished(), "scheduler did not drain");
+}
+
+void verify_all_free(const KvManager& kv) {
+  const std::string violation = kv.check_invariants();
+  QVERIFY2(violation.empty(), violation.c_str());
+  const KvSnapshot snap = kv.snapshot();
+  QCOMPARE(snap.n_owned, 0);
+  QCOMPARE(snap.n_sequences, 0);
+}
+
+// Adds `n` requests with random prompts of [min_prompt, max_prompt] tokens and
+// [min_out, max_out] output tokens; returns the requests.
+std::vector<Request> add_random(Scheduler& scheduler, std::mt19937& rng, int n, int min_prompt,
+                                int max_prompt, int min_out, int max_out, RequestId first_id = 1) {
+  std::uniform_int_distribution<int> prompt_len(min_prompt, max_prompt);
+  std::uniform_int_distribution<int> out_len(min_out, max_out);
+  std::vector<Request> requests;
+  for (int i = 0; i < n; ++i) {
+    Request r{first_id + i, random_tokens(rng, prompt_len(rng)), out_len(rng)};
+    requests.push_back(r);
+    scheduler.add(r);
+  }
+  return requests;
+}
+
+void verify_outputs(const std::vector<Request>& requests, const Outputs& outputs) {
+  for (const Request& r : requests) {
+    const auto it = outputs.find(r.id);
+    QVERIFY2(it != outputs.end(), qPrintable(QString("request %1 emitted nothing").arg(r.id)));
+    QCOMPARE(static_cast<int32_t>(it->second.size()), r.max_tokens);
+    QCOMPARE(it->second, reference_output(r.prompt, r.max_tokens));
+  }
+}
+
+}  // namespace
+
+class TestScheduler : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void bad_requests_and_settings_throw();
+  void plans_respect_budget_and_outputs_match_reference();
+  void decodes_advance_every_step_while_a_long_prompt_prefills();
+  void tiny_pool_preempts_and_every_request_finishes();
+  void cancel_in_each_state_frees_everything();
+  void prefix_reuse_computes_only_the_uncached_tail();
+  void prefix_hit_on_unwritten_blocks_is_recomputed();
+  void request_too_large_for_the_pool_fails_alone();
+  void end_of_generation_token_stops_early();
+};
+
+void TestScheduler::bad_requests_and_settings_throw() {
+  KvManager kv(16);
+  QVERIFY_THROWS_EXCEPTION(Error, Scheduler(kv, 8, 16));  // budget below max_running
+  QVERIFY_THROWS_EXCEPTION(Error, Scheduler(kv, 8, 0));
+  Scheduler scheduler(kv, 64, 4);
+  QVERIFY_THROWS_EXCEPTION(Error, scheduler.add(Request{1, {}, 4}));
+  QVERIFY_THROWS_EXCEPTION(Error, scheduler.add(Request{1, {5, 6}, 0}));
+  scheduler.add(Request{1, {5, 6}, 1});
+  QVERIFY_THROWS_EXCEPTION(Error, scheduler.add(Request{1, {7}, 1}));  // id in use
+  QVERIFY(!scheduler.cancel(99));
+  const StepPlan plan = scheduler.schedule();
+  QVERIFY_THROWS_EXCEPTION(Error, scheduler.complete(plan, {}));  // one sampled token expected
+  const std::vector<TokenId> sampled{42};
+  QCOMPARE(scheduler.complete(plan, sampled), (std::vector<EmittedToken>{{1, 42}}));
+  QVERIFY_THROWS_EXCEPTION(Error, scheduler.complete(plan, sampled));  // already completed
+}
+
+void TestScheduler::plans_respect_budget_and_outputs_match_reference() {
+  KvManager kv(128);
+  Scheduler scheduler(kv, 64, 8);
+  std::mt19937 rng(1);
+  const std::vector<Request> requests = add_random(scheduler, rng, 40, 1, 300, 1, 30);
+  Outputs outputs;
+  run_until_idle(scheduler, kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  verify_outputs(requests, outputs);
+  for (const SequenceState& s : scheduler.take_finished()) {
+    QCOMPARE(s.status, SequenceStatus::kFinished);
+  }
+  verify_all_free(kv);
+}
+
+void TestScheduler::decodes_advance_every_step_while_a_long_prompt_prefills() {
+  KvManager kv(512);
+  Scheduler scheduler(kv, 512, 64);
+  std::mt19937 rng(2);
+  std::vector<Request> requests = add_random(scheduler, rng, 8, 10, 40, 300, 300);
+  Outputs outputs;
+  for (int i = 0; i < 3; ++i) run_step(scheduler, kv, outputs);  // all 8 decoding now
+  for (const Request& r : requests) QVERIFY(scheduler.sequence(r.id).n_generated >= 1);
+
+  const Request long_request{100, random_tokens(rng, 2000), 4};
+  scheduler.add(long_request);
+  requests.push_back(long_request);
+  int prefill_steps = 0;
+  while (scheduler.sequence(100).n_generated == 0) {
+    std::vector<SequenceId> decoding;
+    for (const SequenceId seq : scheduler.running()) {
+      if (scheduler.sequence(seq).n_generated >= 1) decoding.push_back(seq);
+    }
+    run_step(scheduler, kv, outputs);
+    if (QTest::currentTestFailed()) return;
+    ++prefill_steps;
+    const StepLogEntry& entry = scheduler.step_log().back();
+    for (const SequenceId seq : decoding) {
+      const bool advanced =
+          std::any_of(entry.advanced.begin(), entry.advanced.end(),
+                      [&](const auto& a) { return a.seq == seq && a.n_tokens >= 1; });
+      QVERIFY2(advanced,
+               qPrintable(QString("decode %1 stalled in step %2").arg(seq).arg(entry.step)));
+    }
+    QVERIFY(prefill_steps < 100);
+  }
+  // 2,000 prompt tokens in chunks of at most 512 - 8: at least four steps.
+  QVERIFY2(prefill_steps >= 4, qPrintable(QString("prefilled in %1 steps").arg(prefill_steps)));
+  run_until_idle(scheduler, kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  verify_outputs(requests, outputs);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+void TestScheduler::tiny_pool_preempts_and_every_request_finishes() {
+  // 20 blocks of 16 = 320 tokens for 64 requests of up to 64 + 24 tokens each.
+  KvManager kv(20);
+  Scheduler scheduler(kv, 128, 64);
+  std::mt19937 rng(3);
+  const std::vector<Request> requests = add_random(scheduler, rng, 64, 16, 64, 8, 24);
+  Outputs outputs;
+  run_until_idle(scheduler, kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  QVERIFY2(scheduler.n_preemptions() > 0, "the pool was meant to force preemption");
+  verify_outputs(requests, outputs);  // exactly max_tokens each, equal to the unconstrained run
+  const std::vector<SequenceState> finished = scheduler.take_finished();
+  QCOMPARE(finished.size(), size_t{64});
+  for (const SequenceState& s : finished) {
+    QCOMPARE(s.status, SequenceStatus::kFinished);
+    QCOMPARE(s.n_generated, s.max_tokens);
+  }
+  verify_all_free(kv);
+}
+
+void TestScheduler::cancel_in_each_state_frees_everything() {
+  KvManager kv(8);  // 128 tokens
+  Scheduler scheduler(kv, 32, 2);
+  Outputs outputs;
+  std::mt19937 rng(4);
+  scheduler.add(Request{1, random_tokens(rng, 30), 60});  // decodes, fills its blocks
+  scheduler.add(Request{2, random_tokens(rng, 60), 60});  // prefills over several steps
+  scheduler.add(Request{3, random_tokens(rng, 5), 5});    // waits: max_running is 2
+  run_step(scheduler, kv, outputs);
+  QCOMPARE(scheduler.sequence(3).status, SequenceStatus::kWaiting);
+  QVERIFY(scheduler.cancel(3));  // waiting
+  QVERIFY(!scheduler.contains(3));
+  QCOMPARE(scheduler.sequence(2).status, SequenceStatus::kRunning);
+  QVERIFY(scheduler.sequence(2).n_computed < 60);
+  QVERIFY(scheduler.cancel(2));  // running, mid-prefill
+  QVERIFY(!kv.has_sequence(2));
+
+  scheduler.add(Request{4, random_tokens(rng, 40), 60});
+  for (int i = 0; i < 4; ++i) run_step(scheduler, kv, outputs);
+  QVERIFY(scheduler.sequence(4).n_generated >= 1);
+  QVERIFY(scheduler.cancel(4));  // running, decoding
+
+  // Two sequences that outgrow the pool: the newer one is preempted.
+  scheduler.add(Request{5, random_tokens(rng, 50), 60});
+  for (int i = 0; i < 200 && scheduler.sequence(5).n_preemptions == 0; ++i) {
+    run_step(scheduler, kv, outputs);
+  }
+  QCOMPARE(scheduler.sequence(5).status, SequenceStatus::kPreempted);
+  QVERIFY(scheduler.cancel(5));  // preempted, waiting again
+  QVERIFY(scheduler.waiting().empty());
+
+  // Between schedule() and complete(): the cancelled sequence's results are dropped.
+  scheduler.add(Request{6, random_tokens(rng, 8), 3});
+  StepPlan plan = scheduler.schedule();
+  std::vector<TokenId> sampled(static_cast<size_t>(plan.n_logits()), 11);
+  QVERIFY(scheduler.cancel(6));
+  for (const EmittedToken& e : scheduler.complete(plan, sampled)) QVERIFY(e.id != 6);
+
+  run_until_idle(scheduler, kv, outputs);
+  QCOMPARE(scheduler.sequence(1).status, SequenceStatus::kFinished);
+  QVERIFY(scheduler.cancel(1));  // finished
+  QVERIFY(!scheduler.has_unfinished());
+  QVERIFY(scheduler.take_finished().empty());
+  verify_all_free(kv);
+}
+
+void TestScheduler::prefix_reuse_computes_only_the_uncached_tail() {
+  KvManager kv(256);
+  Scheduler scheduler(kv, 512, 8);
+  std::mt19937 rng(5);
+  const std::vector<TokenId> prompt = random_tokens(rng, 300);
+  Outputs outputs;
+  scheduler.add(Request{1, prompt, 2});
+  run_until_idle(scheduler, kv, outputs);
+
+  scheduler.add(Request{2, prompt, 2});
+  const StepPlan plan = scheduler.schedule();
+  QCOMPARE(plan.chunks.size(), size_t{1});
+  // 299 / 16 = 18 full blocks are found; only the 12-token tail is computed.
+  QCOMPARE(plan.chunks[0].first_token, 288);
+  QCOMPARE(plan.chunks[0].n_tokens, 12);
+  const std::vector<TokenId> sampled{fake_next(prompt)};
+  for (const EmittedToken& e : scheduler.complete(plan, sampled)) outputs[e.id].push_back(e.token);
+  run_until_idle(scheduler, kv, outputs);
+  QCOMPARE(outputs[2], outputs[1]);
+  QCOMPARE(outputs[2], reference_output(prompt, 2));
+  QCOMPARE(kv.snapshot().prefix.hit_tokens, int64_t{288});
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+void TestScheduler::prefix_hit_on_unwritten_blocks_is_recomputed() {
+  KvManager kv(256);
+  Scheduler scheduler(kv, 128, 8);
+  std::mt19937 rng(6);
+  const std::vector<TokenId> prompt = random_tokens(rng, 150);
+  Outputs outputs;
+  scheduler.add(Request{1, prompt, 3});
+  run_step(scheduler, kv, outputs);  // request 1 has written tokens [0, 128)
+  scheduler.add(Request{2, prompt, 3});
+  // Request 2 hits 9 registered blocks, but request 1 writes the ninth only in this step:
+  // request 2 must start at token 128, not 144.
+  const StepPlan plan = scheduler.schedule();
+  QCOMPARE(plan.chunks.size(), size_t{2});
+  QCOMPARE(plan.chunks[1].seq, SequenceId{2});
+  QCOMPARE(plan.chunks[1].first_token, 128);
+  QCOMPARE(plan.chunks[1].n_tokens, 22);
+  const std::vector<TokenId> sampled{fake_next(prompt), fake_next(prompt)};
+  for (const EmittedToken& e : scheduler.complete(plan, sampled)) outputs[e.id].push_back(e.token);
+  run_until_idle(scheduler, kv, outputs);
+  QCOMPARE(outputs[1], reference_output(prompt, 3));
+  QCOMPARE(outputs[2], reference_output(prompt, 3));
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+void TestScheduler::request_too_large_for_the_pool_fails_alone() {
+  KvManager kv(4);  // 64 tokens
+  Scheduler scheduler(kv, 64, 4);
+  std::mt19937 rng(7);
+  scheduler.add(Request{1, random_tokens(rng, 5), 3});     // fits
+  scheduler.add(Request{2, random_tokens(rng, 100), 3});   // prompt alone exceeds the pool
+  scheduler.add(Request{3, random_tokens(rng, 10), 100});  // outgrows the pool while decoding
+  scheduler.add(Request{4, random_tokens(rng, 6), 4});     // fits, after the failures
+  Outputs outputs;
+  run_until_idle(scheduler, kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  QCOMPARE(scheduler.sequence(1).status, SequenceStatus::kFinished);
+  QCOMPARE(scheduler.sequence(4).status, SequenceStatus::kFinished);
+  for (const RequestId id : {RequestId{2}, RequestId{3}}) {
+    const SequenceState& s = scheduler.sequence(id);
+    QCOMPARE(s.status, SequenceStatus::kFailed);
+    QVERIFY2(s.error.find("KV blocks") != std::string::npos, s.error.c_str());
+  }
+  QCOMPARE(static_cast<int32_t>(outputs[4].size()), 4);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+void TestScheduler::end_of_generation_token_stops_early() {
+  KvManager kv(32);
+  std::mt19937 rng(8);
+  const std::vector<TokenId> prompt = random_tokens(rng, 20);
+  const std::vector<TokenId> reference = reference_output(prompt, 10);
+  const TokenId eog = reference[3];
+  Scheduler scheduler(kv, 64, 4, [eog](TokenId t) { return t == eog; });
+  scheduler.add(Request{1, prompt, 10});
+  Outputs outputs;
+  run_until_idle(scheduler, kv, outputs);
+  const auto first_eog = std::find(reference.begin(), reference.end(), eog);
+  QCOMPARE(outputs[1], std::vector<TokenId>(reference.begin(), first_eog + 1));
+  QCOMPARE(scheduler.sequence(1).status, SequenceStatus::kFinished);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+QTEST_APPLESS_MAIN(TestScheduler)
+#include "test_scheduler.moc"
