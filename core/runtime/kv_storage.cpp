@@ -1,0 +1,37 @@
+#include "core/runtime/kv_storage.h"
+
+#include <algorithm>
+
+#include "core/common/error.h"
+
+namespace tokenfab {
+
+KvStorage::KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size)
+    : hp_(hp), n_blocks_(n_blocks), block_size_(block_size) {
+  if (n_blocks < 1 || block_size < 1)
+    throw Error("a KV pool needs at least one block of at least one token (got " +
+                std::to_string(n_blocks) + " blocks of " + std::to_string(block_size) + ")");
+  const auto elems = static_cast<size_t>(n_blocks) * hp.n_kv_head * block_size * hp.head_dim;
+  k_.assign(static_cast<size_t>(hp.n_layer), std::vector<uint16_t>(elems));
+  v_.assign(static_cast<size_t>(hp.n_layer), std::vector<uint16_t>(elems));
+}
+
+uint64_t KvStorage::bytes_per_block(const HParams& hp, int32_t block_size) {
+  return 2ull * static_cast<uint64_t>(hp.n_layer) * hp.n_kv_head * static_cast<uint64_t>(block_size) *
+         hp.head_dim * sizeof(uint16_t);
+}
+
+kernels::PagedKv KvStorage::layer_view(int64_t layer) const {
+  return {k_[static_cast<size_t>(layer)].data(), v_[static_cast<size_t>(layer)].data(), block_size_,
+          hp_.n_kv_head, hp_.head_dim};
+}
+
+void KvStorage::copy_block(int32_t src, int32_t dst) {
+  const int64_t n = static_cast<int64_t>(hp_.n_kv_head) * block_size_ * hp_.head_dim;
+  for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+    for (auto* t : {&k_[static_cast<size_t>(layer)], &v_[static_cast<size_t>(layer)]})
+      std::copy_n(t->data() + offset(src, 0, 0), n, t->data() + offset(dst, 0, 0));
+  }
+}
+
+}  // namespace tokenfab

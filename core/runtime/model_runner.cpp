@@ -1,0 +1,85 @@
+#include "core/runtime/model_runner.h"
+
+#include <cmath>
+
+#include "core/common/error.h"
+#include "kernels/cpu/ops.h"
+
+namespace tokenfab {
+
+ModelRunner::ModelRunner(const LlamaModel& model, kernels::ThreadPool& pool, KvStorage& storage)
+    : hp_(model.hparams()), storage_(storage), pass_(model, pool), kv_(model.hparams(), pool, storage) {}
+
+void ModelRunner::validate(std::span<const BatchSequence> batch) const {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchSequence& s = batch[i];
+    const std::string where = "batch sequence " + std::to_string(i);
+    if (s.tokens.empty()) throw Error(where + ": no tokens to compute");
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= hp_.n_vocab)
+        throw Error(where + ": token id " + std::to_string(t) + " is outside the vocabulary");
+    const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
+    const int64_t covered = static_cast<int64_t>(s.blocks.size()) * storage_.block_size();
+    if (s.pos0 < 0 || end > covered)
+      throw Error(where + ": its " + std::to_string(s.blocks.size()) + " blocks cover " +
+                  std::to_string(covered) + " positions, " + std::to_string(end) + " needed");
+    for (int32_t b : s.blocks)
+      if (b < 0 || b >= storage_.n_blocks())
+        throw Error(where + ": block id " + std::to_string(b) + " is outside the pool");
+  }
+}
+
+void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+  validate(batch);
+  tokens_.clear();
+  positions_.clear();
+  logit_rows_.clear();
+  for (const BatchSequence& s : batch) {
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      tokens_.push_back(s.tokens[i]);
+      positions_.push_back(s.pos0 + static_cast<int64_t>(i));
+    }
+    if (s.want_logits) logit_rows_.push_back(static_cast<int64_t>(tokens_.size()) - 1);
+  }
+  logits.resize(logit_rows_.size() * static_cast<size_t>(hp_.n_vocab));
+  if (tokens_.empty()) return;
+  kv_.bind(batch);
+  pass_.run(tokens_, positions_, kv_, logit_rows_, logits.data());
+}
+
+void ModelRunner::PagedBackend::bind(std::span<const BatchSequence> batch) {
+  batch_ = batch;
+  seqs_.clear();
+  int64_t row = 0;
+  for (const BatchSequence& s : batch) {
+    seqs_.push_back({s.blocks.data(), static_cast<int64_t>(s.tokens.size()), s.pos0, row});
+    row += static_cast<int64_t>(s.tokens.size());
+  }
+}
+
+// Row r of sequence s sits at position pos0 + i: block blocks[pos / block_size], row pos % block_size.
+void ModelRunner::PagedBackend::store(int64_t layer, const float* k, const float* v, int64_t) {
+  const int64_t kv_dim = hp_.kv_dim(), bs = storage_.block_size();
+  uint16_t* kd = storage_.k(layer);
+  uint16_t* vd = storage_.v(layer);
+  for (size_t si = 0; si < batch_.size(); ++si) {
+    const BatchSequence& s = batch_[si];
+    for (int64_t i = 0; i < static_cast<int64_t>(s.tokens.size()); ++i) {
+      const int64_t row = seqs_[si].q_row + i, pos = s.pos0 + i;
+      const int32_t block = s.blocks[static_cast<size_t>(pos / bs)];
+      for (int64_t g = 0; g < hp_.n_kv_head; ++g) {
+        const int64_t dst = storage_.offset(block, g, pos % bs);
+        kernels::fp32_to_fp16_row(k + row * kv_dim + g * hp_.head_dim, kd + dst, hp_.head_dim);
+        kernels::fp32_to_fp16_row(v + row * kv_dim + g * hp_.head_dim, vd + dst, hp_.head_dim);
+      }
+    }
+  }
+}
+
+void ModelRunner::PagedBackend::attend(int64_t layer, const float* q, float* out, int64_t) {
+  kernels::paged_attention(storage_.layer_view(layer), seqs_, q, hp_.q_dim(), out, hp_.q_dim(),
+                           hp_.n_head, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim)), pool_,
+                           scratch_);
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,285 @@
+// Paged attention over a pool whose block tables are shuffled (no sequence's blocks in order, and
+// a prefix block run shared between sequences): paged_attention_reference against a plain
+// double-precision loop over the block tables, and paged_attention (split-K decode + gathered
+// prefill, on 1, 2 and 3 threads) against the reference. Blocks no sequence owns and the rows past
+// a sequence's end in its own last block hold NaN, so a read outside the table poisons the output;
+// the padding after each out row must stay untouched.
+
+#include <QtTest>
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quant_types.h"
+
+using namespace tokenfab::kernels;
+
+namespace {
+
+constexpr double kF32Eps = 0x1p-24;  // unit roundoff of f32
+constexpr uint16_t kNanHalf = 0x7E00;
+constexpr uint32_t kUntouched = 0x7FC0DEADu;  // out padding: never written
+constexpr int kSharedPrefix = 16;  // positions shared by every sequence at least this long
+
+struct Batch {
+  int head_dim, block_size, n_head, n_kv_head;
+  std::vector<uint16_t> k, v;                // (n_blocks, n_kv_head, block_size, head_dim)
+  std::vector<std::vector<int32_t>> tables;  // per sequence
+  std::vector<PagedSequence> seqs;
+  std::vector<float> q;  // (rows, q_stride)
+  int64_t q_stride, out_stride, rows;
+  float scale;
+  PagedKv kv() const { return {k.data(), v.data(), block_size, n_kv_head, head_dim}; }
+};
+
+// Sequences (pos0, n_tokens): decodes at pos0 0, 1, 15, 16, 100 (and 300 without prefill);
+// prefill chunks at pos0 0 and 37 of 5..40 tokens. The batch order is shuffled.
+Batch make_batch(int head_dim, int block_size, int n_head, int n_kv_head, bool with_prefill,
+                 unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 1}, {1, 1}, {15, 1}, {16, 1}, {100, 1}};
+  std::uniform_int_distribution<int64_t> chunk(5, 40);
+  if (with_prefill) {
+    shapes.push_back({0, chunk(rng)});
+    shapes.push_back({37, chunk(rng)});
+    shapes.push_back({37, chunk(rng)});
+  } else {
+    shapes.push_back({300, 1});
+  }
+  std::shuffle(shapes.begin(), shapes.end(), rng);
+
+  Batch b{head_dim,
+          block_size,
+          n_head,
+          n_kv_head,
+          {},
+          {},
+          {},
+          {},
+          {},
+          0,
+          0,
+          0,
+          1.0f / std::sqrt(static_cast<float>(head_dim))};
+  const int64_t shared_blocks = kSharedPrefix / block_size;
+  int64_t n_blocks = shared_blocks + 3;  // three spare blocks nobody owns
+  for (auto [pos0, n] : shapes) n_blocks += (pos0 + n + block_size - 1) / block_size;
+  std::vector<int32_t> ids(n_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t block_halves = int64_t{n_kv_head} * block_size * head_dim;
+  b.k.assign(n_blocks * block_halves, kNanHalf);
+  b.v.assign(n_blocks * block_halves, kNanHalf);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  // Writes random rows [0, rows) of every kv head of block `id`; the rest stay NaN.
+  auto fill_block = [&](int32_t id, int64_t rows) {
+    for (int g = 0; g < n_kv_head; ++g)
+      for (int64_t i = 0; i < rows * head_dim; ++i) {
+        const int64_t at = id * block_halves + g * block_size * head_dim + i;
+        b.k[at] = fp32_to_fp16(unit(rng));
+        b.v[at] = fp32_to_fp16(unit(rng));
+      }
+  };
+  size_t next_id = 0;
+  std::vector<int32_t> shared(ids.begin(), ids.begin() + shared_blocks);
+  for (int32_t id : shared) fill_block(id, block_size);
+  next_id = shared.size();
+  for (auto [pos0, n] : shapes) {
+    const int64_t n_rows = pos0 + n, n_table = (n_rows + block_size - 1) / block_size;
+    std::vector<int32_t> table;
+    if (n_rows >= kSharedPrefix) table = shared;
+    while (static_cast<int64_t>(table.size()) < n_table) {
+      const int32_t id = ids[next_id++];
+      fill_block(id, std::min<int64_t>(block_size, n_rows - table.size() * block_size));
+      table.push_back(id);
+    }
+    b.tables.push_back(std::move(table));
+    b.seqs.push_back({nullptr, n, pos0, b.rows});
+    b.rows += n;
+  }
+  for (size_t i = 0; i < b.seqs.size(); ++i) b.seqs[i].blocks = b.tables[i].data();
+  b.q_stride = int64_t{n_head} * head_dim + 8;
+  b.out_stride = int64_t{n_head} * head_dim + 5;
+  // |q| ≤ 4 against |k| ≤ 1 spreads the scores over several units: peaked weights, not flat.
+  std::uniform_real_distribution<float> qdist(-4.0f, 4.0f);
+  b.q.resize(b.rows * b.q_stride);
+  for (float& x : b.q) x = qdist(rng);
+  return b;
+}
+
+// The definition in double, read through the block tables. tol: per (row, head), the error an f32
+// implementation may make (|v| ≤ 1, so output errors are weight errors); the bound of
+// tests/kernels/test_kernels_attention.cpp: scores 3·(head_dim + 2)·u·scale·Σ|q·k|, softmax
+// (8 + (max − min score))·u, weighted sum (n_pos + 2)·u.
+struct Expected {
+  std::vector<double> out;  // (rows, n_head, head_dim)
+  std::vector<double> tol;  // (rows, n_head)
+};
+
+Expected double_attention(const Batch& b) {
+  Expected e;
+  e.out.assign(b.rows * b.n_head * b.head_dim, 0.0);
+  e.tol.assign(b.rows * b.n_head, 0.0);
+  const int group = b.n_head / b.n_kv_head;
+  for (const PagedSequence& s : b.seqs) {
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+      const int64_t row = s.q_row + t, n = s.pos0 + t + 1;
+      for (int h = 0; h < b.n_head; ++h) {
+        auto at = [&](int64_t p) {  // half index of row p of kv head h / group
+          return ((int64_t{s.blocks[p / b.block_size]} * b.n_kv_head + h / group) * b.block_size +
+                  p % b.block_size) *
+                 b.head_dim;
+        };
+        const float* q = b.q.data() + row * b.q_stride + h * b.head_dim;
+        std::vector<double> w(n);
+        double mag_max = 0, smax = -INFINITY, smin = INFINITY;
+        for (int64_t p = 0; p < n; ++p) {
+          double dot = 0, mag = 0;
+          for (int d = 0; d < b.head_dim; ++d) {
+            const double kd = fp16_to_fp32(b.k[at(p) + d]);
+            dot += q[d] * kd;
+            mag += std::fabs(q[d] * kd);
+          }
+          w[p] = dot * b.scale;
+          mag_max = std::max(mag_max, mag * b.scale);
+          smax = std::max(smax, w[p]);
+          smin = std::min(smin, w[p]);
+        }
+        double sum = 0;
+        for (double& x : w) sum += (x = std::exp(x - smax));
+        double* out = e.out.data() + (row * b.n_head + h) * b.head_dim;
+        for (int64_t p = 0; p < n; ++p)
+          for (int d = 0; d < b.head_dim; ++d) out[d] += w[p] / sum * fp16_to_fp32(b.v[at(p) + d]);
+        e.tol[row * b.n_head + h] = 3 * (b.head_dim + 2) * kF32Eps * mag_max +
+                                    (8 + (smax - smin) + static_cast<double>(n + 2)) * kF32Eps;
+      }
+    }
+  }
+  return e;
+}
+
+std::vector<float> fresh_out(const Batch& b) {
+  return std::vector<float>(b.rows * b.out_stride, std::bit_cast<float>(kUntouched));
+}
+
+// Empty when every out element is within limit[row · n_head + head] of want (dense (rows, n_head,
+// head_dim)) and the row padding is untouched; otherwise the first offence.
+QString compare(const Batch& b, const std::vector<float>& got, const std::vector<double>& want,
+                const std::vector<double>& limits) {
+  for (int64_t r = 0; r < b.rows; ++r) {
+    for (int h = 0; h < b.n_head; ++h) {
+      const double limit = limits[r * b.n_head + h];
+      for (int d = 0; d < b.head_dim; ++d) {
+        const double g = got[r * b.out_stride + h * b.head_dim + d];
+        const double w = want[(r * b.n_head + h) * b.head_dim + d];
+        if (!(std::fabs(g - w) <= limit))
+          return QString("row %1 head %2 dim %3: got %4, want %5 (limit %6)")
+              .arg(r)
+              .arg(h)
+              .arg(d)
+              .arg(g, 0, 'g', 9)
+              .arg(w, 0, 'g', 9)
+              .arg(limit, 0, 'g', 3);
+      }
+    }
+    for (int64_t i = int64_t{b.n_head} * b.head_dim; i < b.out_stride; ++i)
+      if (std::bit_cast<uint32_t>(got[r * b.out_stride + i]) != kUntouched)
+        return QString("row %1: padding written at %2").arg(r).arg(i);
+  }
+  return {};
+}
+
+std::vector<float> run_reference(const Batch& b) {
+  std::vector<float> out = fresh_out(b);
+  paged_attention_reference(b.kv(), b.seqs, b.q.data(), b.q_stride, out.data(), b.out_stride,
+                            b.n_head, b.scale);
+  return out;
+}
+
+}  // namespace
+
+class PagedTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void reference_matches_double_data() { add_rows(); }
+  void reference_matches_double();
+  void paged_matches_reference_data() { add_rows(); }
+  void paged_matches_reference();
+
+ private:
+  static void add_rows();
+};
+
+void PagedTest::add_rows() {
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("block_size");
+  QTest::addColumn<int>("n_head");
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<bool>("with_prefill");
+  const int heads[][2] = {{9, 3}, {4, 4}, {8, 1}};
+  // head_dim 64 with both block sizes; 128 (the other AVX2 specialisation in use) with one.
+  const int shapes[][2] = {{64, 4}, {64, 16}, {128, 16}};
+  for (const auto& db : shapes)
+    for (const auto& hk : heads)
+      for (bool prefill : {true, false})
+        QTest::addRow("d%d_bs%d_h%d_kv%d_%s", db[0], db[1], hk[0], hk[1],
+                      prefill ? "mixed" : "decode")
+            << db[0] << db[1] << hk[0] << hk[1] << prefill;
+}
+
+void PagedTest::reference_matches_double() {
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(bool, with_prefill);
+  const Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, with_prefill,
+                             7u * block_size + n_head + head_dim);
+  const Expected e = double_attention(b);
+  const QString err = compare(b, run_reference(b), e.out, e.tol);
+  QVERIFY2(err.isEmpty(), qPrintable(err));
+}
+
+// Within 1e-5 absolute, i.e. 1e-5 of the output scale (each output is a convex combination of
+// |v| ≤ 1). Both sides round differently (split-K merge, f32 copies, the AVX2 polynomial exp);
+// the largest difference seen over these cases is 7.5e-7, while a dropped position, a wrong block
+// or a wrong partial fold moves outputs by more than 1e-3. One scratch serves every call: it grows
+// for the first and is reused after, and a repeated call gives identical bits.
+void PagedTest::paged_matches_reference() {
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(bool, with_prefill);
+  const Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, with_prefill,
+                             7u * block_size + n_head + head_dim);
+  const std::vector<float> ref = run_reference(b);
+  const std::vector<double> limits(b.rows * b.n_head, 1e-5);
+  std::vector<double> want;
+  for (int64_t r = 0; r < b.rows; ++r)
+    want.insert(want.end(), ref.begin() + r * b.out_stride,
+                ref.begin() + r * b.out_stride + int64_t{b.n_head} * b.head_dim);
+  PagedAttentionScratch scratch;
+  for (int n_threads : {1, 2, 3}) {
+    ThreadPool pool(n_threads);
+    std::vector<float> first;
+    for (int call = 0; call < 2; ++call) {
+      std::vector<float> out = fresh_out(b);
+      paged_attention(b.kv(), b.seqs, b.q.data(), b.q_stride, out.data(), b.out_stride, b.n_head,
+                      b.scale, pool, scratch);
+      const QString err = compare(b, out, want, limits);
+      QVERIFY2(err.isEmpty(), qPrintable(QString("%1 threads: %2").arg(n_threads).arg(err)));
+      if (call == 0) first = out;
+      QVERIFY2(std::memcmp(first.data(), out.data(), out.size() * sizeof(float)) == 0,
+               "a repeated call changed the result");
+    }
+  }
+}
+
+QTEST_APPLESS_MAIN(PagedTest)
+#include "test_paged.moc"
