@@ -52,3 +52,18 @@ void print_json(const nlohmann::json& j) {
 }
 
 }  // namespace tokenfab::cli
+
+namespace tokenfab::cli {
+
+std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset) {
+  static constexpr const char* kText =
+      "The workshop opened at seven, when the first light reached the long benches and the smell "
+      "of sawdust rose from the floor. Each apprentice knew the order of the morning: sharpen the "
+      "chisels, sweep the shavings, check the glue pots, and only then touch the wood. ";
+  const std::vector<TokenId> ids = tokenizer.encode(kText, false, false);
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < n; ++i) prompt.push_back(ids[static_cast<size_t>(offset + i) % ids.size()]);
+  return prompt;
+}
+
+}  // namespace tokenfab::cli

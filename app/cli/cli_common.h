@@ -36,6 +36,10 @@ LoadedModel load_model(const CommonOptions& o);
 
 void print_json(const nlohmann::json& j);
 
+// A benchmark prompt of exactly n tokens: ordinary English prose written for this project,
+// tokenized and repeated, starting `offset` tokens in (so that streams differ).
+std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset);
+
 // Registration of each subcommand (cmd_*.cpp).
 void register_fetch(CLI::App& app);
 void register_info(CLI::App& app);
@@ -44,6 +48,7 @@ void register_generate(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_batch_bench(CLI::App& app);
 void register_synth(CLI::App& app);
 
 }  // namespace tokenfab::cli

@@ -21,12 +21,6 @@ struct BenchCommand {
   int repetitions = 3;
 };
 
-// Ordinary English prose, tokenized and repeated to the requested length.
-constexpr const char* kBenchText =
-    "The workshop opened at seven, when the first light reached the long benches and the smell of "
-    "sawdust rose from the floor. Each apprentice knew the order of the morning: sharpen the "
-    "chisels, sweep the shavings, check the glue pots, and only then touch the wood. ";
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -36,10 +30,7 @@ void run_bench(const BenchCommand& c) {
   if (c.prompt_tokens < 1 || c.gen_tokens < 2 || c.repetitions < 1)
     throw Error("bench needs --prompt-tokens >= 1, --gen-tokens >= 2 and --repetitions >= 1");
   LoadedModel m = load_model(c.common);
-  std::vector<TokenId> text_ids = m.tokenizer->encode(kBenchText, false, false);
-  std::vector<TokenId> prompt;
-  while (static_cast<int>(prompt.size()) < c.prompt_tokens)
-    prompt.push_back(text_ids[prompt.size() % text_ids.size()]);
+  const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int threads = resolve_threads(c.common.threads);
   Generator generator(*m.model, *m.tokenizer, threads, c.prompt_tokens + c.gen_tokens + 1);
   GenerateOptions options;

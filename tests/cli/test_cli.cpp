@@ -61,6 +61,7 @@ class CliTest : public QObject {
   void detokenize_text();
   void generate_json();
   void bench_json();
+  void batch_bench_json();
   void perplexity_json();
   void synth_json();
 
@@ -190,6 +191,22 @@ void CliTest::bench_json() {
   QVERIFY(j["decode_tok_s"].toDouble() > 0.0);
   QCOMPARE(j["threads"].toInt(), 2);
   QVERIFY(j["model"].toString().endsWith(tokenfab::EmbeddedModel::kFileName));
+}
+
+// Continuous batching end to end: every stream gets exactly its tokens, with a pool that fits
+// them all and with one (6 blocks: all three prompts fit, their replies do not) that forces
+// preemption.
+void CliTest::batch_bench_json() {
+  REQUIRE_MODEL();
+  for (const QString& blocks : {QString("0"), QString("6")}) {
+    const QJsonObject j = run_json({"batch-bench", "--streams", "3", "--prompt-tokens", "20",
+                                    "--gen-tokens", "30", "--kv-blocks", blocks, "--threads", "2"});
+    RETURN_IF_FAILED();
+    QCOMPARE(j["output_tokens"].toInt(), 90);
+    QVERIFY(j["throughput_tok_s"].toDouble() > 0.0);
+    QVERIFY(j["steps"].toInt() >= 30);
+    if (blocks == "6") QVERIFY(j["preemptions"].toInt() > 0);
+  }
 }
 
 void CliTest::perplexity_json() {
