@@ -3,104 +3,17 @@
 #include <cmath>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/simd_math_avx2.h"
+#include "kernels/cpu/attention_avx2_parts.h"
 
 namespace tokenfab::kernels {
 
 namespace {
 
-inline __m256 load_h8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline __m256 load_h8(const float* p) { return _mm256_loadu_ps(p); }
-
-// Scores of one query row against positions [0, n): s[p] = scale · q·k_p. Four positions at a time
-// share each q load and give four independent FMA chains; one hadd tree reduces them together.
-template <int NV, typename E>
-void scores_row(const float* q, const E* k, int64_t kv_stride, int64_t n, float scale, float* s) {
-  const __m256 vscale = _mm256_set1_ps(scale);
-  int64_t p = 0;
-  for (; p + 4 <= n; p += 4) {
-    const E* k0 = k + p * kv_stride;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int j = 0; j < NV; ++j) {
-      const __m256 qj = _mm256_loadu_ps(q + 8 * j);
-      a0 = _mm256_fmadd_ps(qj, load_h8(k0 + 8 * j), a0);
-      a1 = _mm256_fmadd_ps(qj, load_h8(k0 + kv_stride + 8 * j), a1);
-      a2 = _mm256_fmadd_ps(qj, load_h8(k0 + 2 * kv_stride + 8 * j), a2);
-      a3 = _mm256_fmadd_ps(qj, load_h8(k0 + 3 * kv_stride + 8 * j), a3);
-    }
-    // hadd(a0,a1), hadd(a2,a3) → per 128-bit lane [a0 a0 a1 a1 | ...]; again → [a0 a1 a2 a3] per lane.
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(s + p, _mm_mul_ps(sum, _mm256_castps256_ps128(vscale)));
-  }
-  for (; p < n; ++p) {
-    const E* kp = k + p * kv_stride;
-    __m256 a = _mm256_setzero_ps();
-    for (int j = 0; j < NV; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * j), load_h8(kp + 8 * j), a);
-    s[p] = hsum_avx2(a) * scale;
-  }
-}
-
-// s[0..n) ← exp(s − max); returns {max, Σ}. Vectorised exp.
-struct ExpSum {
-  float max;
-  float sum;
-};
-ExpSum exp_and_sum_avx2(float* s, int64_t n) {
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
-  float max = hmax_avx2(vmax);
-  for (; i < n; ++i) max = s[i] > max ? s[i] : max;
-  const __m256 m = _mm256_set1_ps(max);
-  __m256 vsum = _mm256_setzero_ps();
-  i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
-    _mm256_storeu_ps(s + i, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  float sum = hsum_avx2(vsum);
-  for (; i < n; ++i) {
-    s[i] = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(s[i] - max)));
-    sum += s[i];
-  }
-  return {max, sum};
-}
-
-// scores[0..n) ← softmax(scores).
-void softmax_avx2(float* s, int64_t n) {
-  const float inv = 1.0f / exp_and_sum_avx2(s, n).sum;
-  int64_t i = 0;
-  const __m256 vinv = _mm256_set1_ps(inv);
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vinv));
-  for (; i < n; ++i) s[i] *= inv;
-}
-
-// out = Σ_p w[p] · v_p, the whole head row held in NV registers.
-template <int NV, typename E>
-void weighted_sum(const float* w, const E* v, int64_t kv_stride, int64_t n, float* out) {
-  __m256 acc[NV];
-  for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < n; ++p) {
-    const E* vp = v + p * kv_stride;
-    const __m256 wp = _mm256_broadcast_ss(w + p);
-    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wp, load_h8(vp + 8 * j), acc[j]);
-  }
-  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
-}
+using namespace avx2;
 
 // Chunks of at least this many query tokens convert a kv head's K/V rows to f32 once (each row is
 // then read by group × n_tokens queries); single-token decode reads the fp16 rows directly.
 constexpr int64_t kConvertMinTokens = 4;
-
-void convert_head_rows(const uint16_t* src, int64_t stride, int64_t n, int head_dim, float* dst) {
-  for (int64_t p = 0; p < n; ++p)
-    for (int d = 0; d < head_dim; d += 8)
-      _mm256_storeu_ps(dst + p * head_dim + d, load_h8(src + p * stride + d));
-}
 
 template <int NV>
 void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scratch) {
@@ -132,43 +45,6 @@ void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_en
       scores_row<NV>(q, a.k + kv_off, a.kv_stride, n_pos, a.scale, scores);
       softmax_avx2(scores, n_pos);
       weighted_sum<NV>(scores, a.v + kv_off, a.kv_stride, n_pos, out);
-    }
-  }
-}
-
-// Decode for a group of G query heads reading the fp16 rows directly: each K/V row is loaded and
-// converted once and used by all G heads (no f32 copy). Scores: 4 positions × G heads in flight,
-// reduced with one hadd tree per head. s: (G, n), n floats apart.
-template <int NV, int G>
-void grouped_scores(const float* q, int64_t q_head_stride, const uint16_t* k, int64_t stride,
-                    int64_t n, float scale, float* s) {
-  int64_t p = 0;
-  for (; p + 4 <= n; p += 4) {
-    __m256 acc[G][4];
-    for (int g = 0; g < G; ++g)
-      for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_setzero_ps();
-    const uint16_t* kp = k + p * stride;
-    for (int j = 0; j < NV; ++j) {
-      __m256 kv[4];
-      for (int i = 0; i < 4; ++i) kv[i] = load_h8(kp + i * stride + 8 * j);
-      for (int g = 0; g < G; ++g) {
-        const __m256 qj = _mm256_loadu_ps(q + g * q_head_stride + 8 * j);
-        for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_fmadd_ps(qj, kv[i], acc[g][i]);
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[g][0], acc[g][1]),
-                                      _mm256_hadd_ps(acc[g][2], acc[g][3]));
-      const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-      _mm_storeu_ps(s + g * n + p, _mm_mul_ps(sum, _mm_set1_ps(scale)));
-    }
-  }
-  for (; p < n; ++p) {
-    for (int g = 0; g < G; ++g) {
-      __m256 a = _mm256_setzero_ps();
-      for (int j = 0; j < NV; ++j)
-        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_head_stride + 8 * j), load_h8(k + p * stride + 8 * j), a);
-      s[g * n + p] = hsum_avx2(a) * scale;
     }
   }
 }
@@ -216,7 +92,7 @@ void decode_partial_grouped(const AttentionArgs& a, int n_splits, int64_t item, 
   }
   float* scores = scratch;  // (G, n)
   grouped_scores<NV, G>(a.q + static_cast<int64_t>(kvh) * G * a.head_dim, a.head_dim, k, a.kv_stride,
-                        n, a.scale, scores);
+                        n, a.scale, scores, n);
   float* out[G];
   for (int g = 0; g < G; ++g) {
     const ExpSum es = exp_and_sum_avx2(scores + g * n, n);
