@@ -30,6 +30,12 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& s) {
   cmd.add_option("--seed", s.seed, "random seed (same seed, same output)")->capture_default_str();
 }
 
+void add_run_options(CLI::App& cmd, CommonOptions& o) {
+  add_model_option(cmd, o);
+  add_threads_option(cmd, o);
+  add_json_option(cmd, o);
+}
+
 int resolve_threads(int requested) {
   if (requested > 0) return requested;
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -44,6 +50,14 @@ LoadedModel load_model(const CommonOptions& o) {
                 std::to_string(loaded.tokenizer->n_vocab()) + " tokens but token_embd.weight only " +
                 std::to_string(loaded.model->hparams().n_vocab) + " rows");
   return loaded;
+}
+
+void print_report(const nlohmann::json& j, bool as_json) {
+  if (as_json) {
+    print_json(j);
+  } else {
+    std::cout << j.dump(2) << std::endl;
+  }
 }
 
 // Invalid UTF-8 in generated text is replaced (U+FFFD) rather than failing the whole output.

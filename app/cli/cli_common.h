@@ -35,6 +35,10 @@ struct LoadedModel {
 LoadedModel load_model(const CommonOptions& o);
 
 void print_json(const nlohmann::json& j);
+// A benchmark's result: one JSON line with --json, indented JSON for people otherwise.
+void print_report(const nlohmann::json& j, bool as_json);
+// --model, --threads and --json together (every command that runs the model).
+void add_run_options(CLI::App& cmd, CommonOptions& o);
 
 // A benchmark prompt of exactly n tokens: ordinary English prose written for this project,
 // tokenized and repeated, starting `offset` tokens in (so that streams differ).

@@ -100,11 +100,7 @@ void run_batch_bench(const BatchBenchCommand& c) {
       {"threads", pool.size()},
       {"model", m.model->file().name()},
       {"backend", "cpu"}};
-  if (c.common.json) {
-    print_json(j);
-  } else {
-    std::cout << j.dump(2) << std::endl;
-  }
+  print_report(j, c.common.json);
 }
 
 }  // namespace
@@ -112,9 +108,7 @@ void run_batch_bench(const BatchBenchCommand& c) {
 void register_batch_bench(CLI::App& app) {
   auto c = std::make_shared<BatchBenchCommand>();
   auto* cmd = app.add_subcommand("batch-bench", "continuous batching throughput on one device (JSON)");
-  add_model_option(*cmd, c->common);
-  add_threads_option(*cmd, c->common);
-  add_json_option(*cmd, c->common);
+  add_run_options(*cmd, c->common);
   cmd->add_option("--streams", c->streams, "concurrent sequences")->capture_default_str();
   cmd->add_option("--prompt-tokens", c->prompt_tokens, "prompt length of each stream")->capture_default_str();
   cmd->add_option("--gen-tokens", c->gen_tokens, "tokens generated per stream")->capture_default_str();

@@ -58,11 +58,7 @@ void run_bench(const BenchCommand& c) {
                             {"prefill_tok_s_runs", prefill},
                             {"decode_tok_s_runs", decode},
                             {"backend", "cpu"}};
-  if (c.common.json) {
-    print_json(j);
-  } else {
-    std::cout << j.dump(2) << std::endl;
-  }
+  print_report(j, c.common.json);
 }
 
 }  // namespace
@@ -70,9 +66,7 @@ void run_bench(const BenchCommand& c) {
 void register_bench(CLI::App& app) {
   auto c = std::make_shared<BenchCommand>();
   auto* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s (JSON)");
-  add_model_option(*cmd, c->common);
-  add_threads_option(*cmd, c->common);
-  add_json_option(*cmd, c->common);
+  add_run_options(*cmd, c->common);
   cmd->add_option("--prompt-tokens", c->prompt_tokens, "prompt length")->capture_default_str();
   cmd->add_option("--gen-tokens", c->gen_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--repetitions", c->repetitions, "runs; the median is reported")->capture_default_str();

@@ -70,9 +70,7 @@ void add_generation_options(CLI::App& cmd, GenerateOptions& g, int64_t& ctx) {
 void register_generate(CLI::App& app) {
   auto c = std::make_shared<GenerateCommand>();
   auto* cmd = app.add_subcommand("generate", "generate text from a prompt");
-  add_model_option(*cmd, c->common);
-  add_threads_option(*cmd, c->common);
-  add_json_option(*cmd, c->common);
+  add_run_options(*cmd, c->common);
   cmd->add_option("--prompt", c->prompt, "raw text prompt (BOS added per the model)");
   cmd->add_option("--chat", c->chat, "a user message, formatted with the model's chat template");
   cmd->add_option("--system", c->system, "system prompt for --chat (default: the model's own)");

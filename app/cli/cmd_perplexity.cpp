@@ -74,9 +74,7 @@ void run_perplexity(const PerplexityCommand& c) {
 void register_perplexity(CLI::App& app) {
   auto c = std::make_shared<PerplexityCommand>();
   auto* cmd = app.add_subcommand("perplexity", "perplexity of a text file");
-  add_model_option(*cmd, c->common);
-  add_threads_option(*cmd, c->common);
-  add_json_option(*cmd, c->common);
+  add_run_options(*cmd, c->common);
   cmd->add_option("--file", c->file, "text file")->required();
   cmd->add_option("--ctx", c->ctx, "window length in tokens")->capture_default_str();
   cmd->callback([c] { run_perplexity(*c); });

@@ -191,18 +191,18 @@ bool wants_x8(const WeightMatrix& m) {
 
 void LlamaModel::repack_for_cpu() {
   constexpr uint64_t kAlign = 2u << 20;
-  std::vector<WeightMatrix*> todo;
+  std::vector<WeightMatrix*> to_repack;
   for (WeightMatrix* m : matrices())
-    if (wants_x8(*m)) todo.push_back(m);
+    if (wants_x8(*m)) to_repack.push_back(m);
   uint64_t total = 0;
-  for (const WeightMatrix* m : todo) total += m->bytes();
+  for (const WeightMatrix* m : to_repack) total += m->bytes();
   if (total == 0) return;
   const uint64_t rounded = (total + kAlign - 1) / kAlign * kAlign;
   repacked_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded)));
   if (!repacked_) throw Error("not enough memory to repack " + std::to_string(total >> 20) + " MiB of weights");
   madvise(repacked_.get(), rounded, MADV_HUGEPAGE);
   uint8_t* out = repacked_.get();
-  for (WeightMatrix* m : todo) {
+  for (WeightMatrix* m : to_repack) {
     kernels::repack_x8(m->type, m->data, m->row_bytes, out, m->rows, m->cols);
     m->x8_data = out;
     out += m->bytes();

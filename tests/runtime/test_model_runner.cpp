@@ -54,11 +54,13 @@ class ModelRunnerTest : public QObject {
   // Returns the logits of the sequences that finished their pending tokens, in order.
   void step(ModelRunner& runner, KvManager& kv, std::vector<std::pair<Seq*, int64_t>> work);
   std::vector<std::vector<TokenId>> generate_alone();
+  std::vector<Seq> admit_all(KvManager& kv);  // every prompt as a sequence, its blocks allocated
 
   std::unique_ptr<LlamaModel> model_;
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<kernels::ThreadPool> pool_;
   std::vector<std::vector<TokenId>> prompts_;
+  std::vector<std::vector<TokenId>> alone_;  // each prompt's greedy tokens, run alone
 };
 
 void ModelRunnerTest::initTestCase() {
@@ -77,6 +79,16 @@ void ModelRunnerTest::initTestCase() {
         "where the air pressure is lower, it boils at a lower temperature, which is why cooking "
         "pasta takes"})
     prompts_.push_back(tokenizer_->encode(text, false, false));
+  alone_ = generate_alone();
+}
+
+std::vector<Seq> ModelRunnerTest::admit_all(KvManager& kv) {
+  std::vector<Seq> seqs;
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    seqs.push_back({static_cast<SequenceId>(i), prompts_[i], 0, {}});
+    if (!kv.allocate_sequence(seqs.back().id, seqs.back().tokens)) qFatal("the test pool is too small");
+  }
+  return seqs;
 }
 
 void ModelRunnerTest::step(ModelRunner& runner, KvManager& kv,
@@ -125,15 +137,10 @@ std::vector<std::vector<TokenId>> ModelRunnerTest::generate_alone() {
 
 // All prompts prefilled in one pass, then all decoded together, step by step.
 void ModelRunnerTest::batch_equals_single_runs() {
-  const auto alone = generate_alone();
   KvStorage storage(model_->hparams(), kBlocks, kBlockSize);
   KvManager kv(kBlocks, kBlockSize);
   ModelRunner runner(*model_, *pool_, storage);
-  std::vector<Seq> seqs;
-  for (size_t i = 0; i < prompts_.size(); ++i) {
-    seqs.push_back({static_cast<SequenceId>(i), prompts_[i], 0, {}});
-    QVERIFY(kv.allocate_sequence(seqs.back().id, seqs.back().tokens).has_value());
-  }
+  std::vector<Seq> seqs = admit_all(kv);
   std::vector<std::pair<Seq*, int64_t>> prefill;
   for (auto& s : seqs) prefill.push_back({&s, static_cast<int64_t>(s.tokens.size())});
   step(runner, kv, prefill);
@@ -142,22 +149,17 @@ void ModelRunnerTest::batch_equals_single_runs() {
     for (auto& s : seqs) decode.push_back({&s, 1});
     step(runner, kv, decode);
   }
-  for (size_t i = 0; i < seqs.size(); ++i) QCOMPARE(seqs[i].generated, alone[i]);
+  for (size_t i = 0; i < seqs.size(); ++i) QCOMPARE(seqs[i].generated, alone_[i]);
   QCOMPARE(QString::fromStdString(kv.check_invariants()), QString());
 }
 
 // The last prompt is read in chunks of 8 tokens while the others decode in the same passes
 // (chunked prefill inside continuous batching).
 void ModelRunnerTest::mixed_prefill_chunks_and_decodes() {
-  const auto alone = generate_alone();
   KvStorage storage(model_->hparams(), kBlocks, kBlockSize);
   KvManager kv(kBlocks, kBlockSize);
   ModelRunner runner(*model_, *pool_, storage);
-  std::vector<Seq> seqs;
-  for (size_t i = 0; i < prompts_.size(); ++i) {
-    seqs.push_back({static_cast<SequenceId>(i), prompts_[i], 0, {}});
-    QVERIFY(kv.allocate_sequence(seqs.back().id, seqs.back().tokens).has_value());
-  }
+  std::vector<Seq> seqs = admit_all(kv);
   Seq& late = seqs.back();
   std::vector<std::pair<Seq*, int64_t>> first;
   for (size_t i = 0; i + 1 < seqs.size(); ++i)
@@ -173,7 +175,7 @@ void ModelRunnerTest::mixed_prefill_chunks_and_decodes() {
     }
     step(runner, kv, work);
   }
-  for (size_t i = 0; i < seqs.size(); ++i) QCOMPARE(seqs[i].generated, alone[i]);
+  for (size_t i = 0; i < seqs.size(); ++i) QCOMPARE(seqs[i].generated, alone_[i]);
 }
 
 // The paged batch and the contiguous single-sequence pass compute the same function; their
