@@ -5,6 +5,12 @@
 // (test_kvcache_random.cpp).
 
 #include <QObject>
+#include <QtTest>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/kvcache/kv_manager.h"
 
 class TestKvCache : public QObject {
   Q_OBJECT
@@ -30,3 +36,16 @@ class TestKvCache : public QObject {
   void random_operations_keep_invariants_data();
   void random_operations_keep_invariants();
 };
+
+// Helpers shared by the suites.
+// Tokens first, first+1, …: distinct runs so unrelated prompts never share a block hash.
+inline std::vector<tokenfab::TokenId> iota_tokens(int32_t n, tokenfab::TokenId first) {
+  std::vector<tokenfab::TokenId> tokens(static_cast<size_t>(n));
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+inline void verify_consistent(const tokenfab::KvManager& kv) {
+  const std::string violation = kv.check_invariants();
+  QVERIFY2(violation.empty(), violation.c_str());
+}

@@ -11,20 +11,9 @@ using namespace tokenfab;
 
 namespace {
 
-std::vector<TokenId> iota_tokens(int32_t n, TokenId first) {
-  std::vector<TokenId> tokens(static_cast<size_t>(n));
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
-
 std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-void verify_consistent(const KvManager& kv) {
-  const std::string violation = kv.check_invariants();
-  QVERIFY2(violation.empty(), violation.c_str());
 }
 
 }  // namespace

@@ -10,22 +10,6 @@
 
 using namespace tokenfab;
 
-namespace {
-
-// Tokens first, first+1, …: distinct runs so unrelated prompts never share a block hash.
-std::vector<TokenId> iota_tokens(int32_t n, TokenId first) {
-  std::vector<TokenId> tokens(static_cast<size_t>(n));
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
-
-void verify_consistent(const KvManager& kv) {
-  const std::string violation = kv.check_invariants();
-  QVERIFY2(violation.empty(), violation.c_str());
-}
-
-}  // namespace
-
 void TestKvCache::pool_allocates_retains_and_releases() {
   BlockPool pool(3, 16);
   QCOMPARE(pool.allocate(7), std::optional<BlockId>(0));
