@@ -54,13 +54,17 @@ void register_bench(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_batch_bench(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_serve_bench(CLI::App& app);
 
 }  // namespace tokenfab::cli
 
 namespace tokenfab {
 struct GenerateOptions;
+struct EngineConfig;
 }
 namespace tokenfab::cli {
 // --max-tokens, --ctx and the sampling flags (shared by generate and chat).
 void add_generation_options(CLI::App& cmd, GenerateOptions& g, int64_t& ctx);
+// The engine's devices, pools and scheduling flags (serve-bench, generate, chat).
+void add_engine_options(CLI::App& cmd, EngineConfig& e);
 }  // namespace tokenfab::cli

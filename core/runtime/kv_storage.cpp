@@ -6,8 +6,8 @@
 
 namespace tokenfab {
 
-KvStorage::KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size)
-    : hp_(hp), n_blocks_(n_blocks), block_size_(block_size) {
+KvStorage::KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device)
+    : hp_(hp), device_(std::move(device)), n_blocks_(n_blocks), block_size_(block_size) {
   if (n_blocks < 1 || block_size < 1)
     throw Error("a KV pool needs at least one block of at least one token (got " +
                 std::to_string(n_blocks) + " blocks of " + std::to_string(block_size) + ")");

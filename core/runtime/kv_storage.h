@@ -1,23 +1,41 @@
 #pragma once
 // The KV tensors of one device's paged pool: per layer, K and V as fp16
 // (n_blocks, n_kv_head, block_size, head_dim). Which block belongs to whom is the bookkeeping of
-// core/kvcache (KvManager); this class only holds the numbers, addressed by block id.
+// core/kvcache (KvManager); this class only holds the numbers, addressed by block id. It is the
+// KvBlockStore a KvConnector copies from and into: one block of one layer is one contiguous run
+// of n_kv_head · block_size · head_dim halves in K and one in V.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/model/llama_model.h"
+#include "core/transfer/kv_connector.h"
 #include "kernels/cpu/paged_attention.h"
 
 namespace tokenfab {
 
-class KvStorage {
+class KvStorage final : public KvBlockStore {
  public:
-  KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size);
+  KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device = "cpu:0");
 
   static uint64_t bytes_per_block(const HParams& hp, int32_t block_size);
-  int32_t n_blocks() const { return n_blocks_; }
-  int32_t block_size() const { return block_size_; }
+  // KvBlockStore
+  std::string_view device() const override { return device_; }
+  KvMemory memory() const override { return KvMemory::kHost; }
+  int32_t n_layers() const override { return static_cast<int32_t>(hp_.n_layer); }
+  int32_t n_blocks() const override { return n_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  size_t block_bytes() const override {
+    return static_cast<size_t>(hp_.n_kv_head) * block_size_ * hp_.head_dim * sizeof(uint16_t);
+  }
+  std::byte* k_block(int32_t layer, int32_t block) override {
+    return reinterpret_cast<std::byte*>(k(layer) + offset(block, 0, 0));
+  }
+  std::byte* v_block(int32_t layer, int32_t block) override {
+    return reinterpret_cast<std::byte*>(v(layer) + offset(block, 0, 0));
+  }
+
   uint64_t bytes() const { return bytes_per_block(hp_, block_size_) * static_cast<uint64_t>(n_blocks_); }
 
   uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
@@ -32,6 +50,7 @@ class KvStorage {
 
  private:
   const HParams& hp_;
+  std::string device_;
   int32_t n_blocks_;
   int32_t block_size_;
   std::vector<std::vector<uint16_t>> k_;  // per layer

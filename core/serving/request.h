@@ -17,6 +17,7 @@ struct Request {
   RequestId id = 0;
   std::vector<TokenId> prompt;  // (n_prompt), ≥ 1 token
   int32_t max_tokens = 0;       // tokens to generate, ≥ 1
+  bool stop_at_end_of_generation = true;  // false: always max_tokens (benchmarks)
 };
 
 enum class SequenceStatus : uint8_t {
@@ -25,6 +26,8 @@ enum class SequenceStatus : uint8_t {
   kPreempted,  // back in the waiting queue with its tokens so far; holds no blocks, recomputed
   kFinished,   // max_tokens reached or an end-of-generation token sampled; blocks freed
   kFailed,     // cannot ever fit the pool; `error` says why; blocks freed
+  kReceiving,  // disaggregated decode side: blocks reserved, its prompt's KV arriving from the
+               // prefill device (Scheduler::receive → adopt); not scheduled until adopted
 };
 
 const char* sequence_status_name(SequenceStatus status);
@@ -38,6 +41,7 @@ struct SequenceState {
   int32_t n_computed = 0;
   int32_t n_generated = 0;
   int32_t max_tokens = 0;
+  bool stop_at_end_of_generation = true;
   SequenceStatus status = SequenceStatus::kWaiting;
   int32_t n_preemptions = 0;
   std::string error;  // set when status == kFailed

@@ -20,6 +20,8 @@ const char* sequence_status_name(SequenceStatus status) {
       return "finished";
     case SequenceStatus::kFailed:
       return "failed";
+    case SequenceStatus::kReceiving:
+      return "receiving";
   }
   return "unknown";
 }
@@ -58,7 +60,7 @@ const SequenceState& Scheduler::sequence(RequestId id) const {
   return it->second;
 }
 
-void Scheduler::add(Request request) {
+SequenceState Scheduler::make_state(Request request) const {
   const std::string where = "request " + std::to_string(request.id) + ": ";
   if (request.prompt.empty()) throw Error(where + "empty prompt (expected at least one token)");
   if (request.max_tokens < 1) {
@@ -71,8 +73,53 @@ void Scheduler::add(Request request) {
   s.n_prompt = static_cast<int32_t>(request.prompt.size());
   s.tokens = std::move(request.prompt);
   s.max_tokens = request.max_tokens;
+  s.stop_at_end_of_generation = request.stop_at_end_of_generation;
+  return s;
+}
+
+void Scheduler::add(Request request) {
+  SequenceState s = make_state(std::move(request));
+  waiting_.push_back(s.id);
   sequences_.emplace(s.id, std::move(s));
-  waiting_.push_back(request.id);
+}
+
+std::optional<int32_t> Scheduler::receive(Request request) {
+  SequenceState s = make_state(std::move(request));
+  s.status = SequenceStatus::kReceiving;
+  const SequenceId seq = s.id;
+  sequences_.emplace(seq, std::move(s));
+  const int32_t n_ready = allocate(seq);
+  if (n_ready < 0) {
+    sequences_.erase(seq);
+    return std::nullopt;
+  }
+  state(seq).n_computed = n_ready;
+  return n_ready;
+}
+
+void Scheduler::adopt(RequestId id, std::span<const TokenId> generated) {
+  SequenceState& s = state(id);
+  if (s.status != SequenceStatus::kReceiving)
+    throw Error("scheduler: request " + std::to_string(id) + " is " +
+                sequence_status_name(s.status) + ", not receiving");
+  if (generated.empty())
+    throw Error("scheduler: request " + std::to_string(id) + " arrived without a sampled token");
+  mark_written(id, s.n_computed, s.n_prompt);
+  s.n_computed = s.n_prompt;
+  s.tokens.insert(s.tokens.end(), generated.begin(), generated.end());
+  s.n_generated = static_cast<int32_t>(generated.size());
+  s.status = SequenceStatus::kRunning;
+  running_.push_back(id);
+  if (s.n_generated >= s.max_tokens ||
+      (s.stop_at_end_of_generation && is_end_of_generation_ &&
+       is_end_of_generation_(s.tokens.back())))
+    finish(id);
+}
+
+int32_t Scheduler::prefill_chunk(int32_t pending, int32_t& budget) const {
+  const int32_t n = chunked_prefill_ ? std::min(pending, budget) : pending;
+  budget = std::max(0, budget - n);
+  return n;
 }
 
 bool Scheduler::cancel(RequestId id) {
@@ -140,9 +187,8 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
     if (budget == 0) return;
     const SequenceState& s = state(seq);
     if (s.n_pending() <= 1) continue;  // decoding: planned above
-    const int32_t n = std::min(s.n_pending(), budget);
+    const int32_t n = prefill_chunk(s.n_pending(), budget);
     plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
-    budget -= n;
   }
 }
 
@@ -164,9 +210,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     s.n_computed = n_ready;
     s.status = SequenceStatus::kRunning;
     running_.push_back(seq);
-    const int32_t n = std::min(s.n_pending(), budget);
+    const int32_t n = prefill_chunk(s.n_pending(), budget);
     plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
-    budget -= n;
   }
 }
 
@@ -224,7 +269,8 @@ std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
     s.tokens.push_back(*token);  // its KV slot is reserved by the next schedule()
     ++s.n_generated;
     emitted.push_back({s.id, *token});
-    if (s.n_generated >= s.max_tokens || (is_end_of_generation_ && is_end_of_generation_(*token))) {
+    if (s.n_generated >= s.max_tokens || (s.stop_at_end_of_generation && is_end_of_generation_ &&
+                                           is_end_of_generation_(*token))) {
       finish(chunk.seq);
     }
   }

@@ -24,6 +24,14 @@
 //      served); one that does not fit an otherwise empty pool fails. Tokens found in the prefix
 //      cache need no compute. A chunk is min(pending tokens, remaining budget).
 //
+// Without chunked prefill (set_chunked_prefill(false), for comparison), a prefill chunk is always
+// a sequence's whole pending prompt, however much of the budget it takes; a step that starts one
+// runs it with the decodes, so those decodes wait for the whole prompt.
+//
+// Disaggregated decode side: receive() reserves blocks for a request whose prompt was prefilled
+// on another device (tokens found written in this pool's prefix cache need not be sent);
+// adopt() makes it a running decode once its KV has arrived.
+//
 // Prefix reuse and chunked prefill: KvManager registers full blocks in the prefix cache as soon
 // as their tokens are known, before their KV is written. The scheduler therefore tracks which
 // full blocks a completed step has written (written_blocks_); an admitted sequence starts
@@ -34,6 +42,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -98,6 +107,22 @@ class Scheduler {
   // Between schedule() and complete() it is safe too: complete() skips cancelled sequences.
   bool cancel(RequestId id);
 
+  // Reserves KV blocks for `request` (status kReceiving): returns how many leading prompt tokens
+  // are already written in this pool (block-aligned; their blocks need not be sent), or nullopt —
+  // nothing changed — when the pool is short of blocks. Throws Error like add().
+  std::optional<int32_t> receive(Request request);
+  // The prompt's KV of a kReceiving request has arrived: it runs from now on, with `generated`
+  // (≥ 1 token, sampled by the prefill device) appended. Throws Error if `id` is not receiving.
+  void adopt(RequestId id, std::span<const TokenId> generated);
+
+  // The end-of-generation predicate given at construction (false when none was).
+  bool is_end_of_generation(TokenId token) const {
+    return is_end_of_generation_ && is_end_of_generation_(token);
+  }
+
+  void set_chunked_prefill(bool on) { chunked_prefill_ = on; }
+  bool chunked_prefill() const { return chunked_prefill_; }
+
   // Plans the next step (policy above). Mutates: admissions, KV reservations, preemptions.
   StepPlan schedule();
   // Applies the step's results: `sampled` holds one token per chunk with wants_logits, in plan
@@ -130,6 +155,9 @@ class Scheduler {
   // Allocates `seq`'s table for all its tokens; the count of leading tokens already in the pool
   // and written, or -1 when the pool is short of blocks (nothing allocated then).
   int32_t allocate(SequenceId seq);
+  // Tokens of a prefill chunk for a sequence with `pending` tokens left, out of `budget` (> 0).
+  int32_t prefill_chunk(int32_t pending, int32_t& budget) const;
+  SequenceState make_state(Request request) const;  // validates as add() documents
   void preempt(SequenceId seq);
   void fail(SequenceId seq, std::string error);
   void finish(SequenceId seq);
@@ -142,6 +170,7 @@ class Scheduler {
   int32_t token_budget_;
   int32_t max_running_;
   EndOfGeneration is_end_of_generation_;
+  bool chunked_prefill_ = true;
 
   std::unordered_map<RequestId, SequenceState> sequences_;
   std::deque<SequenceId> waiting_;   // front = next to admit

@@ -1,9 +1,13 @@
 #pragma once
 // Attention for a batch of sequences whose fp16 K/V live in fixed-size blocks of one shared pool
 // (a block table per sequence maps position p to blocks[p / block_size], row p % block_size).
-// Decode rows (one query token) are split over kv heads and block ranges ("split-K") and merged
-// afterwards, so a batch of short decodes still fills every thread; prefill chunks gather each kv
-// head's rows into contiguous f32 once and then run the contiguous-attention loop over them.
+// Every query row — a decode token or a row of a prefill chunk — is computed the same way: its kv
+// head's rows [0, pos] are gathered into f32 (an exact conversion) and one softmax-weighted sum
+// runs over them in position order. A row's output therefore depends only on its query and its
+// context: not on the batch around it, the chunk it belongs to, or the number of threads. That
+// is what makes greedy outputs identical whether a request runs alone, batched with others,
+// prefilled in chunks or on another device (the engine's modes). Work items are (sequence, kv
+// head, token range); a prefill item gathers its rows once for all its tokens.
 
 #include <cstdint>
 #include <span>
@@ -37,7 +41,6 @@ struct PagedSequence {
 // Per-thread scratch, grown as needed and reused between calls.
 struct PagedAttentionScratch {
   std::vector<std::vector<float>> per_thread;
-  std::vector<float> partials;
 };
 
 // q: (rows, n_head, head_dim), q_stride floats between rows; out: same layout, out_stride.
@@ -65,12 +68,6 @@ void attend_rows_f32_scalar(const float* q, const float* k32, const float* v32, 
                             int head_dim, float scale, float* scores, float* out);
 void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
                           int head_dim, float scale, float* scores, float* out);
-// Split-K decode: the partial records {m, l, o[head_dim]} (attention.h) of the `group` query heads
-// q (group, head_dim) of kv head `kv_head` over positions [p0, p1), p0 a multiple of block_size.
-// Query head g's record is at rec + g · rec_stride; scratch holds 4 · (p1 − p0) floats.
-void paged_decode_partial_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t p0,
-                               int64_t p1, const float* q, int group, float scale, float* rec,
-                               int64_t rec_stride, float* scratch);
 bool paged_attention_avx2_supports(int head_dim);
 
 }  // namespace tokenfab::kernels

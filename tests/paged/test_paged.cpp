@@ -1,7 +1,8 @@
 // Paged attention over a pool whose block tables are shuffled (no sequence's blocks in order, and
 // a prefix block run shared between sequences): paged_attention_reference against a plain
-// double-precision loop over the block tables, and paged_attention (split-K decode + gathered
-// prefill, on 1, 2 and 3 threads) against the reference. Blocks no sequence owns and the rows past
+// double-precision loop over the block tables, and paged_attention (on 1, 2 and 3 threads) against
+// the reference; paged_attention's rows are bitwise the same however the batch around them, its
+// chunking or the thread count changes. Blocks no sequence owns and the rows past
 // a sequence's end in its own last block hold NaN, so a read outside the table poisons the output;
 // the padding after each out row must stay untouched.
 
@@ -210,6 +211,8 @@ class PagedTest : public QObject {
   void reference_matches_double();
   void paged_matches_reference_data() { add_rows(); }
   void paged_matches_reference();
+  void rows_are_batch_invariant_data() { add_rows(); }
+  void rows_are_batch_invariant();
 
  private:
   static void add_rows();
@@ -277,6 +280,52 @@ void PagedTest::paged_matches_reference() {
       if (call == 0) first = out;
       QVERIFY2(std::memcmp(first.data(), out.data(), out.size() * sizeof(float)) == 0,
                "a repeated call changed the result");
+    }
+  }
+}
+
+// The engine's modes (alone, batched, chunked, disaggregated) give identical greedy outputs only
+// if a row's attention output is a function of its query and its context alone. Checked bit for
+// bit against the batched 1-thread result: other thread counts; each sequence alone; every
+// prefill chunk cut in two at each position; every prefill row recomputed as a one-token decode.
+void PagedTest::rows_are_batch_invariant() {
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(bool, with_prefill);
+  const Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, with_prefill,
+                             11u * block_size + n_head + head_dim);
+  PagedAttentionScratch scratch;
+  auto run = [&](std::span<const PagedSequence> seqs, int n_threads) {
+    ThreadPool pool(n_threads);
+    std::vector<float> out = fresh_out(b);
+    paged_attention(b.kv(), seqs, b.q.data(), b.q_stride, out.data(), b.out_stride, b.n_head,
+                    b.scale, pool, scratch);
+    return out;
+  };
+  const int64_t row_floats = int64_t{b.n_head} * b.head_dim;
+  auto same_rows = [&](const std::vector<float>& got, const std::vector<float>& want, int64_t r0,
+                       int64_t n) {
+    return std::memcmp(got.data() + r0 * b.out_stride, want.data() + r0 * b.out_stride,
+                       static_cast<size_t>(((n - 1) * b.out_stride + row_floats)) * sizeof(float)) == 0;
+  };
+  const std::vector<float> base = run(b.seqs, 1);
+  for (int n_threads : {2, 3})
+    QVERIFY2(same_rows(run(b.seqs, n_threads), base, 0, b.rows),
+             qPrintable(QString("%1 threads changed some row").arg(n_threads)));
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const PagedSequence& s = b.seqs[i];
+    QVERIFY2(same_rows(run({&s, 1}, 2), base, s.q_row, s.n_tokens),
+             qPrintable(QString("sequence %1 alone differs from the batch").arg(i)));
+    for (int64_t cut = 1; cut < s.n_tokens; ++cut) {
+      const PagedSequence halves[2] = {{s.blocks, cut, s.pos0, s.q_row},
+                                       {s.blocks, s.n_tokens - cut, s.pos0 + cut, s.q_row + cut}};
+      QVERIFY2(same_rows(run(halves, 2), base, s.q_row, s.n_tokens),
+               qPrintable(QString("sequence %1 cut at %2 differs").arg(i).arg(cut)));
+      const PagedSequence decode{s.blocks, 1, s.pos0 + cut, s.q_row + cut};
+      QVERIFY2(same_rows(run({&decode, 1}, 2), base, s.q_row + cut, 1),
+               qPrintable(QString("sequence %1 row %2 as a decode differs").arg(i).arg(cut)));
     }
   }
 }

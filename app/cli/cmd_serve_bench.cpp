@@ -1,0 +1,256 @@
+// serve-bench: an in-process serving workload through the engine facade, as JSON (issue 3's
+// contract). Requests are built from the prompt sets written for this project (short chat turns;
+// long documents to summarize), formatted with the model's chat template and cut to their target
+// lengths. Arrivals are closed-loop (--concurrency C requests in flight) or open-loop Poisson
+// (--rate R requests/s). Every figure comes from the engine's own timestamps.
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "cli_common.h"
+#include "core/common/error.h"
+#include "core/serving/engine.h"
+#include "core/serving/prompt_sets.h"
+#include "core/tokenizer/chat_template.h"
+
+namespace tokenfab::cli {
+
+namespace {
+
+struct ServeBenchCommand {
+  CommonOptions common;
+  EngineConfig engine;
+  int requests = 64;
+  int concurrency = 0;  // 0 with no --rate: 16
+  double rate = 0;
+  std::string prompt_len = "32:256";
+  int long_every = 0;
+  int long_len = 2000;
+  int max_tokens = 64;
+  uint64_t seed = 0;
+  double temperature = 0.0;
+  std::optional<double> slo_ttft_ms, slo_tpot_ms;
+};
+
+// Builds prompts: the chat template around content tokens cut to the wanted total length.
+class WorkloadBuilder {
+ public:
+  WorkloadBuilder(const LoadedModel& m, uint64_t seed)
+      : tokenizer_(*m.tokenizer),
+        rng_(seed),
+        chat_(builtin_prompt_set("chat_turns")),
+        documents_(builtin_prompt_set("documents")) {
+    const std::string marker = "\x01\x02\x03";
+    const std::string text =
+        ChatTemplate::from_gguf(m.model->file()).apply({{"user", marker}}, true);
+    const size_t at = text.find(marker);
+    prefix_ = tokenizer_.encode(text.substr(0, at), tokenizer_.add_bos_token(), true);
+    suffix_ = tokenizer_.encode(text.substr(at + marker.size()), false, true);
+  }
+
+  std::vector<TokenId> chat_prompt(int n_tokens) {
+    return wrap(fill(chat_, "", n_tokens), n_tokens);
+  }
+  std::vector<TokenId> long_prompt(int n_tokens) {
+    return wrap(
+        fill(documents_, "Summarize the following document in three sentences.\n\n", n_tokens),
+        n_tokens);
+  }
+  int overhead() const { return static_cast<int>(prefix_.size() + suffix_.size()); }
+
+ private:
+  // Content of about n tokens: entries of the set picked at random, one after the other.
+  std::vector<TokenId> fill(const PromptSet& set, const std::string& lead, int n) {
+    std::vector<TokenId> content = tokenizer_.encode(lead, false, false);
+    std::uniform_int_distribution<size_t> pick(0, set.entries.size() - 1);
+    while (static_cast<int>(content.size()) < n) {
+      const std::vector<TokenId> more =
+          tokenizer_.encode(set.entries[pick(rng_)] + "\n\n", false, false);
+      content.insert(content.end(), more.begin(), more.end());
+    }
+    return content;
+  }
+  std::vector<TokenId> wrap(std::vector<TokenId> content, int n_total) {
+    content.resize(static_cast<size_t>(std::max(1, n_total - overhead())));
+    std::vector<TokenId> p = prefix_;
+    p.insert(p.end(), content.begin(), content.end());
+    p.insert(p.end(), suffix_.begin(), suffix_.end());
+    return p;
+  }
+
+  const Tokenizer& tokenizer_;
+  std::mt19937_64 rng_;
+  const PromptSet& chat_;
+  const PromptSet& documents_;
+  std::vector<TokenId> prefix_, suffix_;
+};
+
+std::pair<int, int> parse_range(const std::string& text) {
+  const size_t colon = text.find(':');
+  try {
+    size_t used = 0;
+    const int lo = std::stoi(text.substr(0, colon), &used);
+    const int hi = colon == std::string::npos ? lo : std::stoi(text.substr(colon + 1));
+    if (lo >= 1 && hi >= lo) return {lo, hi};
+  } catch (const std::exception&) {
+  }
+  throw Error("--prompt-len \"" + text + "\": expected MIN:MAX with 1 <= MIN <= MAX (e.g. 32:256)");
+}
+
+nlohmann::json device_json(const DeviceSnapshot& d) {
+  nlohmann::json j = {{"name", d.name},
+                      {"role", d.role},
+                      {"threads", d.threads},
+                      {"steps", d.steps},
+                      {"kv_blocks", d.kv.n_blocks},
+                      {"prefix_hit_tokens", d.kv.prefix.hit_tokens},
+                      {"busy_s", d.busy_s},
+                      {"compute_s", d.compute_s},
+                      {"decode_steps", d.decode_steps}};
+  if (d.decode_steps > 0) {
+    j["decode_mean_batch"] =
+        static_cast<double>(d.decode_rows) / static_cast<double>(d.decode_steps);
+    j["decode_step_ms"] = 1e3 * d.decode_busy_s / static_cast<double>(d.decode_steps);
+    j["decode_step_tok_s"] = static_cast<double>(d.decode_rows) / d.decode_busy_s;
+    j["engine_overhead_fraction"] = 1.0 - d.decode_compute_s / d.decode_busy_s;
+  }
+  return j;
+}
+
+void run_serve_bench(ServeBenchCommand c) {
+  const auto [len_min, len_max] = parse_range(c.prompt_len);
+  if (c.requests < 1) throw Error("--requests must be >= 1");
+  if (c.max_tokens < 1) throw Error("--max-tokens must be >= 1");
+  if (c.rate < 0) throw Error("--rate must be > 0 requests per second");
+  if (c.rate > 0 && c.concurrency > 0) throw Error("give --concurrency or --rate, not both");
+  if (c.concurrency < 0) throw Error("--concurrency must be >= 1");
+  if (c.long_every < 0 || c.long_len < 1)
+    throw Error("--long-every must be >= 0 and --long-len >= 1");
+  const int concurrency = c.rate > 0 ? 0 : (c.concurrency > 0 ? c.concurrency : 16);
+  LoadedModel m = load_model(c.common);
+  c.engine.threads = c.common.threads;
+  WorkloadBuilder workload(m, c.seed);
+  if (len_min <= workload.overhead())
+    throw Error("--prompt-len " + c.prompt_len + ": the chat template alone takes " +
+                std::to_string(workload.overhead()) + " tokens; use a minimum above that");
+  std::mt19937_64 rng(c.seed ^ 0x5e7e);
+  std::uniform_int_distribution<int> length(len_min, len_max);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < c.requests; ++i) {
+    const bool is_long = c.long_every > 0 && (i + 1) % c.long_every == 0;
+    GenerationRequest r;
+    r.prompt = is_long ? workload.long_prompt(c.long_len) : workload.chat_prompt(length(rng));
+    r.max_tokens = c.max_tokens;
+    r.sampling.temperature = static_cast<float>(c.temperature);
+    r.sampling.seed = c.seed + static_cast<uint64_t>(i);
+    r.stop_at_end_of_generation = false;  // every request generates max_tokens (comparable runs)
+    requests.push_back(std::move(r));
+  }
+
+  Engine engine(*m.model, c.engine,
+                [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
+  std::vector<RequestId> ids;
+  if (concurrency > 0) {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int in_flight = 0;
+    engine.subscribe([&](const TokenEvent& e) {
+      if (!request_ended(e.state)) return;
+      std::lock_guard lock(mutex);
+      --in_flight;
+      cv.notify_all();
+    });
+    for (GenerationRequest& r : requests) {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return in_flight < concurrency; });
+      ++in_flight;
+      lock.unlock();
+      ids.push_back(engine.submit(std::move(r)));
+    }
+  } else {
+    std::exponential_distribution<double> gap(c.rate);
+    auto next = std::chrono::steady_clock::now();
+    for (GenerationRequest& r : requests) {
+      std::this_thread::sleep_until(next);
+      ids.push_back(engine.submit(std::move(r)));
+      next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(gap(rng)));
+    }
+  }
+  engine.wait_idle();
+  const EngineSnapshot snap = engine.snapshot();
+  nlohmann::json j = to_json(snap.summary);
+  j["mode"] = snap.mode;
+  j["output_tokens"] = snap.summary.output_tokens;
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceSnapshot& d : snap.devices) devices.push_back(device_json(d));
+  j["devices"] = devices;
+  j["workload"] = {
+      {"concurrency", concurrency > 0 ? nlohmann::json(concurrency) : nlohmann::json()},
+      {"rate", c.rate > 0 ? nlohmann::json(c.rate) : nlohmann::json()},
+      {"prompt_len", c.prompt_len},
+      {"long_every", c.long_every},
+      {"long_len", c.long_len},
+      {"max_tokens", c.max_tokens},
+      {"token_budget", c.engine.token_budget},
+      {"chunked_prefill", c.engine.chunked_prefill},
+      {"seed", c.seed}};
+  if (c.slo_ttft_ms || c.slo_tpot_ms) {
+    Slo slo;
+    if (c.slo_ttft_ms) slo.ttft_s = *c.slo_ttft_ms / 1e3;
+    if (c.slo_tpot_ms) slo.tpot_s = *c.slo_tpot_ms / 1e3;
+    j["goodput"] = to_json(engine.goodput(slo));
+  }
+  j["model"] = m.model->file().name();
+  print_report(j, c.common.json);
+}
+
+}  // namespace
+
+void add_engine_options(CLI::App& cmd, EngineConfig& e) {
+  cmd.add_option("--devices", e.devices, "colocated devices, e.g. cpu:0,cpu:1")
+      ->capture_default_str();
+  cmd.add_option("--prefill", e.prefill, "disaggregated mode: prefill devices (with --decode)");
+  cmd.add_option("--decode", e.decode, "disaggregated mode: decode devices (with --prefill)");
+  cmd.add_option("--long-prefill", e.long_prefill, "devices that prefill only long prompts");
+  cmd.add_option("--long-prompt-tokens", e.long_prompt_tokens,
+                 "prompts longer than this go to --long-prefill");
+  cmd.add_option("--kv-blocks", e.kv_blocks, "KV pool per device, in blocks (overrides --kv-mem)");
+  cmd.add_option("--kv-mem", e.kv_mem_mb, "KV pool per device, MiB")->capture_default_str();
+  cmd.add_option("--token-budget", e.token_budget, "tokens computed per step per device")
+      ->capture_default_str();
+  cmd.add_option("--max-running", e.max_running, "sequences per device batch")
+      ->capture_default_str();
+  cmd.add_flag("--no-chunked-prefill{false}", e.chunked_prefill,
+               "read each prompt in one step (for comparison)");
+  cmd.add_option("--connector", e.connector, "KV transfer backend")->capture_default_str();
+}
+
+void register_serve_bench(CLI::App& app) {
+  auto c = std::make_shared<ServeBenchCommand>();
+  auto* cmd = app.add_subcommand("serve-bench", "serving workload through the engine (JSON)");
+  add_run_options(*cmd, c->common);
+  add_engine_options(*cmd, c->engine);
+  cmd->add_option("--requests", c->requests, "requests to send")->capture_default_str();
+  auto* conc = cmd->add_option("--concurrency", c->concurrency, "requests in flight (default 16)");
+  cmd->add_option("--rate", c->rate, "Poisson arrivals, requests per second")->excludes(conc);
+  cmd->add_option("--prompt-len", c->prompt_len, "short prompt length range MIN:MAX, tokens")
+      ->capture_default_str();
+  cmd->add_option("--long-every", c->long_every, "every K-th request is a long document (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--long-len", c->long_len, "long prompt length, tokens")->capture_default_str();
+  cmd->add_option("--max-tokens", c->max_tokens, "tokens generated per request")
+      ->capture_default_str();
+  cmd->add_option("--seed", c->seed, "workload and sampling seed")->capture_default_str();
+  cmd->add_option("--temperature", c->temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--slo-ttft-ms", c->slo_ttft_ms, "goodput: TTFT limit, ms");
+  cmd->add_option("--slo-tpot-ms", c->slo_tpot_ms, "goodput: TPOT limit, ms");
+  cmd->callback([c] { run_serve_bench(*c); });
+}
+
+}  // namespace tokenfab::cli

@@ -1,0 +1,84 @@
+#include "core/device/device.h"
+
+#include <charconv>
+
+#include "core/common/error.h"
+
+namespace tokenfab {
+
+std::string DeviceSpec::name() const {
+  return std::string(kind == DeviceKind::kCpu ? "cpu" : "cuda") + ":" + std::to_string(index);
+}
+
+std::vector<DeviceSpec> parse_device_list(std::string_view text, std::string_view flag) {
+  const std::string where = std::string(flag) + " \"" + std::string(text) + "\": ";
+  std::vector<DeviceSpec> devices;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string_view item = text.substr(start, comma - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    start = comma + 1;
+    if (item.empty()) throw Error(where + "empty device name (expected e.g. cpu:0,cpu:1)");
+    const size_t colon = item.find(':');
+    const std::string_view kind = item.substr(0, colon);
+    DeviceSpec d;
+    if (kind == "cpu") {
+      d.kind = DeviceKind::kCpu;
+    } else if (kind == "cuda") {
+      throw Error(where + "CUDA devices are not available to the engine yet; use cpu:N");
+    } else {
+      throw Error(where + "unknown device kind \"" + std::string(kind) + "\" (expected cpu:N)");
+    }
+    if (colon != std::string_view::npos) {
+      const std::string_view index = item.substr(colon + 1);
+      const auto r = std::from_chars(index.data(), index.data() + index.size(), d.index);
+      if (index.empty() || r.ec != std::errc() || r.ptr != index.data() + index.size() ||
+          d.index < 0 || d.index > 63)
+        throw Error(where + "bad device index \"" + std::string(index) + "\" (expected 0..63)");
+    }
+    for (const DeviceSpec& e : devices)
+      if (e == d) throw Error(where + d.name() + " is listed twice");
+    devices.push_back(d);
+  }
+  return devices;
+}
+
+std::string device_list_name(const std::vector<DeviceSpec>& devices) {
+  std::string s;
+  for (const DeviceSpec& d : devices) s += (s.empty() ? "" : ",") + d.name();
+  return s;
+}
+
+std::vector<int> divide_threads(int total, int n_devices) {
+  if (n_devices < 1) throw Error("no devices to divide threads between");
+  if (total < n_devices)
+    throw Error("--threads " + std::to_string(total) + " cannot give each of the " +
+                std::to_string(n_devices) + " devices a thread of its own");
+  std::vector<int> out(static_cast<size_t>(n_devices), total / n_devices);
+  for (int i = 0; i < total % n_devices; ++i) ++out[static_cast<size_t>(i)];
+  return out;
+}
+
+int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_mem_mb,
+                             int32_t kv_blocks) {
+  if (kv_blocks > 0) return kv_blocks;
+  const uint64_t per_block = KvStorage::bytes_per_block(hp, block_size);
+  const uint64_t n =
+      static_cast<uint64_t>(std::max<int64_t>(kv_mem_mb, 0)) * (1ull << 20) / per_block;
+  if (n < 1)
+    throw Error("--kv-mem " + std::to_string(kv_mem_mb) + " MiB holds no KV block (one block of " +
+                std::to_string(block_size) + " tokens takes " + std::to_string(per_block) +
+                " bytes for this model)");
+  return static_cast<int32_t>(std::min<uint64_t>(n, 1u << 30));
+}
+
+CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
+                     int32_t block_size)
+    : spec_(spec),
+      pool_(threads),
+      storage_(model.hparams(), kv_blocks, block_size, spec.name()),
+      runner_(model, pool_, storage_) {}
+
+}  // namespace tokenfab

@@ -1,0 +1,81 @@
+#pragma once
+// Devices: where a worker's compute and KV pool live. Today the CPU backend provides "virtual"
+// CPU devices (cpu:0, cpu:1, …): each has its own thread team and its own paged KV pool, so a
+// prefill device and a decode device on one machine really run in parallel and really copy KV
+// between two pools. They share the model's weights, read-only (one copy in memory; a CUDA device
+// will hold its own copy in device memory). The CUDA backend plugs in as another Device.
+//
+// Threads are divided between devices explicitly: `--threads N` is the total, split as evenly as
+// possible in device-list order (divide_threads).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model/llama_model.h"
+#include "core/runtime/kv_storage.h"
+#include "core/runtime/model_runner.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tokenfab {
+
+enum class DeviceKind : uint8_t { kCpu, kCuda };
+
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::kCpu;
+  int32_t index = 0;
+  std::string name() const;  // "cpu:0"
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+// Parses "cpu:0,cpu:1" (a bare "cpu" means cpu:0). `flag` names the option in errors. Throws
+// Error on an empty list, an unknown kind, a bad index, a duplicate, or a CUDA device in a build
+// without CUDA support.
+std::vector<DeviceSpec> parse_device_list(std::string_view text,
+                                          std::string_view flag = "--devices");
+std::string device_list_name(const std::vector<DeviceSpec>& devices);  // "cpu:0,cpu:1"
+
+// `total` threads over n devices, the first ones getting one more when it does not divide; throws
+// Error when total < n_devices (every device needs a thread of its own).
+std::vector<int> divide_threads(int total, int n_devices);
+
+// KV pool size from a budget: `kv_blocks` when > 0, else as many blocks as kv_mem_mb MiB hold.
+// Throws Error when the result is below one block.
+int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_mem_mb,
+                             int32_t kv_blocks);
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceSpec& spec() const = 0;
+  std::string name() const { return spec().name(); }
+  virtual int threads() const = 0;
+  virtual KvStorage& kv_storage() = 0;
+  // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
+  virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits) = 0;
+};
+
+// A CPU virtual device: a thread team of `threads` (the calling worker thread is one of them),
+// a KV pool of `kv_blocks` blocks, and a ModelRunner over the shared model.
+class CpuDevice final : public Device {
+ public:
+  CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
+            int32_t block_size);
+
+  const DeviceSpec& spec() const override { return spec_; }
+  int threads() const override { return pool_.size(); }
+  KvStorage& kv_storage() override { return storage_; }
+  void run(std::span<const BatchSequence> batch, std::vector<float>& logits) override {
+    runner_.run(batch, logits);
+  }
+
+ private:
+  DeviceSpec spec_;
+  kernels::ThreadPool pool_;
+  KvStorage storage_;
+  ModelRunner runner_;
+};
+
+}  // namespace tokenfab

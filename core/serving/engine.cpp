@@ -1,0 +1,279 @@
+#include "core/serving/engine.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "core/common/error.h"
+#include "core/device/device.h"
+#include "core/serving/engine_record.h"
+#include "core/serving/router.h"
+#include "core/serving/worker.h"
+
+namespace tokenfab {
+
+const char* request_state_name(RequestState state) {
+  switch (state) {
+    case RequestState::kQueued:
+      return "queued";
+    case RequestState::kPrefilling:
+      return "prefilling";
+    case RequestState::kTransferring:
+      return "transferring";
+    case RequestState::kDecoding:
+      return "decoding";
+    case RequestState::kFinished:
+      return "finished";
+    case RequestState::kCancelled:
+      return "cancelled";
+    case RequestState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+void EngineConfig::validate() const {
+  auto fail = [](const std::string& what) { throw Error("engine configuration: " + what); };
+  if (prefill.empty() != decode.empty())
+    fail("disaggregated mode needs both --prefill and --decode devices (got only --" +
+         std::string(prefill.empty() ? "decode" : "prefill") + ")");
+  if (!long_prefill.empty() && !disaggregated())
+    fail("--long-prefill needs disaggregated mode (--prefill and --decode)");
+  if (!long_prefill.empty() && long_prompt_tokens < 1)
+    fail("--long-prefill needs --long-prompt-tokens N >= 1");
+  if (long_prompt_tokens < 0) fail("--long-prompt-tokens must be >= 0");
+  if (threads < 0) fail("--threads must be >= 0 (0: all hardware threads)");
+  if (block_size < 1 || block_size > 1024) fail("block size must be 1..1024 tokens");
+  if (kv_blocks < 0) fail("--kv-blocks must be >= 0 (0: size the pool from --kv-mem)");
+  if (kv_blocks == 0 && kv_mem_mb < 1) fail("--kv-mem must be >= 1 MiB");
+  if (max_running < 1) fail("max running sequences must be >= 1");
+  if (token_budget < max_running)
+    fail("the token budget (" + std::to_string(token_budget) +
+         ") must be >= max running sequences (" + std::to_string(max_running) +
+         "), so every running decode fits each step");
+  if (decode_side_prefill_tokens < 0) fail("decode-side prefill tokens must be >= 0");
+  if (max_context < 0) fail("max context must be >= 0");
+}
+
+namespace {
+
+struct DevicePlan {
+  DeviceSpec spec;
+  WorkerRole role;
+};
+
+std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
+  std::vector<DevicePlan> plan;
+  auto add = [&](const std::string& list, const char* flag, WorkerRole role) {
+    for (const DeviceSpec& d : parse_device_list(list, flag)) {
+      for (const DevicePlan& p : plan)
+        if (p.spec == d)
+          throw Error(std::string(flag) + ": " + d.name() + " is already a " +
+                      worker_role_name(p.role) + " device; the device lists must be disjoint");
+      plan.push_back({d, role});
+    }
+  };
+  if (c.disaggregated()) {
+    add(c.prefill, "--prefill", WorkerRole::kPrefill);
+    if (!c.long_prefill.empty()) add(c.long_prefill, "--long-prefill", WorkerRole::kLongPrefill);
+    add(c.decode, "--decode", WorkerRole::kDecode);
+  } else {
+    add(c.devices, "--devices", WorkerRole::kColocated);
+  }
+  return plan;
+}
+
+}  // namespace
+
+Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_end_of_generation)
+    : model_(model),
+      config_(std::move(config)),
+      is_end_of_generation_(std::move(is_end_of_generation)),
+      started_(MetricsClock::now()),
+      metrics_(started_) {
+  config_.validate();
+  const std::vector<DevicePlan> plan = plan_devices(config_);
+  const int total_threads =
+      config_.threads > 0 ? config_.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<int> threads = divide_threads(total_threads, static_cast<int>(plan.size()));
+  const int32_t kv_blocks = kv_blocks_for_budget(model.hparams(), config_.block_size,
+                                                 config_.kv_mem_mb, config_.kv_blocks);
+  connector_ = make_kv_connector(config_.connector);
+  std::vector<Worker*> prefill, long_prefill, decode;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    auto device =
+        std::make_unique<CpuDevice>(plan[i].spec, model, threads[i], kv_blocks, config_.block_size);
+    workers_.push_back(std::make_unique<Worker>(*this, std::move(device), plan[i].role, config_,
+                                                *connector_, is_end_of_generation_));
+    Worker* w = workers_.back().get();
+    switch (plan[i].role) {
+      case WorkerRole::kColocated:
+      case WorkerRole::kPrefill:
+        prefill.push_back(w);
+        break;
+      case WorkerRole::kLongPrefill:
+        long_prefill.push_back(w);
+        break;
+      case WorkerRole::kDecode:
+        decode.push_back(w);
+        break;
+    }
+  }
+  router_ =
+      std::make_unique<Router>(prefill, long_prefill, decode, config_.long_prompt_tokens,
+                               config_.disaggregated() ? config_.decode_side_prefill_tokens : 0);
+  for (auto& w : workers_) w->start();
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, record] : requests_) record->cancelled = true;
+  }
+  for (auto& w : workers_) w->stop();
+  workers_.clear();
+}
+
+RequestId Engine::submit(GenerationRequest request) {
+  const HParams& hp = model_.hparams();
+  if (request.prompt.empty()) throw Error("request: empty prompt (expected at least one token)");
+  for (const TokenId t : request.prompt)
+    if (t < 0 || t >= hp.n_vocab)
+      throw Error("request: token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                  std::to_string(hp.n_vocab - 1) + ")");
+  if (request.max_tokens < 1)
+    throw Error("request: max_tokens is " + std::to_string(request.max_tokens) +
+                " (expected at least 1)");
+  request.sampling.validate();
+  const int64_t limit = config_.max_context > 0 ? config_.max_context : hp.n_ctx_train;
+  const int64_t needed = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (limit > 0 && needed > limit)
+    throw Error("request: the prompt (" + std::to_string(request.prompt.size()) + " tokens) plus " +
+                std::to_string(request.max_tokens) + " tokens to generate exceed the context of " +
+                std::to_string(limit) + " tokens");
+  std::shared_ptr<Record> record;
+  {
+    std::lock_guard lock(mutex_);
+    const RequestId id = next_id_++;
+    record = std::make_shared<Record>(id, std::move(request), MetricsClock::now());
+    requests_.emplace(id, record);
+    ++n_active_;
+  }
+  metrics_.on_submitted();
+  Worker& worker = router_->route_prompt(record->request.prompt);
+  record->prefill_worker = &worker;
+  if (worker.role() == WorkerRole::kDecode) record->decode_worker = &worker;
+  worker.post_request(record);
+  return record->id;
+}
+
+bool Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = requests_.find(id);
+    if (it == requests_.end() || request_ended(it->second->state())) return false;
+    it->second->cancelled = true;
+  }
+  for (auto& w : workers_) w->wake();
+  return true;
+}
+
+int64_t Engine::subscribe(TokenCallback callback) {
+  std::lock_guard lock(subscribers_mutex_);
+  const int64_t id = next_subscription_++;
+  subscribers_.emplace(id, std::move(callback));
+  return id;
+}
+
+void Engine::unsubscribe(int64_t subscription) {
+  std::lock_guard lock(subscribers_mutex_);
+  subscribers_.erase(subscription);
+}
+
+void Engine::publish(const TokenEvent& event) {
+  std::vector<TokenCallback> callbacks;
+  {
+    std::lock_guard lock(subscribers_mutex_);
+    for (const auto& [id, cb] : subscribers_) callbacks.push_back(cb);
+  }
+  for (const TokenCallback& cb : callbacks) cb(event);
+}
+
+void Engine::on_ended(Record&) {
+  std::lock_guard lock(mutex_);
+  --n_active_;
+  ended_.notify_all();
+}
+
+void Engine::hand_off(std::shared_ptr<Record> record, Worker&) {
+  Worker& decode = router_->route_decode();
+  record->decode_worker = &decode;
+  {
+    std::lock_guard lock(record->mutex);
+    record->info.decode_device = decode.name();
+  }
+  decode.post_incoming(std::move(record));
+}
+
+void Engine::on_transfer_ended(const KvTransferStats& stats) {
+  if (stats.state == TransferState::kDone) metrics_.on_transfer(stats.bytes, stats.seconds());
+  std::lock_guard lock(mutex_);
+  transfers_.push_back(stats);
+  if (transfers_.size() > kTransferHistory)
+    transfers_.erase(transfers_.begin(),
+                     transfers_.begin() + (transfers_.size() - kTransferHistory));
+}
+
+RequestInfo Engine::request(RequestId id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) throw Error("engine: unknown request " + std::to_string(id));
+  std::lock_guard record_lock(it->second->mutex);
+  return it->second->info;
+}
+
+RequestInfo Engine::wait(RequestId id) {
+  std::unique_lock lock(mutex_);
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) throw Error("engine: unknown request " + std::to_string(id));
+  const std::shared_ptr<Record> record = it->second;
+  ended_.wait(lock, [&] { return request_ended(record->state()); });
+  std::lock_guard record_lock(record->mutex);
+  return record->info;
+}
+
+void Engine::wait_idle() {
+  std::unique_lock lock(mutex_);
+  ended_.wait(lock, [&] { return n_active_ == 0; });
+}
+
+ServingSummary Engine::summary() const {
+  return metrics_.summary(MetricsClock::now());
+}
+
+Goodput Engine::goodput(const Slo& slo) const {
+  return metrics_.goodput(slo, MetricsClock::now());
+}
+
+EngineSnapshot Engine::snapshot() const {
+  EngineSnapshot snap;
+  snap.time = MetricsClock::now();
+  snap.mode = config_.disaggregated() ? "disaggregated" : "colocated";
+  snap.connector = std::string(connector_->backend());
+  for (const auto& w : workers_) snap.devices.push_back(w->snapshot());
+  snap.summary = metrics_.summary(snap.time);
+  std::lock_guard lock(mutex_);
+  snap.transfers = transfers_;
+  for (const auto& [id, record] : requests_) {
+    std::lock_guard record_lock(record->mutex);
+    if (!request_ended(record->info.state)) snap.requests.push_back(record->info);
+  }
+  return snap;
+}
+
+void Engine::set_transfer_fault_injector(KvConnector::FaultInjector injector) {
+  connector_->set_fault_injector(std::move(injector));
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,216 @@
+#pragma once
+// Engine: the one facade the CLI, the GUI and later an API server use (DESIGN.md "Data path").
+//
+//   submit(request) → id      routed to a prefill (or colocated) device; returns at once
+//   subscribe(callback)       token events: request id, tokens, timestamp, step id, device
+//   cancel(id)                in any state; frees every block the request holds, on every device
+//   snapshot()                metrics summary, per-device KV snapshots, recent transfers, requests
+//
+// Modes:
+//   colocated       (default; `devices`) every device is a Worker that prefills and decodes its
+//                   own requests: one scheduler, token budget shared by prefill chunks and
+//                   decodes, chunked prefill (or not, for comparison).
+//   disaggregated   (`prefill` and `decode` both set, disjoint) prefill Workers compute prompts
+//                   and sample the first token; the KvConnector moves the prompt's KV blocks to a
+//                   decode Worker, which decodes the rest in continuous batches. Optionally a
+//                   long-prompt pool (`long_prefill`, `long_prompt_tokens`) prefills prompts
+//                   longer than N tokens on devices of their own.
+// Router (router.h): prefill device by least queued prefill tokens; decode device by most free KV
+// blocks; a prompt whose uncached tail on some decode device is short (a follow-up turn whose
+// earlier turns that device decoded) is prefilled right there, so only its new tokens are computed.
+//
+// Request lifecycle: queued → prefilling → transferring → decoding → finished | cancelled |
+// failed, each transition timestamped (colocated requests skip transferring). Outputs do not
+// depend on the mode: a row's result depends only on its tokens (see paged_attention.h), and each
+// request's sampler travels with it, so greedy — or seeded — generation gives the same tokens
+// colocated, disaggregated, batched or alone.
+//
+// Threads: one worker thread per device, plus the connector's. Callbacks run on worker threads
+// (keep them short; they may call cancel() and submit(), not wait()). All methods are
+// thread-safe.
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/kvcache/kv_snapshot.h"
+#include "core/metrics/aggregate.h"
+#include "core/metrics/request_metrics.h"
+#include "core/model/llama_model.h"
+#include "core/runtime/sampler.h"
+#include "core/serving/request.h"
+#include "core/transfer/kv_connector.h"
+
+namespace tokenfab {
+
+struct EngineConfig {
+  std::string devices = "cpu:0";   // colocated mode: these devices, each a full worker
+  std::string prefill;             // disaggregated mode: prefill devices ...
+  std::string decode;              // ... and decode devices (disjoint)
+  std::string long_prefill;        // optional long-prompt prefill pool (disaggregated only)
+  int32_t long_prompt_tokens = 0;  // prompts longer than this go to long_prefill (0: off)
+  int threads = 0;                 // total threads over all devices (0: the hardware's)
+  int64_t kv_mem_mb = 512;         // KV pool per device, MiB (unless kv_blocks > 0)
+  int32_t kv_blocks = 0;           // KV pool per device, blocks
+  int32_t block_size = 16;         // tokens per KV block
+  int32_t token_budget = 512;      // tokens computed per step per device
+  int32_t max_running = 64;        // sequences per device batch
+  bool chunked_prefill = true;     // colocated: read long prompts in budget-sized chunks
+  std::string connector = "loopback";
+  // Disaggregated: a prompt is prefilled on a decode device when that device's prefix cache
+  // leaves at most this many tokens to compute (0: never).
+  int32_t decode_side_prefill_tokens = 256;
+  int64_t max_context = 0;  // prompt + max_tokens limit (0: the model's training context)
+
+  // Throws Error naming the field for an inconsistent configuration.
+  void validate() const;
+  bool disaggregated() const { return !prefill.empty() || !decode.empty(); }
+};
+
+enum class RequestState : uint8_t {
+  kQueued,
+  kPrefilling,
+  kTransferring,
+  kDecoding,
+  kFinished,
+  kCancelled,
+  kFailed,
+};
+inline constexpr size_t kRequestStateCount = 7;
+const char* request_state_name(RequestState state);
+inline bool request_ended(RequestState s) {
+  return s == RequestState::kFinished || s == RequestState::kCancelled ||
+         s == RequestState::kFailed;
+}
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;
+  int32_t max_tokens = 128;
+  SamplingParams sampling{.temperature = 0.0f};  // greedy unless set
+  bool stop_at_end_of_generation = true;
+};
+
+struct TokenEvent {
+  RequestId id = 0;
+  std::vector<TokenId> tokens;  // emitted by one step (empty on the final event of a request
+                                // that ended without new tokens: cancelled or failed)
+  MetricsTime time{};
+  int64_t step = -1;  // the device's step id
+  std::string device;
+  RequestState state = RequestState::kDecoding;  // after this event; an ended state is the last
+  std::string error;                             // kFailed: why
+};
+
+struct RequestInfo {
+  RequestId id = 0;
+  RequestState state = RequestState::kQueued;
+  int32_t n_prompt = 0;
+  std::vector<TokenId> output;  // tokens generated so far
+  std::string prefill_device, decode_device;
+  std::array<std::optional<MetricsTime>, kRequestStateCount> entered;  // by RequestState
+  std::string error;
+  int32_t preemptions = 0;
+  std::optional<RequestMetrics> metrics;  // once ended with at least one token
+};
+
+struct DeviceSnapshot {
+  std::string name;
+  std::string role;  // "colocated", "prefill", "long-prefill", "decode"
+  int threads = 0;
+  KvSnapshot kv;
+  int32_t running = 0, waiting = 0, receiving = 0;
+  int64_t steps = 0;
+  int64_t queued_prefill_tokens = 0;
+  // Where the worker's time went, seconds since start: `busy_s` in steps (planning, the pass,
+  // sampling, bookkeeping, events), `compute_s` inside the device's batched pass. The same for
+  // steps that were all decodes, with the rows they computed: the engine's own overhead on a
+  // decode step is 1 − decode_compute_s / decode_busy_s.
+  double busy_s = 0, compute_s = 0;
+  int64_t decode_steps = 0, decode_rows = 0;
+  double decode_busy_s = 0, decode_compute_s = 0;
+};
+
+struct EngineSnapshot {
+  MetricsTime time{};
+  std::string mode;  // "colocated" or "disaggregated"
+  std::string connector;
+  std::vector<DeviceSnapshot> devices;
+  ServingSummary summary;                  // since the engine started
+  std::vector<KvTransferStats> transfers;  // most recent last (up to kTransferHistory)
+  std::vector<RequestInfo> requests;       // not yet ended
+};
+
+class Worker;
+class Router;
+
+class Engine {
+ public:
+  using TokenCallback = std::function<void(const TokenEvent&)>;
+  using EndOfGeneration = std::function<bool(TokenId)>;
+  static constexpr size_t kTransferHistory = 256;
+
+  // Creates the devices and workers and starts their threads. `model` outlives the engine.
+  // Throws Error for a bad configuration (see EngineConfig::validate, parse_device_list).
+  Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_end_of_generation = {});
+  ~Engine();  // cancels what is left and joins the workers
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Throws Error for an empty prompt, a token outside the vocabulary, max_tokens < 1, bad
+  // sampling values, or prompt + max_tokens beyond the context limit.
+  RequestId submit(GenerationRequest request);
+  // False when the id is unknown or the request has already ended.
+  bool cancel(RequestId id);
+  int64_t subscribe(TokenCallback callback);
+  void unsubscribe(int64_t subscription);
+
+  RequestInfo request(RequestId id) const;  // throws Error for an unknown id
+  RequestInfo wait(RequestId id);           // blocks until the request has ended
+  void wait_idle();                         // blocks until every submitted request has ended
+  EngineSnapshot snapshot() const;
+  ServingSummary summary() const;  // snapshot().summary, without the KV copies
+  Goodput goodput(const Slo& slo) const;
+  // Fault drills and tests: see KvConnector::set_fault_injector.
+  void set_transfer_fault_injector(KvConnector::FaultInjector injector);
+
+  const EngineConfig& config() const { return config_; }
+  MetricsTime started() const { return started_; }
+
+  // For workers (engine.cpp, worker.cpp): not part of the facade.
+  struct Record;
+  void publish(const TokenEvent& event);
+  void on_ended(Record& record);
+  void hand_off(std::shared_ptr<Record> record, Worker& from);  // prefill done → decode worker
+  ServingMetrics& metrics() { return metrics_; }
+  void on_transfer_ended(const KvTransferStats& stats);
+
+ private:
+  const LlamaModel& model_;
+  EngineConfig config_;
+  EndOfGeneration is_end_of_generation_;
+  const MetricsTime started_;
+  ServingMetrics metrics_;
+  std::unique_ptr<KvConnector> connector_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<Router> router_;
+
+  mutable std::mutex mutex_;  // requests_, transfers_, next_id_
+  std::condition_variable ended_;
+  std::map<RequestId, std::shared_ptr<Record>> requests_;
+  std::vector<KvTransferStats> transfers_;
+  RequestId next_id_ = 1;
+  int64_t n_active_ = 0;
+
+  mutable std::mutex subscribers_mutex_;
+  std::map<int64_t, TokenCallback> subscribers_;
+  int64_t next_subscription_ = 1;
+};
+
+}  // namespace tokenfab

@@ -1,0 +1,54 @@
+#pragma once
+// Engine::Record: one request as the engine and its workers share it. Ownership of the
+// worker-side fields moves with the request: the worker holding it (its prefill worker, then
+// its decode worker) is the only thread touching them, and the hand-off goes through a queue.
+// The public view (`info`) is read by any thread under `mutex`.
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "core/metrics/request_metrics.h"
+#include "core/runtime/sampler.h"
+#include "core/serving/engine.h"
+
+namespace tokenfab {
+
+class Worker;
+
+struct Engine::Record {
+  Record(RequestId id, GenerationRequest req, MetricsTime submitted)
+      : id(id), request(std::move(req)), sampler(request.sampling), timeline(submitted) {
+    info.id = id;
+    info.n_prompt = static_cast<int32_t>(request.prompt.size());
+    info.entered[static_cast<size_t>(RequestState::kQueued)] = submitted;
+  }
+
+  const RequestId id;
+  const GenerationRequest request;
+  std::atomic<bool> cancelled{false};
+
+  // Worker-side (see above).
+  Sampler sampler;
+  RequestTimeline timeline;
+  Worker* prefill_worker = nullptr;
+  Worker* decode_worker = nullptr;
+  std::vector<TokenId> generated;      // sampled so far (the prefill device's first token, ...)
+  std::vector<int32_t> source_blocks;  // prefill device's blocks holding the prompt's KV
+  int64_t prefill_tokens_left = 0;     // counted in the prefill worker's queued-token load
+
+  mutable std::mutex mutex;  // guards info
+  RequestInfo info;
+
+  RequestState state() const {
+    std::lock_guard lock(mutex);
+    return info.state;
+  }
+  void enter(RequestState s, MetricsTime t) {
+    std::lock_guard lock(mutex);
+    info.state = s;
+    info.entered[static_cast<size_t>(s)] = t;
+  }
+};
+
+}  // namespace tokenfab

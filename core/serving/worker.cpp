@@ -1,0 +1,521 @@
+#include "core/serving/worker.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/common/error.h"
+#include "core/common/log.h"
+#include "core/serving/engine_record.h"
+
+namespace tokenfab {
+
+namespace {
+
+constexpr auto kPublishEvery = std::chrono::milliseconds(20);
+// While transfers are in flight the loop polls the connector this often when it has no step to
+// run (a decode step in progress polls once per step).
+constexpr auto kTransferPoll = std::chrono::microseconds(200);
+
+SequenceId hold_id(RequestId id) {
+  return -id;
+}
+
+}  // namespace
+
+const char* worker_role_name(WorkerRole role) {
+  switch (role) {
+    case WorkerRole::kColocated:
+      return "colocated";
+    case WorkerRole::kPrefill:
+      return "prefill";
+    case WorkerRole::kLongPrefill:
+      return "long-prefill";
+    case WorkerRole::kDecode:
+      return "decode";
+  }
+  return "unknown";
+}
+
+Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
+               const EngineConfig& config, KvConnector& connector,
+               Scheduler::EndOfGeneration is_end_of_generation)
+    : engine_(engine),
+      device_(std::move(device)),
+      role_(role),
+      name_(device_->name()),
+      connector_(connector),
+      kv_(device_->kv_storage().n_blocks(), device_->kv_storage().block_size()),
+      scheduler_(kv_, config.token_budget, config.max_running, std::move(is_end_of_generation)) {
+  scheduler_.set_chunked_prefill(config.chunked_prefill);
+  free_blocks_ = kv_.n_available_blocks();
+  publish(true);
+}
+
+Worker::~Worker() {
+  stop();
+}
+
+void Worker::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Worker::stop() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    stopping_ = true;
+  }
+  inbox_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::post_request(std::shared_ptr<Engine::Record> record) {
+  record->prefill_tokens_left = static_cast<int64_t>(record->request.prompt.size());
+  queued_prefill_tokens_ += record->prefill_tokens_left;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    new_requests_.push_back(std::move(record));
+  }
+  inbox_cv_.notify_all();
+}
+
+void Worker::post_incoming(std::shared_ptr<Engine::Record> record) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    new_incoming_.push_back(std::move(record));
+  }
+  inbox_cv_.notify_all();
+}
+
+void Worker::post_release(SequenceId hold) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    releases_.push_back(hold);
+  }
+  inbox_cv_.notify_all();
+}
+
+void Worker::wake() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    woken_ = true;
+  }
+  inbox_cv_.notify_all();
+}
+
+int32_t Worker::cached_prefix_tokens(std::span<const TokenId> prompt) const {
+  const int32_t bs = device_->kv_storage().block_size();
+  const int32_t n_full = static_cast<int32_t>(prompt.size()) / bs;
+  std::lock_guard lock(published_mutex_);
+  uint64_t hash = PrefixCache::kRootHash;
+  int32_t n = 0;
+  while (n < n_full) {
+    hash = PrefixCache::hash_block(hash, prompt.subspan(static_cast<size_t>(n) * bs, bs));
+    if (!published_hashes_.count(hash)) break;
+    ++n;
+  }
+  return n * bs;
+}
+
+DeviceSnapshot Worker::snapshot() const {
+  std::lock_guard lock(published_mutex_);
+  return published_;
+}
+
+void Worker::loop() {
+  for (;;) {
+    drain_inbox();
+    {
+      std::lock_guard lock(inbox_mutex_);
+      if (stopping_) break;
+    }
+    handle_cancellations();
+    handle_incoming();
+    const bool ran = step();
+    free_blocks_ = kv_.n_available_blocks();
+    publish(!ran);
+    if (ran) continue;
+    std::unique_lock lock(inbox_mutex_);
+    auto has_work = [&] {
+      return stopping_ || woken_ || !new_requests_.empty() || !new_incoming_.empty() ||
+             !releases_.empty();
+    };
+    const bool transfers_in_flight = std::any_of(incoming_.begin(), incoming_.end(),
+                                                 [](const Incoming& in) { return in.reserved; });
+    if (transfers_in_flight) {
+      inbox_cv_.wait_for(lock, kTransferPoll, has_work);
+    } else {
+      inbox_cv_.wait(lock, has_work);
+    }
+    woken_ = false;
+  }
+  // Stopping: everything still here ends cancelled and gives its blocks back.
+  const MetricsTime t = MetricsClock::now();
+  for (Incoming& in : incoming_) {
+    if (in.transfer >= 0) {
+      connector_.cancel(in.transfer);
+      connector_.wait(in.transfer);
+      connector_.release(in.transfer);
+    }
+    if (scheduler_.contains(in.record->id)) scheduler_.cancel(in.record->id);
+    end(in.record, RequestState::kCancelled, "", {}, steps_, t);
+  }
+  incoming_.clear();
+  for (auto& [id, record] : requests_) {
+    scheduler_.cancel(id);
+    end(record, RequestState::kCancelled, "", {}, steps_, t);
+  }
+  requests_.clear();
+  for (const SequenceId seq : kv_.sequences()) kv_.free_sequence(seq);  // holds
+  publish(true);
+}
+
+void Worker::drain_inbox() {
+  std::vector<std::shared_ptr<Engine::Record>> requests, incoming;
+  std::vector<SequenceId> releases;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    requests.swap(new_requests_);
+    incoming.swap(new_incoming_);
+    releases.swap(releases_);
+  }
+  for (const SequenceId hold : releases) release_hold(hold);
+  for (auto& record : requests) admit(record);
+  for (auto& record : incoming) incoming_.push_back({std::move(record)});
+}
+
+void Worker::admit(const std::shared_ptr<Engine::Record>& record) {
+  const GenerationRequest& r = record->request;
+  // A prefill worker computes the prompt and samples the first token; the rest is decoded
+  // where the router sends it.
+  const int32_t max_tokens = prefill_role() ? 1 : r.max_tokens;
+  try {
+    scheduler_.add({record->id, r.prompt, max_tokens, r.stop_at_end_of_generation});
+  } catch (const Error& e) {
+    end(record, RequestState::kFailed, e.what(), {}, steps_, MetricsClock::now());
+    return;
+  }
+  requests_.emplace(record->id, record);
+}
+
+void Worker::release_hold(SequenceId hold) {
+  if (kv_.has_sequence(hold)) kv_.free_sequence(hold);
+}
+
+void Worker::handle_cancellations() {
+  const MetricsTime t = MetricsClock::now();
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (!it->second->cancelled.load()) {
+      ++it;
+      continue;
+    }
+    scheduler_.cancel(it->first);
+    end(it->second, RequestState::kCancelled, "", {}, steps_, t);
+    it = requests_.erase(it);
+  }
+  for (auto it = incoming_.begin(); it != incoming_.end();) {
+    if (!it->record->cancelled.load()) {
+      ++it;
+      continue;
+    }
+    if (it->transfer >= 0) {
+      connector_.cancel(it->transfer);
+      connector_.wait(it->transfer);  // the destination blocks are written no more
+      engine_.on_transfer_ended(connector_.release(it->transfer));
+    }
+    if (it->reserved) scheduler_.cancel(it->record->id);
+    it->record->prefill_worker->post_release(hold_id(it->record->id));
+    end(it->record, RequestState::kCancelled, "", {}, steps_, t);
+    it = incoming_.erase(it);
+  }
+}
+
+void Worker::handle_incoming() {
+  bool reserving = true;  // first come, first served: stop reserving at the first that waits
+  for (auto it = incoming_.begin(); it != incoming_.end();) {
+    Incoming& in = *it;
+    const auto& record = in.record;
+    if (!in.reserved) {
+      if (!reserving) {
+        ++it;
+        continue;
+      }
+      const GenerationRequest& r = record->request;
+      std::optional<int32_t> n_ready;
+      try {
+        n_ready =
+            scheduler_.receive({record->id, r.prompt, r.max_tokens, r.stop_at_end_of_generation});
+      } catch (const Error& e) {
+        record->prefill_worker->post_release(hold_id(record->id));
+        end(record, RequestState::kFailed, e.what(), {}, steps_, MetricsClock::now());
+        it = incoming_.erase(it);
+        continue;
+      }
+      if (!n_ready) {
+        reserving = false;
+        const bool alone = scheduler_.running().empty() &&
+                           std::none_of(incoming_.begin(), incoming_.end(),
+                                        [](const Incoming& i) { return i.reserved; });
+        if (alone) {  // nothing will ever free blocks for it
+          const int32_t bs = kv_.block_size();
+          const int64_t n = static_cast<int64_t>(r.prompt.size());
+          record->prefill_worker->post_release(hold_id(record->id));
+          end(record, RequestState::kFailed,
+              "request " + std::to_string(record->id) + ": its " + std::to_string(n) +
+                  "-token prompt needs " + std::to_string((n + bs - 1) / bs) + " KV blocks on " +
+                  name_ + ", whose pool has " + std::to_string(kv_.pool().n_blocks()),
+              {}, steps_, MetricsClock::now());
+          it = incoming_.erase(it);
+          continue;
+        }
+        ++it;
+        continue;
+      }
+      in.reserved = true;
+      const size_t from = static_cast<size_t>(*n_ready / kv_.block_size());
+      const std::vector<BlockId>& dst = kv_.table(record->id).blocks();
+      KvTransferSpec spec;
+      spec.request = record->id;
+      spec.src = &record->prefill_worker->device().kv_storage();
+      spec.dst = &device_->kv_storage();
+      spec.src_blocks.assign(record->source_blocks.begin() + static_cast<ptrdiff_t>(from),
+                             record->source_blocks.end());
+      spec.dst_blocks.assign(dst.begin() + static_cast<ptrdiff_t>(from), dst.end());
+      spec.n_tokens = static_cast<int32_t>(r.prompt.size()) - *n_ready;
+      try {
+        in.transfer = connector_.send(std::move(spec));
+      } catch (const Error& e) {
+        scheduler_.cancel(record->id);
+        record->prefill_worker->post_release(hold_id(record->id));
+        end(record, RequestState::kFailed, e.what(), {}, steps_, MetricsClock::now());
+        it = incoming_.erase(it);
+        continue;
+      }
+    }
+    const TransferState state = connector_.poll(in.transfer);
+    if (state != TransferState::kDone && state != TransferState::kFailed) {
+      ++it;
+      continue;
+    }
+    finish_transfer(in, MetricsClock::now());
+    it = incoming_.erase(it);
+  }
+}
+
+void Worker::finish_transfer(Incoming& in, MetricsTime t) {
+  const auto& record = in.record;
+  const KvTransferStats stats = connector_.release(in.transfer);
+  engine_.on_transfer_ended(stats);
+  record->prefill_worker->post_release(hold_id(record->id));
+  if (stats.state != TransferState::kDone) {
+    scheduler_.cancel(record->id);
+    end(record, RequestState::kFailed, stats.error, {}, steps_, t);
+    return;
+  }
+  scheduler_.adopt(record->id, record->generated);
+  requests_.emplace(record->id, record);
+  record->enter(RequestState::kDecoding, t);
+}
+
+bool Worker::step() {
+  if (!scheduler_.has_unfinished()) {
+    handle_finished();  // failures found while admitting
+    return false;
+  }
+  const MetricsTime step_start = MetricsClock::now();
+  const StepPlan plan = scheduler_.schedule();
+  const int64_t step_id = plan.step;
+  if (plan.empty()) {
+    handle_finished();
+    return false;
+  }
+  KvStorage& storage = device_->kv_storage();
+  for (const BlockCopy& copy : plan.copies) storage.copy_block(copy.src, copy.dst);
+  batch_.clear();
+  tables_.resize(plan.chunks.size());
+  const MetricsTime planned = MetricsClock::now();
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& chunk = plan.chunks[i];
+    const auto& blocks = kv_.table(chunk.seq).blocks();
+    tables_[i].assign(blocks.begin(), blocks.end());
+    const SequenceState& s = scheduler_.sequence(chunk.seq);
+    batch_.push_back(
+        {std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(chunk.first_token),
+                                                    static_cast<size_t>(chunk.n_tokens)),
+         chunk.first_token, tables_[i], chunk.wants_logits});
+    Engine::Record& record = *requests_.at(chunk.seq);
+    if (record.state() == RequestState::kQueued) {
+      record.enter(RequestState::kPrefilling, planned);
+      std::lock_guard lock(record.mutex);
+      record.info.prefill_device = name_;
+    }
+    if (chunk.first_token < s.n_prompt) {
+      const int64_t n =
+          std::min(chunk.first_token + chunk.n_tokens, s.n_prompt) - chunk.first_token;
+      const int64_t counted = std::min(n, record.prefill_tokens_left);
+      record.prefill_tokens_left -= counted;
+      queued_prefill_tokens_ -= counted;
+    }
+  }
+  const MetricsTime run_start = MetricsClock::now();
+  device_->run(batch_, logits_);
+  const double compute_s = seconds_between(run_start, MetricsClock::now());
+  const int64_t n_vocab = static_cast<int64_t>(logits_.size()) / std::max(1, plan.n_logits());
+  sampled_.clear();
+  size_t row = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (!chunk.wants_logits) continue;
+    Engine::Record& record = *requests_.at(chunk.seq);
+    sampled_.push_back(record.sampler.sample(
+        std::span<const float>(logits_.data() + row++ * n_vocab, static_cast<size_t>(n_vocab))));
+    if (prefill_role()) {  // keep the prompt's blocks for the transfer (released by the decoder)
+      kv_.fork(chunk.seq, hold_id(chunk.seq));
+      const auto& blocks = kv_.table(hold_id(chunk.seq)).blocks();
+      record.source_blocks.assign(blocks.begin(), blocks.end());
+    }
+  }
+  const std::vector<EmittedToken> emitted = scheduler_.complete(plan, sampled_);
+  ++steps_;
+  const MetricsTime t = MetricsClock::now();
+  for (const EmittedToken& e : emitted) {
+    Engine::Record& record = *requests_.at(e.id);
+    record.generated.push_back(e.token);
+    record.timeline.on_emission(t, 1);
+    std::lock_guard lock(record.mutex);
+    record.info.output.push_back(e.token);
+    if (record.info.state == RequestState::kPrefilling && !prefill_role()) {
+      record.info.state = RequestState::kDecoding;
+      record.info.entered[static_cast<size_t>(RequestState::kDecoding)] = t;
+    }
+    if (role_ != WorkerRole::kPrefill && role_ != WorkerRole::kLongPrefill &&
+        record.info.decode_device.empty())
+      record.info.decode_device = name_;
+  }
+  // Events for tokens of requests that go on; the ended ones get theirs from end().
+  std::unordered_map<RequestId, TokenId> last_token;
+  for (const EmittedToken& e : emitted) last_token[e.id] = e.token;
+  std::vector<SequenceState> finished = scheduler_.take_finished();
+  std::unordered_set<RequestId> ending;
+  for (const SequenceState& s : finished) ending.insert(s.id);
+  for (const EmittedToken& e : emitted) {
+    if (ending.count(e.id)) continue;
+    engine_.publish({e.id, {e.token}, t, step_id, name_, requests_.at(e.id)->state(), ""});
+  }
+  for (SequenceState& s : finished) {
+    auto it = requests_.find(s.id);
+    if (it == requests_.end()) continue;
+    const std::shared_ptr<Engine::Record> record = it->second;
+    requests_.erase(it);
+    {
+      std::lock_guard lock(record->mutex);
+      record->info.preemptions += s.n_preemptions;
+    }
+    std::vector<TokenId> last;
+    if (const auto lt = last_token.find(s.id); lt != last_token.end()) last.push_back(lt->second);
+    if (s.status == SequenceStatus::kFailed) {
+      release_hold(hold_id(s.id));
+      end(record, RequestState::kFailed, s.error, last, step_id, t);
+      continue;
+    }
+    const GenerationRequest& r = record->request;
+    const bool more = prefill_role() && r.max_tokens > 1 &&
+                      !(r.stop_at_end_of_generation && !last.empty() &&
+                        scheduler_.is_end_of_generation(last.back()));
+    if (!more) {
+      release_hold(hold_id(s.id));
+      end(record, RequestState::kFinished, "", last, step_id, t);
+      continue;
+    }
+    if (record->cancelled.load()) {
+      release_hold(hold_id(s.id));
+      end(record, RequestState::kCancelled, "", last, step_id, t);
+      continue;
+    }
+    queued_prefill_tokens_ -= record->prefill_tokens_left;
+    record->prefill_tokens_left = 0;
+    record->enter(RequestState::kTransferring, t);
+    engine_.publish({s.id, last, t, step_id, name_, RequestState::kTransferring, ""});
+    engine_.hand_off(record, *this);
+  }
+  const int64_t preemptions = scheduler_.n_preemptions();
+  for (; seen_preemptions_ < preemptions; ++seen_preemptions_) engine_.metrics().on_preemption();
+  const PrefixCacheStats& ps = kv_.prefix_cache().stats();
+  const int64_t lookups =
+      (ps.hit_tokens + ps.miss_tokens) - (seen_prefix_.hit_tokens + seen_prefix_.miss_tokens);
+  if (lookups > 0)
+    engine_.metrics().on_prefix_lookup(lookups, ps.hit_tokens - seen_prefix_.hit_tokens);
+  seen_prefix_ = ps;
+  const double busy_s = seconds_between(step_start, MetricsClock::now());
+  busy_s_ += busy_s;
+  compute_s_ += compute_s;
+  if (std::all_of(plan.chunks.begin(), plan.chunks.end(),
+                  [](const ScheduledChunk& c) { return c.n_tokens == 1; })) {
+    ++decode_steps_;
+    decode_rows_ += static_cast<int64_t>(plan.chunks.size());
+    decode_busy_s_ += busy_s;
+    decode_compute_s_ += compute_s;
+  }
+  return true;
+}
+
+void Worker::handle_finished() {
+  for (SequenceState& s : scheduler_.take_finished()) {
+    auto it = requests_.find(s.id);
+    if (it == requests_.end()) continue;
+    const std::shared_ptr<Engine::Record> record = it->second;
+    requests_.erase(it);
+    end(record,
+        s.status == SequenceStatus::kFailed ? RequestState::kFailed : RequestState::kFinished,
+        s.error, {}, steps_, MetricsClock::now());
+  }
+}
+
+void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState state,
+                 std::string error, std::vector<TokenId> last_tokens, int64_t step, MetricsTime t) {
+  queued_prefill_tokens_ -= record->prefill_tokens_left;
+  record->prefill_tokens_left = 0;
+  std::optional<RequestMetrics> metrics;
+  if (record->timeline.output_tokens() > 0) metrics = record->timeline.compute();
+  {
+    std::lock_guard lock(record->mutex);
+    record->info.state = state;
+    record->info.entered[static_cast<size_t>(state)] = t;
+    record->info.error = error;
+    record->info.metrics = metrics;
+  }
+  if (state == RequestState::kFinished && metrics) engine_.metrics().on_completed(*metrics);
+  if (state == RequestState::kFailed) engine_.metrics().on_failed();
+  engine_.publish({record->id, std::move(last_tokens), t, step, name_, state, std::move(error)});
+  engine_.on_ended(*record);
+}
+
+void Worker::publish(bool force) {
+  const MetricsTime now = MetricsClock::now();
+  if (!force && now - last_publish_ < kPublishEvery) return;
+  last_publish_ = now;
+  DeviceSnapshot snap;
+  snap.name = name_;
+  snap.role = worker_role_name(role_);
+  snap.threads = device_->threads();
+  snap.kv = kv_.snapshot();
+  snap.running = static_cast<int32_t>(scheduler_.running().size());
+  snap.waiting = static_cast<int32_t>(scheduler_.waiting().size());
+  snap.receiving = static_cast<int32_t>(std::count_if(
+      incoming_.begin(), incoming_.end(), [](const Incoming& i) { return i.reserved; }));
+  snap.steps = steps_;
+  snap.queued_prefill_tokens = queued_prefill_tokens_.load();
+  snap.busy_s = busy_s_;
+  snap.compute_s = compute_s_;
+  snap.decode_steps = decode_steps_;
+  snap.decode_rows = decode_rows_;
+  snap.decode_busy_s = decode_busy_s_;
+  snap.decode_compute_s = decode_compute_s_;
+  std::unordered_set<uint64_t> hashes;
+  if (role_ == WorkerRole::kDecode)
+    for (const BlockRecord& b : snap.kv.blocks)
+      if (b.has_hash) hashes.insert(b.hash);
+  std::lock_guard lock(published_mutex_);
+  published_ = std::move(snap);
+  published_hashes_ = std::move(hashes);
+}
+
+}  // namespace tokenfab

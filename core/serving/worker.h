@@ -1,0 +1,131 @@
+#pragma once
+// Worker: one device's serving loop on a thread of its own — the PrefillWorker and DecodeWorker
+// boxes of the data path (DESIGN.md), and in colocated mode both at once. Each iteration:
+//   1. drain the inbox: new requests (to prefill, or to serve whole), prompts arriving from a
+//      prefill worker (decode role), holds to release (prefill role);
+//   2. clean up requests whose cancel flag is set, wherever they are;
+//   3. decode role: reserve blocks for arrived prompts and start their KV transfers; adopt the
+//      finished transfers into the running batch; fail the failed ones;
+//   4. run one scheduler step: plan → one batched pass on the device → sample each request with
+//      its own sampler → complete; publish the tokens;
+//   5. prefill role: a request whose prompt is done keeps its blocks under a "hold" sequence
+//      (a fork, id −request) and is handed to the router, which picks its decode worker; the
+//      decode worker releases the hold when the transfer has ended.
+// Workers share nothing mutable: the inbox, a few atomics the router reads, and a snapshot
+// published after steps are the only cross-thread state.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/device/device.h"
+#include "core/kvcache/kv_manager.h"
+#include "core/serving/engine.h"
+#include "core/serving/scheduler.h"
+
+namespace tokenfab {
+
+enum class WorkerRole : uint8_t { kColocated, kPrefill, kLongPrefill, kDecode };
+const char* worker_role_name(WorkerRole role);
+
+class Worker {
+ public:
+  Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
+         const EngineConfig& config, KvConnector& connector,
+         Scheduler::EndOfGeneration is_end_of_generation);
+  ~Worker();  // stop(): ends every request it still holds as cancelled, joins
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void start();
+  void stop();
+
+  // Thread-safe; each wakes the worker.
+  void post_request(std::shared_ptr<Engine::Record> record);   // prefill it (or serve it whole)
+  void post_incoming(std::shared_ptr<Engine::Record> record);  // decode role: its prompt's KV
+  void post_release(SequenceId hold);                          // prefill role: drop a hold
+  void wake();
+
+  // Read by the router from any thread.
+  WorkerRole role() const { return role_; }
+  const std::string& name() const { return name_; }
+  Device& device() { return *device_; }
+  int64_t queued_prefill_tokens() const { return queued_prefill_tokens_.load(); }
+  int32_t free_blocks() const { return free_blocks_.load(); }
+  // Leading prompt tokens this worker's pool holds in its prefix cache (per the last published
+  // view; full blocks only).
+  int32_t cached_prefix_tokens(std::span<const TokenId> prompt) const;
+  DeviceSnapshot snapshot() const;  // as last published (after a step, at most every 20 ms)
+
+ private:
+  struct Incoming {
+    std::shared_ptr<Engine::Record> record;
+    bool reserved = false;
+    TransferId transfer = -1;
+  };
+
+  void loop();
+  void drain_inbox();
+  void handle_cancellations();
+  void handle_incoming();
+  bool step();  // false when there was nothing to run
+  void admit(const std::shared_ptr<Engine::Record>& record);
+  void handle_finished();
+  void end(const std::shared_ptr<Engine::Record>& record, RequestState state, std::string error,
+           std::vector<TokenId> last_tokens, int64_t step, MetricsTime t);
+  void release_hold(SequenceId hold);
+  void finish_transfer(Incoming& in, MetricsTime t);
+  void publish(bool force);
+  bool prefill_role() const {
+    return role_ == WorkerRole::kPrefill || role_ == WorkerRole::kLongPrefill;
+  }
+
+  Engine& engine_;
+  std::unique_ptr<Device> device_;
+  const WorkerRole role_;
+  const std::string name_;
+  KvConnector& connector_;
+  KvManager kv_;
+  Scheduler scheduler_;
+
+  // Worker thread only.
+  std::unordered_map<RequestId, std::shared_ptr<Engine::Record>> requests_;  // in the scheduler
+  std::deque<Incoming> incoming_;  // decode role: arrived prompts, oldest first
+  std::vector<float> logits_;
+  std::vector<BatchSequence> batch_;
+  std::vector<std::vector<int32_t>> tables_;
+  std::vector<TokenId> sampled_;
+  int64_t steps_ = 0;
+  double busy_s_ = 0, compute_s_ = 0;
+  int64_t decode_steps_ = 0, decode_rows_ = 0;
+  double decode_busy_s_ = 0, decode_compute_s_ = 0;
+  int64_t seen_preemptions_ = 0;
+  PrefixCacheStats seen_prefix_{};
+  MetricsTime last_publish_{};
+
+  // Inbox.
+  std::mutex inbox_mutex_;
+  std::condition_variable inbox_cv_;
+  std::vector<std::shared_ptr<Engine::Record>> new_requests_;
+  std::vector<std::shared_ptr<Engine::Record>> new_incoming_;
+  std::vector<SequenceId> releases_;
+  bool woken_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  // Published.
+  std::atomic<int64_t> queued_prefill_tokens_{0};
+  std::atomic<int32_t> free_blocks_{0};
+  mutable std::mutex published_mutex_;
+  DeviceSnapshot published_;
+  std::unordered_set<uint64_t> published_hashes_;
+};
+
+}  // namespace tokenfab

@@ -1,0 +1,400 @@
+// The engine facade on the real model: the same greedy tokens in every mode (one request alone,
+// colocated batches, disaggregated prefill → transfer → decode, with and without a long-prompt
+// pool), a tiny pool that forces preemption, cancellation in every lifecycle state, an injected
+// transfer failure, the decode-side prefix cache, and the lifecycle timestamps. After each run
+// every device's pool must hold no owned block.
+
+#include <QtTest>
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "core/common/error.h"
+#include "core/model/llama_model.h"
+#include "core/model/model_files.h"
+#include "core/serving/engine.h"
+#include "core/tokenizer/tokenizer.h"
+
+using namespace tokenfab;
+
+namespace {
+
+constexpr int32_t kMaxTokens = 12;
+
+// Prompts of varied length: a few tokens to a few hundred, across block boundaries.
+std::vector<std::string> prompt_texts() {
+  std::vector<std::string> texts = {
+      "The capital of France is",
+      "Once upon a time, in a small village by the sea, there lived",
+      "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+      "List three uses of copper:",
+      "Q: What is 12 times 12?\nA:",
+      "The quick brown fox",
+      "In 1969, the first humans to walk on the Moon were",
+      "A recipe for bread needs flour, water, salt and",
+      "Photosynthesis is the process by which plants",
+      "Dear team, the meeting on Friday is moved to",
+      "The three primary colors are",
+      "To install the package, run",
+  };
+  std::string long_text = "Here is a long note about rivers. ";
+  for (int i = 0; i < 12; ++i)
+    long_text +=
+        "Rivers carry water from the hills to the sea, shaping valleys and feeding towns. ";
+  texts.push_back(long_text + "In short, rivers");
+  std::string longer = "Meeting minutes. ";
+  for (int i = 0; i < 30; ++i)
+    longer += "Item " + std::to_string(i) + ": the committee reviewed the budget and agreed. ";
+  texts.push_back(longer + "The next item was");
+  texts.push_back("Translate to French: good morning ->");
+  texts.push_back("Why is the sky blue? Because");
+  return texts;
+}
+
+bool no_owned_blocks(const EngineSnapshot& s, QString& why) {
+  for (const DeviceSnapshot& d : s.devices) {
+    if (d.kv.n_owned != 0 || d.running != 0 || d.waiting != 0 || d.receiving != 0) {
+      why = QString("%1: %2 owned blocks, %3 running, %4 waiting, %5 receiving")
+                .arg(QString::fromStdString(d.name))
+                .arg(d.kv.n_owned)
+                .arg(d.running)
+                .arg(d.waiting)
+                .arg(d.receiving);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+class EngineTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void identical_greedy_outputs_in_every_mode();
+  void events_stream_every_token_in_order();
+  void tiny_pool_preempts_and_matches_unconstrained();
+  void cancel_in_each_state_frees_everything();
+  void injected_transfer_failure_fails_only_its_request();
+  void follow_up_turn_prefills_only_new_tokens_on_the_decode_device();
+  void long_prompts_use_their_own_prefill_pool();
+  void lifecycle_timestamps_are_ordered();
+  void bad_requests_and_configurations_throw();
+
+ private:
+  EngineConfig config(std::string devices, std::string prefill = "", std::string decode = "") const;
+  // Submits every prompt at once, waits, returns the outputs in prompt order.
+  std::vector<std::vector<TokenId>> run_all(Engine& engine, int32_t max_tokens = kMaxTokens);
+  void expect_all_free(Engine& engine);
+
+  std::unique_ptr<LlamaModel> model_;
+  std::optional<Tokenizer> tokenizer_;
+  std::vector<std::vector<TokenId>> prompts_;
+  std::vector<std::vector<TokenId>> alone_;  // each prompt alone on one device
+};
+
+void EngineTest::initTestCase() {
+  const auto path = default_model_path();
+  if (!std::filesystem::exists(path))
+    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
+                         .arg(QString::fromStdString(path.string()))));
+  model_ = LlamaModel::load(path);
+  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
+  for (const std::string& t : prompt_texts())
+    prompts_.push_back(tokenizer_->encode(t, false, false));
+  QVERIFY(prompts_.size() >= 16);
+  Engine engine(*model_, config("cpu:0"));
+  for (const auto& p : prompts_) {
+    const RequestId id = engine.submit({p, kMaxTokens});
+    const RequestInfo info = engine.wait(id);
+    QCOMPARE(info.state, RequestState::kFinished);
+    QCOMPARE(static_cast<int32_t>(info.output.size()), kMaxTokens);
+    alone_.push_back(info.output);
+  }
+  expect_all_free(engine);
+}
+
+EngineConfig EngineTest::config(std::string devices, std::string prefill,
+                                std::string decode) const {
+  EngineConfig c;
+  c.devices = std::move(devices);
+  c.prefill = std::move(prefill);
+  c.decode = std::move(decode);
+  c.threads = 2;
+  c.kv_blocks = 512;
+  return c;
+}
+
+std::vector<std::vector<TokenId>> EngineTest::run_all(Engine& engine, int32_t max_tokens) {
+  std::vector<RequestId> ids;
+  for (const auto& p : prompts_) ids.push_back(engine.submit({p, max_tokens}));
+  std::vector<std::vector<TokenId>> out;
+  for (const RequestId id : ids) {
+    const RequestInfo info = engine.wait(id);
+    if (info.state != RequestState::kFinished)
+      qWarning("request %lld ended %s: %s", static_cast<long long>(id),
+               request_state_name(info.state), info.error.c_str());
+    out.push_back(info.output);
+  }
+  return out;
+}
+
+void EngineTest::expect_all_free(Engine& engine) {
+  engine.wait_idle();
+  // Holds on prefill devices are released a moment after the decode side adopts the request.
+  QString why;
+  QTRY_VERIFY2_WITH_TIMEOUT(no_owned_blocks(engine.snapshot(), why), qPrintable(why), 5000);
+}
+
+void EngineTest::identical_greedy_outputs_in_every_mode() {
+  struct Mode {
+    const char* name;
+    EngineConfig config;
+  };
+  std::vector<Mode> modes = {{"colocated cpu:0", config("cpu:0")},
+                             {"colocated cpu:0,cpu:1", config("cpu:0,cpu:1")},
+                             {"disaggregated cpu:0 -> cpu:1", config("", "cpu:0", "cpu:1")}};
+  modes.push_back({"colocated, small budget", config("cpu:0")});
+  modes.back().config.token_budget = 64;  // long prompts read in several chunks
+  for (const Mode& m : modes) {
+    Engine engine(*model_, m.config);
+    const auto outputs = run_all(engine);
+    for (size_t i = 0; i < prompts_.size(); ++i)
+      QVERIFY2(outputs[i] == alone_[i], qPrintable(QString("%1: prompt %2 (%3 tokens) differs")
+                                                       .arg(m.name)
+                                                       .arg(i)
+                                                       .arg(prompts_[i].size())));
+    expect_all_free(engine);
+    const ServingSummary s = engine.summary();
+    QCOMPARE(s.completed, static_cast<int64_t>(prompts_.size()));
+    if (m.config.disaggregated()) {
+      QVERIFY(s.transfer.count >= static_cast<int64_t>(prompts_.size()));
+      QVERIFY(s.transfer.bytes > 0);
+    }
+  }
+}
+
+void EngineTest::events_stream_every_token_in_order() {
+  Engine engine(*model_, config("", "cpu:0", "cpu:1"));
+  std::mutex mutex;
+  std::map<RequestId, std::vector<TokenId>> streamed;
+  std::map<RequestId, int> final_events;
+  std::map<RequestId, std::set<std::string>> devices;
+  engine.subscribe([&](const TokenEvent& e) {
+    std::lock_guard lock(mutex);
+    auto& v = streamed[e.id];
+    v.insert(v.end(), e.tokens.begin(), e.tokens.end());
+    if (request_ended(e.state)) ++final_events[e.id];
+    if (!e.tokens.empty()) devices[e.id].insert(e.device);
+  });
+  const auto outputs = run_all(engine);
+  engine.wait_idle();
+  std::lock_guard lock(mutex);
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    const RequestId id = static_cast<RequestId>(i + 1);
+    QCOMPARE(streamed[id], outputs[i]);
+    QCOMPARE(final_events[id], 1);
+    // First token from the prefill device, the rest from the decode device.
+    QCOMPARE(devices[id], (std::set<std::string>{"cpu:0", "cpu:1"}));
+  }
+}
+
+void EngineTest::tiny_pool_preempts_and_matches_unconstrained() {
+  // 64 requests over the prompts; the pool holds a few requests at a time.
+  EngineConfig c = config("cpu:0");
+  c.kv_blocks = 48;
+  Engine engine(*model_, c);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 64; ++i)
+    ids.push_back(engine.submit({prompts_[i % prompts_.size()], kMaxTokens}));
+  for (int i = 0; i < 64; ++i) {
+    const RequestInfo info = engine.wait(ids[i]);
+    QCOMPARE(info.state, RequestState::kFinished);
+    QVERIFY2(info.output == alone_[i % prompts_.size()], qPrintable(QString("request %1").arg(i)));
+  }
+  expect_all_free(engine);
+  QVERIFY2(engine.summary().preemptions > 0, "the tiny pool never preempted");
+}
+
+void EngineTest::cancel_in_each_state_frees_everything() {
+  EngineConfig c = config("", "cpu:0", "cpu:1");
+  Engine engine(*model_, c);
+  // Make transfers slow enough to be caught in flight: the fault injector sleeps.
+  std::atomic<bool> slow{true};
+  engine.set_transfer_fault_injector([&](const KvTransferSpec&, int32_t) {
+    if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return std::string();
+  });
+  std::mutex mutex;
+  std::map<RequestState, RequestId> to_cancel;  // state → a request to cancel when seen in it
+  std::map<RequestState, bool> cancelled_in;
+  // Cancel requests as they are seen in each live state, from the event callback (queued and
+  // prefilling are caught by polling below).
+  const std::vector<TokenId>& long_prompt = prompts_[13];
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(engine.submit({long_prompt, 64}));
+  bool seen[kRequestStateCount] = {};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all_ended = true;
+    for (const RequestId id : ids) {
+      const RequestInfo info = engine.request(id);
+      if (request_ended(info.state)) continue;
+      all_ended = false;
+      const auto s = static_cast<size_t>(info.state);
+      if (!seen[s] && engine.cancel(id)) {
+        seen[s] = true;
+        cancelled_in[info.state] = true;
+      }
+    }
+    if (all_ended) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  slow = false;
+  for (const RequestId id : ids) {
+    const RequestInfo info = engine.wait(id);
+    QVERIFY(info.state == RequestState::kFinished || info.state == RequestState::kCancelled);
+  }
+  for (RequestState s : {RequestState::kQueued, RequestState::kPrefilling,
+                         RequestState::kTransferring, RequestState::kDecoding})
+    QVERIFY2(cancelled_in[s],
+             qPrintable(QString("no request was cancelled while %1").arg(request_state_name(s))));
+  QVERIFY(!engine.cancel(ids.front()));  // already ended
+  expect_all_free(engine);
+  // The engine keeps serving.
+  const RequestInfo after = engine.wait(engine.submit({prompts_[0], kMaxTokens}));
+  QCOMPARE(after.output, alone_[0]);
+  expect_all_free(engine);
+}
+
+void EngineTest::injected_transfer_failure_fails_only_its_request() {
+  Engine engine(*model_, config("", "cpu:0", "cpu:1"));
+  const RequestId doomed_id = 3;  // ids count from 1 in submission order
+  engine.set_transfer_fault_injector([&](const KvTransferSpec& spec, int32_t layer) {
+    return spec.request == doomed_id && layer == 2 ? std::string("injected fault") : std::string();
+  });
+  const auto outputs = run_all(engine);
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    const RequestInfo info = engine.request(static_cast<RequestId>(i + 1));
+    if (info.id == doomed_id) {
+      QCOMPARE(info.state, RequestState::kFailed);
+      QVERIFY2(info.error.find("injected fault") != std::string::npos, info.error.c_str());
+      QVERIFY2(info.error.find("request 3") != std::string::npos, info.error.c_str());
+    } else {
+      QCOMPARE(info.state, RequestState::kFinished);
+      QCOMPARE(outputs[i], alone_[i]);
+    }
+  }
+  expect_all_free(engine);
+  const ServingSummary s = engine.summary();
+  QCOMPARE(s.failed, int64_t{1});
+  QCOMPARE(s.completed, static_cast<int64_t>(prompts_.size()) - 1);
+}
+
+void EngineTest::follow_up_turn_prefills_only_new_tokens_on_the_decode_device() {
+  Engine engine(*model_, config("", "cpu:0", "cpu:1"));
+  std::vector<TokenId> turn = prompts_[13];  // long enough to fill blocks
+  const RequestInfo first = engine.wait(engine.submit({turn, 24}));
+  QCOMPARE(first.prefill_device, std::string("cpu:0"));
+  QCOMPARE(first.decode_device, std::string("cpu:1"));
+  expect_all_free(engine);
+  // The follow-up: the first turn, its answer and a few new tokens.
+  turn.insert(turn.end(), first.output.begin(), first.output.end());
+  const std::vector<TokenId> more = tokenizer_->encode(" And then?", false, false);
+  turn.insert(turn.end(), more.begin(), more.end());
+  const int64_t hits_before = engine.snapshot().devices[1].kv.prefix.hit_tokens;
+  const RequestInfo second = engine.wait(engine.submit({turn, 8}));
+  QCOMPARE(second.state, RequestState::kFinished);
+  QCOMPARE(second.prefill_device, std::string("cpu:1"));
+  QCOMPARE(second.decode_device, std::string("cpu:1"));
+  QVERIFY(!second.entered[static_cast<size_t>(RequestState::kTransferring)]);
+  const int64_t hits = engine.snapshot().devices[1].kv.prefix.hit_tokens - hits_before;
+  const int64_t bs = engine.config().block_size;
+  // Every full block of the first turn and its answer (but the last, written while decoding) hits.
+  QVERIFY2(hits >= (static_cast<int64_t>(turn.size() - more.size()) / bs - 1) * bs,
+           qPrintable(QString("only %1 prompt tokens came from the cache").arg(hits)));
+  // The same answer as a fresh engine computing everything.
+  Engine fresh(*model_, config("cpu:0"));
+  QCOMPARE(second.output, fresh.wait(fresh.submit({turn, 8})).output);
+  expect_all_free(engine);
+}
+
+void EngineTest::long_prompts_use_their_own_prefill_pool() {
+  EngineConfig c = config("", "cpu:0", "cpu:2");
+  c.long_prefill = "cpu:1";
+  c.long_prompt_tokens = 100;
+  c.threads = 3;
+  Engine engine(*model_, c);
+  const auto outputs = run_all(engine);
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    const RequestInfo info = engine.request(static_cast<RequestId>(i + 1));
+    QCOMPARE(info.prefill_device, std::string(prompts_[i].size() > 100 ? "cpu:1" : "cpu:0"));
+    QCOMPARE(info.decode_device, std::string("cpu:2"));
+    QCOMPARE(outputs[i], alone_[i]);
+  }
+  expect_all_free(engine);
+}
+
+void EngineTest::lifecycle_timestamps_are_ordered() {
+  Engine engine(*model_, config("", "cpu:0", "cpu:1"));
+  const RequestInfo info = engine.wait(engine.submit({prompts_[1], kMaxTokens}));
+  std::optional<MetricsTime> previous;
+  for (RequestState s :
+       {RequestState::kQueued, RequestState::kPrefilling, RequestState::kTransferring,
+        RequestState::kDecoding, RequestState::kFinished}) {
+    const auto& t = info.entered[static_cast<size_t>(s)];
+    QVERIFY2(t.has_value(), request_state_name(s));
+    if (previous) QVERIFY2(*previous <= *t, request_state_name(s));
+    previous = t;
+  }
+  QVERIFY(info.metrics.has_value());
+  QCOMPARE(info.metrics->output_tokens, int64_t{kMaxTokens});
+  QCOMPARE(info.metrics->itl_s.size(), size_t{kMaxTokens - 1});
+  QVERIFY(*info.metrics->ttft_s > 0.0);
+}
+
+void EngineTest::bad_requests_and_configurations_throw() {
+  Engine engine(*model_, config("cpu:0"));
+  QVERIFY_THROWS_EXCEPTION(Error, engine.submit({{}, 4}));
+  QVERIFY_THROWS_EXCEPTION(Error, engine.submit({{1, 2, 1 << 30}, 4}));
+  QVERIFY_THROWS_EXCEPTION(Error, engine.submit({{1, 2}, 0}));
+  QVERIFY_THROWS_EXCEPTION(Error, engine.submit({std::vector<TokenId>(100, 5), 1 << 20}));
+  QVERIFY_THROWS_EXCEPTION(Error, engine.request(12345));
+  auto throws = [&](EngineConfig c) {
+    try {
+      Engine e(*model_, c);
+    } catch (const Error& e) {
+      qInfo("%s", e.what());
+      return true;
+    }
+    return false;
+  };
+  QVERIFY(throws(config("", "cpu:0", "")));
+  QVERIFY(throws(config("", "cpu:0", "cpu:0")));
+  QVERIFY(throws(config("gpu:0")));
+  QVERIFY(throws(config("cpu:0,cpu:0")));
+  QVERIFY(throws(config("cpu:0,cpu:1,cpu:2")));  // 2 threads for 3 devices
+  EngineConfig bad_connector = config("", "cpu:0", "cpu:1");
+  bad_connector.connector = "carrier-pigeon";
+  QVERIFY(throws(bad_connector));
+  // A prompt larger than the pool fails alone; the engine keeps serving.
+  EngineConfig small = config("", "cpu:0", "cpu:1");
+  small.kv_blocks = 4;
+  Engine tiny(*model_, small);
+  const RequestInfo too_big = tiny.wait(tiny.submit({prompts_[13], 4}));
+  QCOMPARE(too_big.state, RequestState::kFailed);
+  QVERIFY2(too_big.error.find("blocks") != std::string::npos, too_big.error.c_str());
+  QCOMPARE(tiny.wait(tiny.submit({prompts_[0], kMaxTokens})).output, alone_[0]);
+  expect_all_free(tiny);
+}
+
+QTEST_GUILESS_MAIN(EngineTest)
+#include "test_engine.moc"
