@@ -1,5 +1,7 @@
-// chat: interactive terminal chat. Replies stream as they are generated; the conversation is
-// kept until exit (each turn reuses the cached prefix, so only new tokens are prefilled).
+// chat: interactive terminal chat through the engine (any mode: --devices, --prefill/--decode).
+// Replies stream as they are generated; the conversation is kept until exit, and each turn finds
+// the earlier ones in the prefix cache (in disaggregated mode, on the decode device that served
+// them), so only new tokens are prefilled.
 // Ctrl-C stops the reply in progress; at the prompt it ends the chat. /reset forgets the history.
 
 #include <csignal>
@@ -9,8 +11,11 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "core/common/error.h"
 #include "core/runtime/generator.h"
+#include "core/serving/engine.h"
 #include "core/tokenizer/chat_template.h"
+#include "engine_generation.h"
 
 namespace tokenfab::cli {
 
@@ -34,18 +39,25 @@ struct ChatCommand {
   std::optional<std::string> system;
   GenerateOptions options;
   int64_t ctx = 4096;
+  EngineConfig engine;
 };
 
 void run_chat(const ChatCommand& c) {
   c.options.validate();
   LoadedModel m = load_model(c.common);
   const ChatTemplate tmpl = ChatTemplate::from_gguf(m.model->file());
-  Generator generator(*m.model, *m.tokenizer, resolve_threads(c.common.threads), c.ctx);
+  EngineConfig config = c.engine;
+  config.threads = c.common.threads;
+  config.max_context = std::min(c.ctx, m.model->hparams().n_ctx_train);
+  Engine engine(*m.model, config,
+                [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
   std::signal(SIGINT, on_sigint);
   std::vector<ChatMessage> history;
   if (c.system) history.push_back({"system", *c.system});
-  std::cout << "tokenfab chat — " << m.model->file().name() << " (" << generator.threads()
-            << " threads). Type a message; /reset clears the conversation, /exit or Ctrl-D quits, "
+  std::cout << "tokenfab chat — " << m.model->file().name() << " ("
+            << (config.disaggregated() ? "prefill " + config.prefill + ", decode " + config.decode
+                                       : config.devices)
+            << "). Type a message; /reset clears the conversation, /exit or Ctrl-D quits, "
                "Ctrl-C stops a reply.\n";
   std::string line;
   for (;;) {
@@ -54,22 +66,34 @@ void run_chat(const ChatCommand& c) {
     if (line.empty()) continue;
     if (line == "/reset") {
       history.resize(c.system ? 1 : 0);
-      generator.reset();
       std::cout << "(conversation cleared)\n";
       continue;
     }
     history.push_back({"user", line});
-    const auto ids = m.tokenizer->encode(tmpl.apply(history, true), m.tokenizer->add_bos_token(), true);
-    if (static_cast<int64_t>(ids.size()) + 1 >= generator.n_ctx()) {
-      std::cout << "(the conversation no longer fits in the context of " << generator.n_ctx()
+    const auto ids =
+        m.tokenizer->encode(tmpl.apply(history, true), m.tokenizer->add_bos_token(), true);
+    if (static_cast<int64_t>(ids.size()) + 1 >= config.max_context) {
+      std::cout << "(the conversation no longer fits in the context of " << config.max_context
                 << " tokens; /reset to start over)\n";
       history.pop_back();
       continue;
     }
+    GenerateOptions options = c.options;
+    options.max_tokens = static_cast<int>(std::min<int64_t>(
+        options.max_tokens, config.max_context - static_cast<int64_t>(ids.size())));
     g_cancel.store(false);
     g_generating.store(true);
-    const GenerateResult r = generator.generate(
-        ids, c.options, [](const std::string& piece) { std::cout << piece << std::flush; }, &g_cancel);
+    GenerateResult r;
+    try {
+      r = generate_with_engine(
+          engine, *m.tokenizer, ids, options,
+          [](const std::string& piece) { std::cout << piece << std::flush; }, &g_cancel);
+    } catch (const Error& e) {
+      g_generating.store(false);
+      std::cout << "\n(error: " << e.what() << ")\n";
+      history.pop_back();
+      continue;
+    }
     g_generating.store(false);
     history.push_back({"assistant", r.text});
     std::cout << "\n[" << r.output_tokens << " tokens · " << static_cast<int>(r.decode_tok_s)
@@ -89,6 +113,7 @@ void register_chat(CLI::App& app) {
   add_threads_option(*cmd, c->common);
   cmd->add_option("--system", c->system, "system prompt (default: the model's own)");
   add_generation_options(*cmd, c->options, c->ctx);
+  add_engine_options(*cmd, c->engine);
   cmd->callback([c] { run_chat(*c); });
 }
 

@@ -1,4 +1,6 @@
-// generate: one prompt (raw text or a chat message) → streamed text, or one JSON object.
+// generate: one prompt (raw text or a chat message) → streamed text, or one JSON object. It runs
+// through the engine, so --devices / --prefill / --decode choose colocated or disaggregated
+// serving; with --temperature 0 the output is the same in every mode.
 
 #include <iostream>
 #include <memory>
@@ -6,7 +8,9 @@
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/runtime/generator.h"
+#include "core/serving/engine.h"
 #include "core/tokenizer/chat_template.h"
+#include "engine_generation.h"
 
 namespace tokenfab::cli {
 
@@ -19,6 +23,7 @@ struct GenerateCommand {
   std::optional<std::string> system;
   GenerateOptions options;
   int64_t ctx = 4096;
+  EngineConfig engine;
 };
 
 void run_generate(const GenerateCommand& c) {
@@ -34,12 +39,27 @@ void run_generate(const GenerateCommand& c) {
     std::vector<ChatMessage> messages;
     if (c.system) messages.push_back({"system", *c.system});
     messages.push_back({"user", *c.chat});
-    prompt_ids = m.tokenizer->encode(tmpl.apply(messages, true), m.tokenizer->add_bos_token(), true);
+    prompt_ids =
+        m.tokenizer->encode(tmpl.apply(messages, true), m.tokenizer->add_bos_token(), true);
   }
-  Generator generator(*m.model, *m.tokenizer, resolve_threads(c.common.threads), c.ctx);
+  EngineConfig config = c.engine;
+  config.threads = c.common.threads;
+  config.max_context = std::min(c.ctx, m.model->hparams().n_ctx_train);
+  GenerateOptions options = c.options;
+  const auto n_prompt = static_cast<int64_t>(prompt_ids.size());
+  if (n_prompt >= config.max_context)
+    throw Error("the prompt (" + std::to_string(n_prompt) +
+                " tokens) does not fit the context of " + std::to_string(config.max_context) +
+                " tokens (--ctx)");
+  options.max_tokens =
+      static_cast<int>(std::min<int64_t>(options.max_tokens, config.max_context - n_prompt));
+  Engine engine(*m.model, config,
+                [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
   TextCallback stream;
   if (!c.common.json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
-  const GenerateResult r = generator.generate(prompt_ids, c.options, stream);
+  GenerateResult r = generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream);
+  if (r.stop_reason == "length" && options.max_tokens < c.options.max_tokens)
+    r.stop_reason = "context";
   if (c.common.json) {
     print_json({{"text", r.text},
                 {"ids", r.ids},
@@ -48,13 +68,15 @@ void run_generate(const GenerateCommand& c) {
                 {"ttft_ms", r.ttft_ms},
                 {"decode_tok_s", r.decode_tok_s},
                 {"prefill_tok_s", r.prefill_tok_s},
-                {"stop_reason", r.stop_reason}});
+                {"stop_reason", r.stop_reason},
+                {"mode", config.disaggregated() ? "disaggregated" : "colocated"}});
     return;
   }
   std::cout << std::endl;
   std::cerr << "[" << r.prompt_tokens << " prompt tokens, " << r.output_tokens
             << " generated; TTFT " << static_cast<int>(r.ttft_ms) << " ms; decode "
-            << static_cast<int>(r.decode_tok_s) << " tok/s; stop: " << r.stop_reason << "]" << std::endl;
+            << static_cast<int>(r.decode_tok_s) << " tok/s; stop: " << r.stop_reason << "]"
+            << std::endl;
 }
 
 }  // namespace
@@ -75,6 +97,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--chat", c->chat, "a user message, formatted with the model's chat template");
   cmd->add_option("--system", c->system, "system prompt for --chat (default: the model's own)");
   add_generation_options(*cmd, c->options, c->ctx);
+  add_engine_options(*cmd, c->engine);
   cmd->callback([c] { run_generate(*c); });
 }
 

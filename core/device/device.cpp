@@ -1,5 +1,6 @@
 #include "core/device/device.h"
 
+#include <atomic>
 #include <charconv>
 
 #include "core/common/error.h"
@@ -80,5 +81,16 @@ CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int3
       pool_(threads),
       storage_(model.hparams(), kv_blocks, block_size, spec.name()),
       runner_(model, pool_, storage_) {}
+
+void CpuDevice::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 1 || pool_.size() == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool_.run([&](int, int) {
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
+  });
+}
 
 }  // namespace tokenfab

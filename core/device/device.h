@@ -9,6 +9,7 @@
 // possible in device-list order (divide_threads).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -55,6 +56,9 @@ class Device {
   virtual KvStorage& kv_storage() = 0;
   // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
   virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits) = 0;
+  // Calls fn(i) for i in [0, n) on the device's host threads (sampling a batch's rows); fn must
+  // be safe to run concurrently for different i. From the worker thread only.
+  virtual void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) = 0;
 };
 
 // A CPU virtual device: a thread team of `threads` (the calling worker thread is one of them),
@@ -70,6 +74,7 @@ class CpuDevice final : public Device {
   void run(std::span<const BatchSequence> batch, std::vector<float>& logits) override {
     runner_.run(batch, logits);
   }
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override;
 
  private:
   DeviceSpec spec_;

@@ -12,8 +12,10 @@ KvStorage::KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size, st
     throw Error("a KV pool needs at least one block of at least one token (got " +
                 std::to_string(n_blocks) + " blocks of " + std::to_string(block_size) + ")");
   const auto elems = static_cast<size_t>(n_blocks) * hp.n_kv_head * block_size * hp.head_dim;
-  k_.assign(static_cast<size_t>(hp.n_layer), std::vector<uint16_t>(elems));
-  v_.assign(static_cast<size_t>(hp.n_layer), std::vector<uint16_t>(elems));
+  for (int64_t layer = 0; layer < hp.n_layer; ++layer) {
+    k_.emplace_back(new uint16_t[elems]);  // default-initialised: not touched
+    v_.emplace_back(new uint16_t[elems]);
+  }
 }
 
 uint64_t KvStorage::bytes_per_block(const HParams& hp, int32_t block_size) {
@@ -22,15 +24,15 @@ uint64_t KvStorage::bytes_per_block(const HParams& hp, int32_t block_size) {
 }
 
 kernels::PagedKv KvStorage::layer_view(int64_t layer) const {
-  return {k_[static_cast<size_t>(layer)].data(), v_[static_cast<size_t>(layer)].data(), block_size_,
+  return {k_[static_cast<size_t>(layer)].get(), v_[static_cast<size_t>(layer)].get(), block_size_,
           hp_.n_kv_head, hp_.head_dim};
 }
 
 void KvStorage::copy_block(int32_t src, int32_t dst) {
   const int64_t n = static_cast<int64_t>(hp_.n_kv_head) * block_size_ * hp_.head_dim;
   for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
-    for (auto* t : {&k_[static_cast<size_t>(layer)], &v_[static_cast<size_t>(layer)]})
-      std::copy_n(t->data() + offset(src, 0, 0), n, t->data() + offset(dst, 0, 0));
+    for (uint16_t* t : {k(layer), v(layer)})
+      std::copy_n(t + offset(src, 0, 0), n, t + offset(dst, 0, 0));
   }
 }
 

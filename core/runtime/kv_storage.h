@@ -6,6 +6,7 @@
 // of n_kv_head · block_size · head_dim halves in K and one in V.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,8 @@ class KvStorage final : public KvBlockStore {
 
   uint64_t bytes() const { return bytes_per_block(hp_, block_size_) * static_cast<uint64_t>(n_blocks_); }
 
-  uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
-  uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
+  uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
+  uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
   kernels::PagedKv layer_view(int64_t layer) const;
   // Element offset of (block, kv head, row within the block) in one layer's K or V.
   int64_t offset(int32_t block, int64_t kv_head, int64_t row) const {
@@ -53,8 +54,10 @@ class KvStorage final : public KvBlockStore {
   std::string device_;
   int32_t n_blocks_;
   int32_t block_size_;
-  std::vector<std::vector<uint16_t>> k_;  // per layer
-  std::vector<std::vector<uint16_t>> v_;
+  // Per layer. Left uninitialised: the OS maps pages as blocks are first written, so a large
+  // budget costs memory only as it is used (no slot is read before it is written).
+  std::vector<std::unique_ptr<uint16_t[]>> k_;
+  std::vector<std::unique_ptr<uint16_t[]>> v_;
 };
 
 }  // namespace tokenfab

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "kernels/cpu/ops.h"
 
 namespace tokenfab {
 
@@ -29,15 +30,6 @@ std::string field_error(const char* field, float value, const char* expected) {
 // seed must give the same tokens everywhere.
 double uniform01(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
-
-// Index of the largest logit; the lowest index among equal maxima (strict '>'). NaN never wins.
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return best;
 }
 
 // Top-p over weights (unnormalised probabilities): keeps the smallest best-first prefix whose
@@ -104,7 +96,8 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 
 int32_t Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) throw Error("Sampler::sample: empty logits");
-  if (params_.temperature == 0.0f) return argmax(logits);
+  if (params_.temperature == 0.0f)
+    return static_cast<int32_t>(kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
   const auto n_vocab = static_cast<int32_t>(logits.size());
 
   // candidates_: (n_vocab) at first, shrinking as the filters drop tokens. clear() keeps the

@@ -16,8 +16,9 @@
 //                   long-prompt pool (`long_prefill`, `long_prompt_tokens`) prefills prompts
 //                   longer than N tokens on devices of their own.
 // Router (router.h): prefill device by least queued prefill tokens; decode device by most free KV
-// blocks; a prompt whose uncached tail on some decode device is short (a follow-up turn whose
-// earlier turns that device decoded) is prefilled right there, so only its new tokens are computed.
+// blocks; a prompt mostly cached on some decode device with a short uncached tail (a follow-up
+// turn whose earlier turns that device decoded) is prefilled right there, so only its new tokens
+// are computed.
 //
 // Request lifecycle: queued → prefilling → transferring → decoding → finished | cancelled |
 // failed, each transition timestamped (colocated requests skip transferring). Outputs do not
@@ -112,6 +113,7 @@ struct RequestInfo {
   RequestId id = 0;
   RequestState state = RequestState::kQueued;
   int32_t n_prompt = 0;
+  int32_t cached_prompt_tokens = 0;  // prompt tokens found in the prefill device's prefix cache
   std::vector<TokenId> output;  // tokens generated so far
   std::string prefill_device, decode_device;
   std::array<std::optional<MetricsTime>, kRequestStateCount> entered;  // by RequestState

@@ -32,7 +32,11 @@ Worker& Router::route_prompt(std::span<const TokenId> prompt) const {
         best_cached = cached;
       }
     }
-    if (best && n - best_cached <= decode_side_prefill_tokens_) return *best;
+    // A shared system prompt alone is no reason to prefill on a decode device: most of the
+    // prompt must be there already, as it is for a follow-up turn.
+    if (best && n - best_cached <= decode_side_prefill_tokens_ &&
+        4 * int64_t{best_cached} >= 3 * int64_t{n})
+      return *best;
   }
   if (!long_prefill_.empty() && long_prompt_tokens_ > 0 && n > long_prompt_tokens_)
     return least_loaded(long_prefill_);

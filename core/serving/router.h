@@ -2,8 +2,9 @@
 // Router: picks the worker for each step of a request's way through the engine.
 //   prompt → prefill worker: the one with the fewest queued prefill tokens (colocated: among all
 //            workers). Disaggregated extras, in this order:
-//            - a decode worker whose prefix cache already holds all but at most
-//              decode_side_prefill_tokens of the prompt (a follow-up turn) prefills it itself;
+//            - a decode worker whose prefix cache already holds at least 3/4 of the prompt and
+//              all but at most decode_side_prefill_tokens of it (a follow-up turn) prefills it
+//              itself;
 //            - prompts longer than long_prompt_tokens go to the long-prompt pool, if any.
 //   prefilled prompt → decode worker: the one with the most free KV blocks.
 // It reads only what workers publish (atomics, the last published prefix view).

@@ -347,6 +347,7 @@ bool Worker::step() {
       record.enter(RequestState::kPrefilling, planned);
       std::lock_guard lock(record.mutex);
       record.info.prefill_device = name_;
+      record.info.cached_prompt_tokens = chunk.first_token;  // the prefix cache supplied these
     }
     if (chunk.first_token < s.n_prompt) {
       const int64_t n =
@@ -360,13 +361,18 @@ bool Worker::step() {
   device_->run(batch_, logits_);
   const double compute_s = seconds_between(run_start, MetricsClock::now());
   const int64_t n_vocab = static_cast<int64_t>(logits_.size()) / std::max(1, plan.n_logits());
-  sampled_.clear();
-  size_t row = 0;
+  // One sampler per request, so the rows are sampled in parallel.
+  sampling_.clear();
+  for (const ScheduledChunk& chunk : plan.chunks)
+    if (chunk.wants_logits) sampling_.push_back(requests_.at(chunk.seq).get());
+  sampled_.resize(sampling_.size());
+  device_->parallel_for(static_cast<int64_t>(sampling_.size()), [&](int64_t i) {
+    sampled_[static_cast<size_t>(i)] = sampling_[static_cast<size_t>(i)]->sampler.sample(
+        std::span<const float>(logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)));
+  });
   for (const ScheduledChunk& chunk : plan.chunks) {
     if (!chunk.wants_logits) continue;
     Engine::Record& record = *requests_.at(chunk.seq);
-    sampled_.push_back(record.sampler.sample(
-        std::span<const float>(logits_.data() + row++ * n_vocab, static_cast<size_t>(n_vocab))));
     if (prefill_role()) {  // keep the prompt's blocks for the transfer (released by the decoder)
       kv_.fork(chunk.seq, hold_id(chunk.seq));
       const auto& blocks = kv_.table(hold_id(chunk.seq)).blocks();

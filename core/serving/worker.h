@@ -102,6 +102,7 @@ class Worker {
   std::vector<BatchSequence> batch_;
   std::vector<std::vector<int32_t>> tables_;
   std::vector<TokenId> sampled_;
+  std::vector<Engine::Record*> sampling_;  // the records of the rows with logits, in plan order
   int64_t steps_ = 0;
   double busy_s_ = 0, compute_s_ = 0;
   int64_t decode_steps_ = 0, decode_rows_ = 0;

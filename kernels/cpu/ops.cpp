@@ -47,6 +47,19 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+int64_t argmax_scalar(const float* x, int64_t n) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) continue;
+    if (best < 0 || x[i] > x[best]) best = i;
+  }
+  return best < 0 ? 0 : best;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  return use_avx2() ? argmax_avx2(x, n) : argmax_scalar(x, n);
+}
+
 void fp32_to_fp16_row(const float* x, uint16_t* y, int64_t n) {
   if (use_avx2()) {
     fp32_to_fp16_row_avx2(x, y, n);

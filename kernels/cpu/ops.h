@@ -25,6 +25,12 @@ void silu_mul_avx2(float* gate, const float* up, int64_t n);
 void fp32_to_fp16_row(const float* x, uint16_t* y, int64_t n);
 void fp32_to_fp16_row_avx2(const float* x, uint16_t* y, int64_t n);
 
+// Index of the largest value, the lowest one among equal maxima; NaNs are skipped (0 when every
+// value is NaN or n == 0). The greedy sampler's hot loop: a 49k vocabulary per decoded token.
+int64_t argmax(const float* x, int64_t n);
+int64_t argmax_scalar(const float* x, int64_t n);
+int64_t argmax_avx2(const float* x, int64_t n);
+
 // y += x.
 void add_inplace(float* y, const float* x, int64_t n);
 

@@ -60,6 +60,8 @@ class CliTest : public QObject {
   void tokenize_json();
   void detokenize_text();
   void generate_json();
+  void generate_is_identical_in_every_mode();
+  void serve_bench_json();
   void bench_json();
   void batch_bench_json();
   void perplexity_json();
@@ -182,6 +184,59 @@ void CliTest::generate_json() {
   QVERIFY(j["decode_tok_s"].isDouble());
 }
 
+// --temperature 0 through the engine: one device, two colocated devices, and prefill on cpu:0 with
+// the KV moved to cpu:1 for decode all give the same tokens.
+void CliTest::generate_is_identical_in_every_mode() {
+  REQUIRE_MODEL();
+  const QStringList base = {"generate", "--chat", "Name three rivers in Europe.", "--temperature",
+                            "0", "--max-tokens", "24", "--threads", "2"};
+  QJsonArray first;
+  for (const QStringList& mode : {QStringList{"--devices", "cpu:0"},
+                                  QStringList{"--devices", "cpu:0,cpu:1"},
+                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:1"}}) {
+    const QJsonObject j = run_json(base + mode);
+    RETURN_IF_FAILED();
+    QCOMPARE(j["mode"].toString(), QString(mode.first() == "--devices" ? "colocated" : "disaggregated"));
+    if (first.isEmpty()) first = j["ids"].toArray();
+    QVERIFY2(j["ids"].toArray() == first, qPrintable(mode.join(' ')));
+  }
+  QVERIFY(first.size() > 0);
+}
+
+// The serve-bench contract: exactly these keys (plus details), every request completed, latencies
+// present, and in disaggregated mode the KV transfers counted.
+void CliTest::serve_bench_json() {
+  REQUIRE_MODEL();
+  for (const QStringList& mode : {QStringList{"--devices", "cpu:0"},
+                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:1"}}) {
+    const QJsonObject j =
+        run_json(QStringList{"serve-bench", "--requests", "6", "--concurrency", "3", "--prompt-len",
+                             "40:80", "--long-every", "3", "--long-len", "200", "--max-tokens", "6",
+                             "--threads", "2", "--seed", "3"} +
+                 mode);
+    RETURN_IF_FAILED();
+    for (const char* key : {"requests", "completed", "failed", "preemptions", "duration_s",
+                            "throughput_tok_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms",
+                            "prefix_hit_rate", "transfer"})
+      QVERIFY2(j.contains(key), key);
+    QCOMPARE(j["requests"].toInt(), 6);
+    QCOMPARE(j["completed"].toInt(), 6);
+    QCOMPARE(j["failed"].toInt(), 0);
+    QVERIFY(j["throughput_tok_s"].toDouble() > 0);
+    for (const char* key : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"})
+      for (const char* p : {"p50", "p95", "p99"})
+        QVERIFY2(j[key].toObject()[p].toDouble() > 0, qPrintable(QString("%1.%2").arg(key, p)));
+    const QJsonObject t = j["transfer"].toObject();
+    if (mode.first() == "--prefill") {
+      QCOMPARE(t["count"].toInt(), 6);
+      QVERIFY(t["bytes"].toDouble() > 0);
+      QVERIFY(t["gb_s"].toDouble() > 0);
+    } else {
+      QCOMPARE(t["count"].toInt(), 0);
+    }
+  }
+}
+
 void CliTest::bench_json() {
   REQUIRE_MODEL();
   const QJsonObject j = run_json({"bench", "--prompt-tokens", "16", "--gen-tokens", "4",
@@ -264,11 +319,25 @@ void CliTest::bad_input_data() {
   QTest::newRow("prompt longer than the context")
       << QStringList{"generate", "--ctx", "8", "--prompt",
                      "one two three four five six seven eight nine ten eleven twelve"}
-      << "but the context holds 8" << true;
+      << "does not fit the context of 8 tokens" << true;
   QTest::newRow("max-tokens 0") << QStringList{"generate", "--prompt", "hi", "--max-tokens", "0"}
                                 << "--max-tokens must be at least 1" << true;
   QTest::newRow("negative temperature")
       << QStringList{"generate", "--prompt", "hi", "--temperature", "-1"} << "temperature" << true;
+  QTest::newRow("prefill without decode")
+      << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0"}
+      << "disaggregated mode needs both --prefill and --decode" << true;
+  QTest::newRow("unknown device kind")
+      << QStringList{"generate", "--prompt", "hi", "--devices", "tpu:0"}
+      << "unknown device kind \"tpu\"" << true;
+  QTest::newRow("same device for prefill and decode")
+      << QStringList{"serve-bench", "--prefill", "cpu:0", "--decode", "cpu:0"}
+      << "the device lists must be disjoint" << true;
+  QTest::newRow("fewer threads than devices")
+      << QStringList{"generate", "--prompt", "hi", "--devices", "cpu:0,cpu:1", "--threads", "1"}
+      << "cannot give each of the 2 devices a thread" << true;
+  QTest::newRow("bad prompt length range")
+      << QStringList{"serve-bench", "--prompt-len", "90:40"} << "expected MIN:MAX" << true;
   QTest::newRow("ids not integers")
       << QStringList{"detokenize", "--ids", "1,x,3"} << "'x' is not an integer" << true;
   QTest::newRow("perplexity of a missing file")

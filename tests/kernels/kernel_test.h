@@ -5,7 +5,7 @@
 //   test_kernels_formats.cpp    block formats from hand-built bytes, fp16/bf16 conversions
 //   test_kernels_quantize.cpp   quantizers (weights and activations)
 //   test_kernels_gemm.cpp       gemm_scalar / gemm_avx2 / x8 kernels, matmul()
-//   test_kernels_ops.cpp        rms_norm, rope, silu_mul, fp16 rows, softmax
+//   test_kernels_ops.cpp        rms_norm, rope, silu_mul, fp16 rows, softmax, argmax
 //   test_kernels_attention.cpp  attention_scalar / attention_avx2
 //   test_kernels_thread_pool.cpp  ThreadPool
 //   test_kernels_main.cpp       main()
@@ -55,6 +55,7 @@ class KernelTest : public QObject {
   void silu_mul_avx2_matches_scalar();
   void fp16_row_avx2_matches_scalar();
   void softmax_matches_formula_and_sums_to_one();
+  void argmax_finds_the_first_maximum();
 
   // test_kernels_attention.cpp
   void attention_scalar_matches_double_reference_data();

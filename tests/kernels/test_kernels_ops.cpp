@@ -211,3 +211,43 @@ void KernelTest::softmax_matches_formula_and_sums_to_one() {
     }
   }
 }
+
+// argmax (scalar and AVX2) against the definition written out here: the lowest index holding the
+// largest non-NaN value, 0 when there is none. Rows with repeated maxima (one value drawn from a
+// few levels), NaNs and infinities, at lengths around the 8- and 32-wide loops and a vocabulary.
+void KernelTest::argmax_finds_the_first_maximum() {
+  auto expected = [](const std::vector<float>& x) {
+    float best = 0;
+    bool any = false;
+    for (const float v : x)
+      if (!std::isnan(v) && (!any || v > best)) best = v, any = true;
+    if (!any) return int64_t{0};
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i] == best) return static_cast<int64_t>(i);
+    return int64_t{0};
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(11);
+  std::vector<std::vector<float>> rows = {{}, {nan}, {nan, nan, nan}, {-inf, -inf}, {nan, -inf, 3},
+                                          {inf, nan, inf}, {1, 2, 2, 1}};
+  for (int64_t n : {1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 49152}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<float> x = uniform_floats(rng, n, -10.0f, 10.0f);
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      if (kind == 1)  // few levels: many ties for the maximum
+        for (float& v : x) v = std::floor(v / 5.0f);
+      if (kind == 2)
+        for (int k = 0; k < 1 + n / 10; ++k) x[static_cast<size_t>(at(rng))] = nan;
+      if (kind == 3) x[static_cast<size_t>(at(rng))] = inf, x[static_cast<size_t>(at(rng))] = nan;
+      rows.push_back(std::move(x));
+    }
+  }
+  for (const std::vector<float>& x : rows) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    const int64_t want = expected(x);
+    QCOMPARE(argmax_scalar(x.data(), n), want);
+    if (cpu_features().avx2) QCOMPARE(argmax_avx2(x.data(), n), want);
+    QCOMPARE(argmax(x.data(), n), want);
+  }
+}

@@ -1,0 +1,96 @@
+#include "engine_generation.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "core/common/error.h"
+
+namespace tokenfab::cli {
+
+GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
+                                    std::vector<TokenId> prompt, const GenerateOptions& options,
+                                    const TextCallback& on_text, const std::atomic<bool>* cancel) {
+  // Events arrive on worker threads, possibly before submit() has returned the id: queue them
+  // all and pick ours here.
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<TokenEvent> events;
+  const int64_t subscription = engine.subscribe([&](const TokenEvent& e) {
+    std::lock_guard lock(mutex);
+    events.push_back(e);
+    cv.notify_all();
+  });
+  struct Unsubscribe {
+    Engine& engine;
+    int64_t id;
+    ~Unsubscribe() { engine.unsubscribe(id); }
+  } unsubscribe{engine, subscription};
+
+  GenerationRequest request;
+  request.prompt = std::move(prompt);
+  request.max_tokens = options.max_tokens;
+  request.sampling = options.sampling;
+  request.stop_at_end_of_generation = options.stop_at_end_of_generation;
+  const RequestId id = engine.submit(std::move(request));
+
+  IncrementalDetokenizer detok(tokenizer);
+  GenerateResult result;
+  bool cancel_sent = false;
+  for (bool ended = false; !ended;) {
+    std::unique_lock lock(mutex);
+    cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return !events.empty(); });
+    std::deque<TokenEvent> mine;
+    for (TokenEvent& e : events)
+      if (e.id == id) mine.push_back(std::move(e));
+    events.clear();
+    lock.unlock();
+    for (const TokenEvent& e : mine) {
+      for (const TokenId t : e.tokens) {
+        if (options.stop_at_end_of_generation && tokenizer.is_end_of_generation(t)) continue;
+        result.ids.push_back(t);
+        const std::string piece = detok.push(t);
+        result.text += piece;
+        if (on_text && !piece.empty()) on_text(piece);
+      }
+      ended = ended || request_ended(e.state);
+    }
+    if (!ended && !cancel_sent && cancel && cancel->load()) cancel_sent = engine.cancel(id);
+  }
+  const std::string tail = detok.flush();
+  result.text += tail;
+  if (on_text && !tail.empty()) on_text(tail);
+
+  const RequestInfo info = engine.request(id);
+  if (info.state == RequestState::kFailed) throw Error(info.error);
+  result.prompt_tokens = info.n_prompt;
+  result.prefilled_tokens = info.n_prompt - info.cached_prompt_tokens;
+  result.output_tokens = static_cast<int64_t>(info.output.size());
+  if (info.state == RequestState::kCancelled) {
+    result.stop_reason = "cancelled";
+  } else if (!info.output.empty() && options.stop_at_end_of_generation &&
+             tokenizer.is_end_of_generation(info.output.back())) {
+    result.stop_reason = "eog";
+  } else {
+    result.stop_reason = "length";
+  }
+  if (info.metrics && info.metrics->ttft_s) {
+    result.ttft_ms = *info.metrics->ttft_s * 1e3;
+    if (info.metrics->tpot_s && *info.metrics->tpot_s > 0)
+      result.decode_tok_s = 1.0 / *info.metrics->tpot_s;
+  }
+  // Prefill speed: the prompt tokens computed, over the time from the first prefill step to the
+  // first token.
+  const auto& prefilling = info.entered[static_cast<size_t>(RequestState::kPrefilling)];
+  if (prefilling && info.metrics && info.metrics->ttft_s) {
+    const double prefill_s =
+        *info.metrics->ttft_s -
+        seconds_between(*info.entered[static_cast<size_t>(RequestState::kQueued)], *prefilling);
+    if (prefill_s > 0)
+      result.prefill_tok_s = static_cast<double>(result.prefilled_tokens) / prefill_s;
+  }
+  return result;
+}
+
+}  // namespace tokenfab::cli

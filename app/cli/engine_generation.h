@@ -1,0 +1,22 @@
+#pragma once
+// One request through the Engine with its text streamed as it is generated: what `generate` and
+// `chat` run, in every mode (one device, several colocated, or disaggregated prefill/decode).
+
+#include <atomic>
+#include <vector>
+
+#include "core/runtime/generator.h"
+#include "core/serving/engine.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace tokenfab::cli {
+
+// Submits `prompt`, streams text through `on_text` (when set) until the request ends, and
+// returns its figures (ids exclude an end-of-generation token; stop_reason "eog", "length" or
+// "cancelled"). Setting *cancel stops it. Throws Error when the engine rejects or fails it.
+GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
+                                    std::vector<TokenId> prompt, const GenerateOptions& options,
+                                    const TextCallback& on_text,
+                                    const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace tokenfab::cli
