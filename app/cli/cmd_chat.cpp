@@ -16,6 +16,7 @@
 #include "core/serving/engine.h"
 #include "core/tokenizer/chat_template.h"
 #include "engine_generation.h"
+#include "head_options.h"
 
 namespace tokenfab::cli {
 
@@ -40,6 +41,7 @@ struct ChatCommand {
   GenerateOptions options;
   int64_t ctx = 4096;
   EngineConfig engine;
+  HeadOptions head;
 };
 
 void run_chat(const ChatCommand& c) {
@@ -51,6 +53,9 @@ void run_chat(const ChatCommand& c) {
   config.max_context = std::min(c.ctx, m.model->hparams().n_ctx_train);
   Engine engine(*m.model, config,
                 [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
+  Speculation spec;
+  spec.head = resolve_head(c.head, *m.model);
+  spec.draft_len = c.head.draft_len;
   std::signal(SIGINT, on_sigint);
   std::vector<ChatMessage> history;
   if (c.system) history.push_back({"system", *c.system});
@@ -87,7 +92,7 @@ void run_chat(const ChatCommand& c) {
     try {
       r = generate_with_engine(
           engine, *m.tokenizer, ids, options,
-          [](const std::string& piece) { std::cout << piece << std::flush; }, &g_cancel);
+          [](const std::string& piece) { std::cout << piece << std::flush; }, &g_cancel, &spec);
     } catch (const Error& e) {
       g_generating.store(false);
       std::cout << "\n(error: " << e.what() << ")\n";
@@ -114,6 +119,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--system", c->system, "system prompt (default: the model's own)");
   add_generation_options(*cmd, c->options, c->ctx);
   add_engine_options(*cmd, c->engine);
+  add_head_options(*cmd, c->head);
   cmd->callback([c] { run_chat(*c); });
 }
 

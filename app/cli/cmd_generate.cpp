@@ -11,6 +11,7 @@
 #include "core/serving/engine.h"
 #include "core/tokenizer/chat_template.h"
 #include "engine_generation.h"
+#include "head_options.h"
 
 namespace tokenfab::cli {
 
@@ -24,6 +25,7 @@ struct GenerateCommand {
   GenerateOptions options;
   int64_t ctx = 4096;
   EngineConfig engine;
+  HeadOptions head;
 };
 
 void run_generate(const GenerateCommand& c) {
@@ -57,7 +59,11 @@ void run_generate(const GenerateCommand& c) {
                 [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
   TextCallback stream;
   if (!c.common.json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
-  GenerateResult r = generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream);
+  Speculation spec;
+  spec.head = resolve_head(c.head, *m.model);
+  spec.draft_len = c.head.draft_len;
+  GenerateResult r =
+      generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream, nullptr, &spec);
   if (r.stop_reason == "length" && options.max_tokens < c.options.max_tokens)
     r.stop_reason = "context";
   if (c.common.json) {
@@ -69,7 +75,11 @@ void run_generate(const GenerateCommand& c) {
                 {"decode_tok_s", r.decode_tok_s},
                 {"prefill_tok_s", r.prefill_tok_s},
                 {"stop_reason", r.stop_reason},
-                {"mode", config.disaggregated() ? "disaggregated" : "colocated"}});
+                {"mode", config.disaggregated() ? "disaggregated" : "colocated"},
+                {"head", spec.head ? nlohmann::json(spec.head->info.name) : nlohmann::json()},
+                {"steps", spec.steps},
+                {"accept_per_step",
+                 spec.accept_per_step ? nlohmann::json(*spec.accept_per_step) : nlohmann::json()}});
     return;
   }
   std::cout << std::endl;
@@ -98,6 +108,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--system", c->system, "system prompt for --chat (default: the model's own)");
   add_generation_options(*cmd, c->options, c->ctx);
   add_engine_options(*cmd, c->engine);
+  add_head_options(*cmd, c->head);
   cmd->callback([c] { run_generate(*c); });
 }
 

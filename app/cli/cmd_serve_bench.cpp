@@ -16,6 +16,7 @@
 #include "core/serving/engine.h"
 #include "core/serving/prompt_sets.h"
 #include "core/tokenizer/chat_template.h"
+#include "head_options.h"
 
 namespace tokenfab::cli {
 
@@ -34,6 +35,7 @@ struct ServeBenchCommand {
   uint64_t seed = 0;
   double temperature = 0.0;
   std::optional<double> slo_ttft_ms, slo_tpot_ms;
+  HeadOptions head;
 };
 
 // Builds prompts: the chat template around content tokens cut to the wanted total length.
@@ -133,6 +135,7 @@ void run_serve_bench(ServeBenchCommand c) {
   const int concurrency = c.rate > 0 ? 0 : (c.concurrency > 0 ? c.concurrency : 16);
   LoadedModel m = load_model(c.common);
   c.engine.threads = c.common.threads;
+  const std::shared_ptr<const MedusaHead> head = resolve_head(c.head, *m.model);
   WorkloadBuilder workload(m, c.seed);
   if (len_min <= workload.overhead())
     throw Error("--prompt-len " + c.prompt_len + ": the chat template alone takes " +
@@ -148,6 +151,8 @@ void run_serve_bench(ServeBenchCommand c) {
     r.sampling.temperature = static_cast<float>(c.temperature);
     r.sampling.seed = c.seed + static_cast<uint64_t>(i);
     r.stop_at_end_of_generation = false;  // every request generates max_tokens (comparable runs)
+    r.head = head;
+    r.draft_len = c.head.draft_len;
     requests.push_back(std::move(r));
   }
 
@@ -186,6 +191,8 @@ void run_serve_bench(ServeBenchCommand c) {
   nlohmann::json j = to_json(snap.summary);
   j["mode"] = snap.mode;
   j["output_tokens"] = snap.summary.output_tokens;
+  if (snap.summary.accept_per_step) j["accept_per_step"] = *snap.summary.accept_per_step;
+  if (head) j["head"] = head->info.name;
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceSnapshot& d : snap.devices) devices.push_back(device_json(d));
   j["devices"] = devices;
@@ -235,6 +242,7 @@ void register_serve_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve-bench", "serving workload through the engine (JSON)");
   add_run_options(*cmd, c->common);
   add_engine_options(*cmd, c->engine);
+  add_head_options(*cmd, c->head);
   cmd->add_option("--requests", c->requests, "requests to send")->capture_default_str();
   auto* conc = cmd->add_option("--concurrency", c->concurrency, "requests in flight (default 16)");
   cmd->add_option("--rate", c->rate, "Poisson arrivals, requests per second")->excludes(conc);

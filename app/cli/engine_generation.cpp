@@ -11,7 +11,8 @@ namespace tokenfab::cli {
 
 GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
                                     std::vector<TokenId> prompt, const GenerateOptions& options,
-                                    const TextCallback& on_text, const std::atomic<bool>* cancel) {
+                                    const TextCallback& on_text, const std::atomic<bool>* cancel,
+                                    Speculation* speculation) {
   // Events arrive on worker threads, possibly before submit() has returned the id: queue them
   // all and pick ours here.
   std::mutex mutex;
@@ -33,6 +34,10 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
   request.max_tokens = options.max_tokens;
   request.sampling = options.sampling;
   request.stop_at_end_of_generation = options.stop_at_end_of_generation;
+  if (speculation) {
+    request.head = speculation->head;
+    request.draft_len = speculation->draft_len;
+  }
   const RequestId id = engine.submit(std::move(request));
 
   IncrementalDetokenizer detok(tokenizer);
@@ -74,6 +79,10 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     result.stop_reason = "eog";
   } else {
     result.stop_reason = "length";
+  }
+  if (speculation && info.metrics) {
+    speculation->steps = static_cast<int64_t>(info.metrics->tokens_per_step.size());
+    speculation->accept_per_step = info.metrics->accept_per_step();
   }
   if (info.metrics && info.metrics->ttft_s) {
     result.ttft_ms = *info.metrics->ttft_s * 1e3;

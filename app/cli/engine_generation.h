@@ -3,6 +3,8 @@
 // `chat` run, in every mode (one device, several colocated, or disaggregated prefill/decode).
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/runtime/generator.h"
@@ -14,9 +16,19 @@ namespace tokenfab::cli {
 // Submits `prompt`, streams text through `on_text` (when set) until the request ends, and
 // returns its figures (ids exclude an end-of-generation token; stop_reason "eog", "length" or
 // "cancelled"). Setting *cancel stops it. Throws Error when the engine rejects or fails it.
+// Speculative decoding: the head (nullptr: none) and its draft length; after the call, the
+// decode steps run and the mean tokens each emitted (ACCEPT/STEP, the bonus token included).
+struct Speculation {
+  std::shared_ptr<const MedusaHead> head;
+  int32_t draft_len = 4;
+  int64_t steps = 0;
+  std::optional<double> accept_per_step;
+};
+
 GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
                                     std::vector<TokenId> prompt, const GenerateOptions& options,
                                     const TextCallback& on_text,
-                                    const std::atomic<bool>* cancel = nullptr);
+                                    const std::atomic<bool>* cancel = nullptr,
+                                    Speculation* speculation = nullptr);
 
 }  // namespace tokenfab::cli

@@ -78,6 +78,7 @@ int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_m
 CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
                      int32_t block_size)
     : spec_(spec),
+      model_(model),
       pool_(threads),
       storage_(model.hparams(), kv_blocks, block_size, spec.name()),
       runner_(model, pool_, storage_) {}

@@ -53,9 +53,13 @@ class Device {
   virtual const DeviceSpec& spec() const = 0;
   std::string name() const { return spec().name(); }
   virtual int threads() const = 0;
+  virtual const LlamaModel& model() const = 0;
   virtual KvStorage& kv_storage() = 0;
   // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
-  virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits) = 0;
+  virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+                   std::vector<float>* hidden = nullptr) = 0;
+  // logits (n, n_vocab) of the model's LM head over z (n, n_embd) (draft heads). Worker thread.
+  virtual void lm_head(const float* z, int64_t n, std::vector<float>& logits) = 0;
   // Calls fn(i) for i in [0, n) on the device's host threads (sampling a batch's rows); fn must
   // be safe to run concurrently for different i. From the worker thread only.
   virtual void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) = 0;
@@ -70,14 +74,20 @@ class CpuDevice final : public Device {
 
   const DeviceSpec& spec() const override { return spec_; }
   int threads() const override { return pool_.size(); }
+  const LlamaModel& model() const override { return model_; }
   KvStorage& kv_storage() override { return storage_; }
-  void run(std::span<const BatchSequence> batch, std::vector<float>& logits) override {
-    runner_.run(batch, logits);
+  void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+           std::vector<float>* hidden = nullptr) override {
+    runner_.run(batch, logits, hidden);
+  }
+  void lm_head(const float* z, int64_t n, std::vector<float>& logits) override {
+    runner_.lm_head(z, n, logits);
   }
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override;
 
  private:
   DeviceSpec spec_;
+  const LlamaModel& model_;
   kernels::ThreadPool pool_;
   KvStorage storage_;
   ModelRunner runner_;

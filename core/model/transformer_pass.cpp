@@ -59,6 +59,12 @@ void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64
   kernels::matmul(pool_, {&job, 1}, xb_.data(), hp_.n_embd, hp_.n_embd, rows, scratch_);
 }
 
+void TransformerPass::lm_head(const float* z, int64_t n, float* logits) {
+  if (n <= 0) return;
+  const MatmulJob job = matmul_job(model_.output(), logits, hp_.n_vocab);
+  kernels::matmul(pool_, {&job, 1}, z, hp_.n_embd, hp_.n_embd, n, scratch_);
+}
+
 void TransformerPass::attention_block(int64_t layer, int64_t n, KvBackend& kv) {
   const LayerWeights& w = model_.layers()[static_cast<size_t>(layer)];
   const int64_t kv_dim = hp_.kv_dim(), q_dim = hp_.q_dim();

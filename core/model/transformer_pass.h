@@ -32,6 +32,12 @@ class TransformerPass {
   void run(std::span<const int32_t> tokens, std::span<const int64_t> positions, KvBackend& kv,
            std::span<const int64_t> logit_rows, float* logits);
 
+  // The final-norm hidden states (the LM head's input) of the logit rows of the last run():
+  // (logit_rows.size(), n_embd), valid until the next call. Draft heads start from these.
+  const float* final_hidden() const { return xb_.data(); }
+  // logits (n, n_vocab) = the model's LM head applied to z (n, n_embd) (draft heads share it).
+  void lm_head(const float* z, int64_t n, float* logits);
+
   const LlamaModel& model() const { return model_; }
   kernels::ThreadPool& pool() { return pool_; }
 

@@ -1,5 +1,6 @@
 #include "core/runtime/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/common/error.h"
@@ -29,7 +30,8 @@ void ModelRunner::validate(std::span<const BatchSequence> batch) const {
   }
 }
 
-void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+                      std::vector<float>* hidden) {
   validate(batch);
   tokens_.clear();
   positions_.clear();
@@ -39,12 +41,24 @@ void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& 
       tokens_.push_back(s.tokens[i]);
       positions_.push_back(s.pos0 + static_cast<int64_t>(i));
     }
-    if (s.want_logits) logit_rows_.push_back(static_cast<int64_t>(tokens_.size()) - 1);
+    const auto end = static_cast<int64_t>(tokens_.size());
+    if (s.all_logits) {
+      for (int64_t r = end - static_cast<int64_t>(s.tokens.size()); r < end; ++r) logit_rows_.push_back(r);
+    } else if (s.want_logits) {
+      logit_rows_.push_back(end - 1);
+    }
   }
   logits.resize(logit_rows_.size() * static_cast<size_t>(hp_.n_vocab));
+  if (hidden) hidden->resize(logit_rows_.size() * static_cast<size_t>(hp_.n_embd));
   if (tokens_.empty()) return;
   kv_.bind(batch);
   pass_.run(tokens_, positions_, kv_, logit_rows_, logits.data());
+  if (hidden) std::copy_n(pass_.final_hidden(), hidden->size(), hidden->data());
+}
+
+void ModelRunner::lm_head(const float* z, int64_t n, std::vector<float>& logits) {
+  logits.resize(static_cast<size_t>(n) * static_cast<size_t>(hp_.n_vocab));
+  pass_.lm_head(z, n, logits.data());
 }
 
 void ModelRunner::PagedBackend::bind(std::span<const BatchSequence> batch) {

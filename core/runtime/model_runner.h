@@ -21,15 +21,21 @@ struct BatchSequence {
   int64_t pos0 = 0;                 // position of tokens[0]; positions before it are in the blocks
   std::span<const int32_t> blocks;  // block table covering positions [0, pos0 + tokens.size())
   bool want_logits = false;         // logits of the last token
+  bool all_logits = false;          // logits of every token (speculative verification)
 };
 
 class ModelRunner {
  public:
   ModelRunner(const LlamaModel& model, kernels::ThreadPool& pool, KvStorage& storage);
 
-  // Writes logits (sequences wanting them, n_vocab) in batch order. Throws Error for an empty
-  // sequence, a token outside the vocabulary or a block table that does not cover the positions.
-  void run(std::span<const BatchSequence> batch, std::vector<float>& logits);
+  // Writes logits (rows wanting them, n_vocab) in batch order: the last token of each sequence
+  // with want_logits, every token of one with all_logits. With `hidden`, also the final-norm
+  // hidden states of the same rows (rows, n_embd). Throws Error for an empty sequence, a token
+  // outside the vocabulary or a block table that does not cover the positions.
+  void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+           std::vector<float>* hidden = nullptr);
+  // logits (n, n_vocab) of the model's LM head over z (n, n_embd): draft heads use it.
+  void lm_head(const float* z, int64_t n, std::vector<float>& logits);
 
  private:
   class PagedBackend : public KvBackend {

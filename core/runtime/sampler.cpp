@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "core/common/error.h"
@@ -94,12 +95,11 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   params_.validate();
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  if (logits.empty()) throw Error("Sampler::sample: empty logits");
-  if (params_.temperature == 0.0f)
-    return static_cast<int32_t>(kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
+// Fills candidates_ with the tokens the filters keep and their unnormalised weights, and `total`
+// with the weights' sum. Returns a token when the logits admit no distribution (all -inf or NaN,
+// or a +inf): that token is then the only possible outcome.
+std::optional<int32_t> Sampler::filter(std::span<const float> logits, double& total) {
   const auto n_vocab = static_cast<int32_t>(logits.size());
-
   // candidates_: (n_vocab) at first, shrinking as the filters drop tokens. clear() keeps the
   // capacity, so only the first call (or a larger vocab) allocates.
   candidates_.clear();
@@ -142,10 +142,50 @@ int32_t Sampler::sample(std::span<const float> logits) {
                       candidates_.end());
   }
 
-  double total = 0.0;
+  total = 0.0;
   for (const auto& c : candidates_) total += c.first;
   // Top-p measures probability over the tokens still in the running (after top-k and min-p).
   if (params_.top_p < 1.0f) total = keep_top_p(candidates_, params_.top_p, total, sorted);
+  return std::nullopt;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (logits.empty()) throw Error("Sampler::sample: empty logits");
+  if (params_.temperature == 0.0f)
+    return static_cast<int32_t>(
+        kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
+  double total = 0.0;
+  if (const std::optional<int32_t> only = filter(logits, total)) return *only;
+  return draw(candidates_, total, uniform01(rng_));
+}
+
+bool Sampler::accept_draft(std::span<const float> logits, int32_t token) {
+  if (logits.empty()) throw Error("Sampler::accept_draft: empty logits");
+  if (params_.temperature == 0.0f)
+    return kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())) == token;
+  double total = 0.0;
+  if (const std::optional<int32_t> only = filter(logits, total)) return *only == token;
+  double weight = 0.0;
+  for (const auto& c : candidates_)
+    if (c.second == token) weight = c.first;
+  // The draft proposes `token` with probability 1, so min(1, p/q) = p(token).
+  return uniform01(rng_) * total < weight;
+}
+
+int32_t Sampler::sample_rejected(std::span<const float> logits, int32_t token) {
+  if (logits.empty()) throw Error("Sampler::sample_rejected: empty logits");
+  if (params_.temperature == 0.0f)
+    return static_cast<int32_t>(
+        kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
+  double total = 0.0;
+  if (const std::optional<int32_t> only = filter(logits, total)) return *only;
+  // The residual max(0, p - q) with q one-hot on `token`: p without the rejected token.
+  for (auto& c : candidates_)
+    if (c.second == token) {
+      total -= c.first;
+      c.first = 0.0f;
+    }
+  if (!(total > 0.0)) return token;  // p(token) was 1: a rejection cannot happen
   return draw(candidates_, total, uniform01(rng_));
 }
 

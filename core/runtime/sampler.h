@@ -3,6 +3,7 @@
 // filters, driven by a seeded generator so a run is reproducible.
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -24,9 +25,18 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   int32_t sample(std::span<const float> logits);  // not thread-safe; one sampler per sequence
+
+  // Speculative sampling against a draft that proposed `token` deterministically (q one-hot):
+  // accept_draft accepts it with probability p(token) under this sampler's filtered distribution
+  // (greedy: iff it is the argmax); after a rejection, sample_rejected draws from p with `token`
+  // removed (the residual max(0, p − q)). Together they sample exactly from p.
+  bool accept_draft(std::span<const float> logits, int32_t token);
+  int32_t sample_rejected(std::span<const float> logits, int32_t token);
   const SamplingParams& params() const { return params_; }
 
  private:
+  std::optional<int32_t> filter(std::span<const float> logits, double& total);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;  // reused between calls

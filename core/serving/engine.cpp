@@ -146,6 +146,16 @@ RequestId Engine::submit(GenerationRequest request) {
     throw Error("request: max_tokens is " + std::to_string(request.max_tokens) +
                 " (expected at least 1)");
   request.sampling.validate();
+  if (request.head) {
+    const DraftHeadInfo& h = request.head->info;
+    if (h.n_embd != hp.n_embd || h.n_vocab != hp.n_vocab)
+      throw Error("request: draft head '" + h.name + "' is for a model with n_embd " +
+                  std::to_string(h.n_embd) + " and " + std::to_string(h.n_vocab) +
+                  " tokens, not " + std::to_string(hp.n_embd) + " and " + std::to_string(hp.n_vocab));
+    if (request.draft_len < 1)
+      throw Error("request: draft length must be at least 1 (got " +
+                  std::to_string(request.draft_len) + ")");
+  }
   const int64_t limit = config_.max_context > 0 ? config_.max_context : hp.n_ctx_train;
   const int64_t needed = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (limit > 0 && needed > limit)
@@ -263,6 +273,7 @@ EngineSnapshot Engine::snapshot() const {
   snap.connector = std::string(connector_->backend());
   for (const auto& w : workers_) snap.devices.push_back(w->snapshot());
   snap.summary = metrics_.summary(snap.time);
+  snap.output_rate = metrics_.output_rate(snap.time, kRateWindow);
   std::lock_guard lock(mutex_);
   snap.transfers = transfers_;
   for (const auto& [id, record] : requests_) {

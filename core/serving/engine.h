@@ -31,6 +31,7 @@
 // thread-safe.
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -47,6 +48,7 @@
 #include "core/model/llama_model.h"
 #include "core/runtime/sampler.h"
 #include "core/serving/request.h"
+#include "core/speculative/medusa_head.h"
 #include "core/transfer/kv_connector.h"
 
 namespace tokenfab {
@@ -96,12 +98,25 @@ struct GenerationRequest {
   int32_t max_tokens = 128;
   SamplingParams sampling{.temperature = 0.0f};  // greedy unless set
   bool stop_at_end_of_generation = true;
+  // Speculative decoding (chain): `head` proposes draft_len tokens after each step's token and
+  // the target verifies them in its next step. Lossless: greedy output equals the output without
+  // a head; with temperature, speculative sampling keeps the target's distribution.
+  std::shared_ptr<const MedusaHead> head;
+  int32_t draft_len = 4;  // at most the head's number of heads
+};
+
+// Speculation figures of one request (per draft position: proposed and accepted counts).
+struct SpeculationStats {
+  std::vector<int64_t> proposed_at, accepted_at;
+  int64_t verify_steps = 0;  // steps that verified drafts
+  double draft_s = 0.0;      // time spent proposing
 };
 
 struct TokenEvent {
   RequestId id = 0;
   std::vector<TokenId> tokens;  // emitted by one step (empty on the final event of a request
                                 // that ended without new tokens: cancelled or failed)
+  std::vector<bool> drafted;    // per token: proposed by the draft head and accepted
   MetricsTime time{};
   int64_t step = -1;  // the device's step id
   std::string device;
@@ -114,11 +129,13 @@ struct RequestInfo {
   RequestState state = RequestState::kQueued;
   int32_t n_prompt = 0;
   int32_t cached_prompt_tokens = 0;  // prompt tokens found in the prefill device's prefix cache
-  std::vector<TokenId> output;  // tokens generated so far
+  std::vector<TokenId> output;       // tokens generated so far
   std::string prefill_device, decode_device;
   std::array<std::optional<MetricsTime>, kRequestStateCount> entered;  // by RequestState
   std::string error;
   int32_t preemptions = 0;
+  std::string head;  // the draft head's name, or empty
+  SpeculationStats speculation;
   std::optional<RequestMetrics> metrics;  // once ended with at least one token
 };
 
@@ -145,6 +162,7 @@ struct EngineSnapshot {
   std::string connector;
   std::vector<DeviceSnapshot> devices;
   ServingSummary summary;                  // since the engine started
+  WindowRate output_rate;                  // output tokens per second over the last kRateWindow
   std::vector<KvTransferStats> transfers;  // most recent last (up to kTransferHistory)
   std::vector<RequestInfo> requests;       // not yet ended
 };
@@ -157,6 +175,7 @@ class Engine {
   using TokenCallback = std::function<void(const TokenEvent&)>;
   using EndOfGeneration = std::function<bool(TokenId)>;
   static constexpr size_t kTransferHistory = 256;
+  static constexpr std::chrono::seconds kRateWindow{5};
 
   // Creates the devices and workers and starts their threads. `model` outlives the engine.
   // Throws Error for a bad configuration (see EngineConfig::validate, parse_device_list).

@@ -4,6 +4,7 @@
 // its decode worker) is the only thread touching them, and the hand-off goes through a queue.
 // The public view (`info`) is read by any thread under `mutex`.
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <vector>
@@ -22,6 +23,7 @@ struct Engine::Record {
     info.id = id;
     info.n_prompt = static_cast<int32_t>(request.prompt.size());
     info.entered[static_cast<size_t>(RequestState::kQueued)] = submitted;
+    if (request.head) info.head = request.head->info.name;
   }
 
   const RequestId id;
@@ -36,6 +38,10 @@ struct Engine::Record {
   std::vector<TokenId> generated;      // sampled so far (the prefill device's first token, ...)
   std::vector<int32_t> source_blocks;  // prefill device's blocks holding the prompt's KV
   int64_t prefill_tokens_left = 0;     // counted in the prefill worker's queued-token load
+  std::vector<float> draft_hidden;     // hidden state the next drafts are proposed from
+  int32_t draft_len() const {
+    return request.head ? std::min(request.draft_len, request.head->n_heads()) : 0;
+  }
 
   mutable std::mutex mutex;  // guards info
   RequestInfo info;

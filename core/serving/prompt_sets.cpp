@@ -11,6 +11,9 @@ namespace tokenfab {
 namespace {
 
 constexpr std::string_view kSeparator = "%%";
+constexpr std::string_view kDomainPrefix = "domains/";
+constexpr std::string_view kTrainSplit = "train";
+constexpr std::string_view kValidationSplit = "validation";
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 bool is_blank(std::string_view line) {
@@ -41,6 +44,10 @@ std::string trimmed_entry(const std::vector<std::string_view>& lines, size_t fir
     entry += lines[i];
   }
   return entry;
+}
+
+std::string domain_set_name(std::string_view domain, std::string_view split) {
+  return std::string(kDomainPrefix) + std::string(domain) + "/" + std::string(split);
 }
 
 struct BuiltinSets {
@@ -99,6 +106,37 @@ std::vector<std::string> builtin_prompt_set_names() {
   std::vector<std::string> names;
   for (const auto& [n, set] : builtin_sets().sets) names.push_back(n);
   return names;  // std::map keeps them sorted
+}
+
+std::vector<std::string> builtin_domains() {
+  const BuiltinSets& b = builtin_sets();
+  std::vector<std::string> domains;
+  for (const auto& [n, set] : b.sets) {
+    // Each domain is visited once, at its "train" set.
+    std::string_view name = n;
+    if (!name.starts_with(kDomainPrefix)) continue;
+    name.remove_prefix(kDomainPrefix.size());
+    const size_t slash = name.find('/');
+    if (slash == std::string_view::npos || name.substr(slash + 1) != kTrainSplit) continue;
+    const std::string_view domain = name.substr(0, slash);
+    if (b.sets.contains(domain_set_name(domain, kValidationSplit))) domains.emplace_back(domain);
+  }
+  // Map order is by full set name, which differs from domain order when a name holds '-' or '.'.
+  std::sort(domains.begin(), domains.end());
+  return domains;
+}
+
+const PromptSet& domain_prompt_set(std::string_view domain, std::string_view split) {
+  const BuiltinSets& b = builtin_sets();
+  if (const auto it = b.sets.find(domain_set_name(domain, split)); it != b.sets.end()) {
+    return it->second;
+  }
+  std::string known;
+  for (const std::string& d : builtin_domains()) known += (known.empty() ? "" : ", ") + d;
+  throw Error("unknown domain prompt set '" + std::string(domain) + "' split '" +
+              std::string(split) +
+              "' (known domains: " + (known.empty() ? std::string("none") : known) +
+              "; splits: " + std::string(kTrainSplit) + ", " + std::string(kValidationSplit) + ")");
 }
 
 }  // namespace tokenfab

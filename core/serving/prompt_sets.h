@@ -1,7 +1,9 @@
 #pragma once
 // Prompt sets: the text the serving benchmark sends as prompts ("chat_turns": short user turns;
-// "documents": long prose to be summarized). The sets are written for this project, live in
-// resources/prompts/<name>.txt and are compiled into the binary.
+// "documents": long prose to be summarized), and the domain sets that draft heads are trained
+// ("train") and evaluated ("validation") on. The sets are written for this project, live in
+// resources/prompts/<name>.txt and resources/domains/<domain>/<split>.txt, and are compiled into
+// the binary; a domain split is also a builtin set named "domains/<domain>/<split>".
 //
 // File format (UTF-8): optional `#` comment lines at the top of the file only; entries separated
 // by a line that is exactly `%%`; leading and trailing blank lines of an entry are trimmed; empty
@@ -27,5 +29,13 @@ const PromptSet& builtin_prompt_set(std::string_view name);
 
 // Names of the compiled-in sets, sorted.
 std::vector<std::string> builtin_prompt_set_names();
+
+// Names of the built-in domains (those with both splits), sorted: code, korean, math, prose,
+// structured.
+std::vector<std::string> builtin_domains();
+
+// A domain's split ("train" or "validation"). Throws Error naming the domain and split, listing
+// the known domains and splits, when there is no such set.
+const PromptSet& domain_prompt_set(std::string_view domain, std::string_view split);
 
 }  // namespace tokenfab

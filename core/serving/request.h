@@ -45,6 +45,10 @@ struct SequenceState {
   SequenceStatus status = SequenceStatus::kWaiting;
   int32_t n_preemptions = 0;
   std::string error;  // set when status == kFailed
+  // Speculative decoding: tokens a draft head proposed to follow the last token (set_draft), and
+  // how many of them the planned step appended to `tokens` for verification (0 otherwise).
+  std::vector<TokenId> draft;
+  int32_t n_draft_in_flight = 0;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_pending() const { return n_tokens() - n_computed; }

@@ -110,9 +110,8 @@ void Scheduler::adopt(RequestId id, std::span<const TokenId> generated) {
   s.n_generated = static_cast<int32_t>(generated.size());
   s.status = SequenceStatus::kRunning;
   running_.push_back(id);
-  if (s.n_generated >= s.max_tokens ||
-      (s.stop_at_end_of_generation && is_end_of_generation_ &&
-       is_end_of_generation_(s.tokens.back())))
+  if (s.n_generated >= s.max_tokens || (s.stop_at_end_of_generation && is_end_of_generation_ &&
+                                        is_end_of_generation_(s.tokens.back())))
     finish(id);
 }
 
@@ -150,11 +149,41 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
   // running_[i] itself when it is the newest.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     const SequenceId seq = running_[i];
-    const SequenceState& s = state(seq);
-    if (s.n_pending() != 1 || !reserve_last_token(seq, plan)) continue;
+    SequenceState& s = state(seq);
+    if (s.n_pending() != 1) continue;
+    if (const int32_t k = reserve_with_draft(seq, budget, plan); k > 0) {
+      plan.chunks.push_back({seq, s.n_computed, 1 + k, true, k});
+      budget -= 1 + k;
+      continue;
+    }
+    s.draft.clear();
+    if (!reserve_last_token(seq, plan)) continue;
     plan.chunks.push_back({seq, s.n_computed, 1, true});
     --budget;
   }
+}
+
+int32_t Scheduler::reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& plan) {
+  SequenceState& s = state(seq);
+  const int32_t n_reserved = kv_.table(seq).n_tokens();
+  // Never verify more tokens than the request may still emit (the target adds one of its own).
+  const int32_t k = std::min(
+      {static_cast<int32_t>(s.draft.size()), budget - 1, s.max_tokens - s.n_generated - 1});
+  if (k <= 0 || n_reserved != s.n_tokens() - 1 || !kv_.can_append(seq, 1 + k)) return 0;
+  s.tokens.insert(s.tokens.end(), s.draft.begin(), s.draft.begin() + k);
+  s.draft.clear();
+  s.n_draft_in_flight = k;
+  const AppendResult appended =
+      kv_.append(seq, std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(n_reserved)));
+  if (appended.copy) plan.copies.push_back(*appended.copy);
+  forget_written_from(seq, n_reserved / kv_.block_size());
+  return k;
+}
+
+void Scheduler::set_draft(RequestId id, std::vector<TokenId> draft) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end() || it->second.status != SequenceStatus::kRunning) return;
+  it->second.draft = std::move(draft);
 }
 
 bool Scheduler::reserve_last_token(SequenceId seq, StepPlan& plan) {
@@ -186,7 +215,7 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
   for (const SequenceId seq : running_) {
     if (budget == 0) return;
     const SequenceState& s = state(seq);
-    if (s.n_pending() <= 1) continue;  // decoding: planned above
+    if (s.n_pending() <= 1 || s.n_draft_in_flight > 0) continue;  // decoding: planned above
     const int32_t n = prefill_chunk(s.n_pending(), budget);
     plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
   }
@@ -243,36 +272,69 @@ int32_t Scheduler::allocate(SequenceId seq) {
 
 std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
                                               std::span<const TokenId> sampled) {
+  std::vector<ChunkResult> results(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) results[i].tokens = {sampled[i]};
+  return complete(plan, std::span<const ChunkResult>(results));
+}
+
+std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
+                                              std::span<const ChunkResult> results) {
   if (plan.step != planned_step_) {
     throw Error("scheduler: complete() got step " + std::to_string(plan.step) +
                 ", but the step awaiting results is " + std::to_string(planned_step_));
   }
-  if (static_cast<int32_t>(sampled.size()) != plan.n_logits()) {
+  if (static_cast<int32_t>(results.size()) != plan.n_logits()) {
     throw Error("scheduler: step " + std::to_string(plan.step) + " expects " +
-                std::to_string(plan.n_logits()) + " sampled tokens, got " +
-                std::to_string(sampled.size()));
+                std::to_string(plan.n_logits()) + " sampled results, got " +
+                std::to_string(results.size()));
   }
   planned_step_ = -1;
   StepLogEntry entry{plan.step, {}, preempted_this_step_};
   std::vector<EmittedToken> emitted;
-  size_t next_sample = 0;
+  size_t next_result = 0;
   for (const ScheduledChunk& chunk : plan.chunks) {
-    const TokenId* token = chunk.wants_logits ? &sampled[next_sample++] : nullptr;
+    const ChunkResult* result = chunk.wants_logits ? &results[next_result++] : nullptr;
     const auto it = sequences_.find(chunk.seq);
     if (it == sequences_.end() || it->second.status != SequenceStatus::kRunning) continue;
     SequenceState& s = it->second;  // cancelled since schedule(): skipped above
     const int32_t before = s.n_computed;
-    s.n_computed += chunk.n_tokens;
-    mark_written(chunk.seq, before, s.n_computed);
-    entry.advanced.push_back({chunk.seq, chunk.n_tokens});
-    if (!token) continue;
-    s.tokens.push_back(*token);  // its KV slot is reserved by the next schedule()
-    ++s.n_generated;
-    emitted.push_back({s.id, *token});
-    if (s.n_generated >= s.max_tokens || (s.stop_at_end_of_generation && is_end_of_generation_ &&
-                                           is_end_of_generation_(*token))) {
-      finish(chunk.seq);
+    int32_t n_accepted = 0;
+    if (result) {
+      const auto n_tokens = static_cast<int32_t>(result->tokens.size());
+      n_accepted = n_tokens - 1;
+      bool prefix = n_tokens >= 1 && n_accepted <= chunk.n_draft;
+      for (int32_t j = 0; prefix && j < n_accepted; ++j)
+        prefix = result->tokens[static_cast<size_t>(j)] ==
+                 s.tokens[static_cast<size_t>(chunk.first_token + 1 + j)];
+      if (!prefix)
+        throw Error("scheduler: the result for request " + std::to_string(chunk.seq) +
+                    " is not an accepted prefix of its " + std::to_string(chunk.n_draft) +
+                    " drafts plus one sampled token");
     }
+    // Rows computed with a valid context: the chunk up to its last accepted draft.
+    s.n_computed = chunk.first_token + chunk.n_tokens - (chunk.n_draft - n_accepted);
+    if (chunk.n_draft > n_accepted) {  // roll the rejected drafts back
+      kv_.truncate(chunk.seq, s.n_computed);
+      s.tokens.resize(static_cast<size_t>(s.n_computed));
+    }
+    s.n_draft_in_flight = 0;
+    mark_written(chunk.seq, before, s.n_computed);
+    entry.advanced.push_back({chunk.seq, s.n_computed - before});
+    if (!result) continue;
+    auto emit = [&](TokenId token, bool drafted) {
+      ++s.n_generated;
+      emitted.push_back({s.id, token, drafted});
+      const bool done = s.n_generated >= s.max_tokens ||
+                        (s.stop_at_end_of_generation && is_end_of_generation(token));
+      if (done) finish(chunk.seq);
+      return done;
+    };
+    bool done = false;
+    for (int32_t j = 0; j < n_accepted && !done; ++j)
+      done = emit(result->tokens[static_cast<size_t>(j)], true);
+    if (done) continue;
+    s.tokens.push_back(result->tokens.back());  // its KV slot is reserved by the next schedule()
+    emit(result->tokens.back(), false);
   }
   step_log_.push_back(std::move(entry));
   if (step_log_.size() > kStepLogCapacity) step_log_.pop_front();
@@ -296,6 +358,9 @@ std::vector<SequenceState> Scheduler::take_finished() {
 void Scheduler::preempt(SequenceId seq) {
   SequenceState& s = state(seq);
   kv_.free_sequence(seq);  // written full blocks stay in the prefix cache for the recompute
+  s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft_in_flight));  // unverified
+  s.n_draft_in_flight = 0;
+  s.draft.clear();
   remove_running(seq);
   s.n_computed = 0;
   s.status = SequenceStatus::kPreempted;

@@ -56,11 +56,21 @@ namespace tokenfab {
 // Compute tokens [first_token, first_token + n_tokens) of sequence `seq`; their KV goes to the
 // slots of kv.table(seq). wants_logits: the chunk ends at the sequence's last token, whose
 // logits give the next token.
+// n_draft > 0: a speculative verification chunk — the sequence's last accepted token followed by
+// n_draft proposed tokens; the worker needs logits for every row and returns the accepted
+// prefix of the drafts plus one token sampled by the target (ChunkResult).
 struct ScheduledChunk {
   SequenceId seq = 0;
   int32_t first_token = 0;
   int32_t n_tokens = 0;
   bool wants_logits = false;
+  int32_t n_draft = 0;
+};
+
+// What a step produced for one chunk with wants_logits: the accepted drafts (a prefix of the
+// chunk's drafts, possibly empty) followed by exactly one token sampled from the target.
+struct ChunkResult {
+  std::vector<TokenId> tokens;
 };
 
 struct StepPlan {
@@ -77,6 +87,7 @@ struct StepPlan {
 struct EmittedToken {
   RequestId id = 0;
   TokenId token = 0;
+  bool drafted = false;  // a draft head proposed it and the target accepted it
   bool operator==(const EmittedToken&) const = default;
 };
 
@@ -129,6 +140,15 @@ class Scheduler {
   // order. Returns the tokens emitted, in plan order. Throws Error if `plan` is not the last one
   // scheduled or `sampled` has the wrong size.
   std::vector<EmittedToken> complete(const StepPlan& plan, std::span<const TokenId> sampled);
+  // The same with one ChunkResult per chunk with wants_logits (speculative steps): rejected
+  // drafts are rolled back — their tokens and KV slots dropped — and the accepted ones emitted
+  // before the target's token. Throws Error if a result is not a prefix of its drafts plus one.
+  std::vector<EmittedToken> complete(const StepPlan& plan, std::span<const ChunkResult> results);
+
+  // Speculative decoding: tokens proposed to follow `id`'s last token, verified in the next step
+  // when the budget and the pool allow (else that step decodes one token as usual). Replaces an
+  // earlier proposal; ignored for a sequence that is not decoding.
+  void set_draft(RequestId id, std::vector<TokenId> draft);
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   const SequenceState& sequence(RequestId id) const;  // throws Error if unknown
@@ -150,6 +170,9 @@ class Scheduler {
   // Reserves the KV slot of `seq`'s last token, preempting newer sequences; false if `seq`
   // itself was preempted or failed.
   bool reserve_last_token(SequenceId seq, StepPlan& plan);
+  // Appends up to `budget` - 1 of `seq`'s drafts after its last token and reserves KV slots for
+  // all of them; the number of drafts appended (0: nothing changed).
+  int32_t reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& plan);
   void schedule_prefills(StepPlan& plan, int32_t& budget);
   void admit_waiting(StepPlan& plan, int32_t& budget);
   // Allocates `seq`'s table for all its tokens; the count of leading tokens already in the pool

@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/serving/engine_record.h"
+#include "kernels/cpu/ops.h"
 
 namespace tokenfab {
 
@@ -43,6 +44,8 @@ Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
       device_(std::move(device)),
       role_(role),
       name_(device_->name()),
+      n_embd_(device_->model().hparams().n_embd),
+      n_vocab_(device_->model().hparams().n_vocab),
       connector_(connector),
       kv_(device_->kv_storage().n_blocks(), device_->kv_storage().block_size()),
       scheduler_(kv_, config.token_budget, config.max_running, std::move(is_end_of_generation)) {
@@ -338,10 +341,13 @@ bool Worker::step() {
     const auto& blocks = kv_.table(chunk.seq).blocks();
     tables_[i].assign(blocks.begin(), blocks.end());
     const SequenceState& s = scheduler_.sequence(chunk.seq);
-    batch_.push_back(
-        {std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(chunk.first_token),
-                                                    static_cast<size_t>(chunk.n_tokens)),
-         chunk.first_token, tables_[i], chunk.wants_logits});
+    BatchSequence& row = batch_.emplace_back();
+    row.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(chunk.first_token),
+                                                            static_cast<size_t>(chunk.n_tokens));
+    row.pos0 = chunk.first_token;
+    row.blocks = tables_[i];
+    row.want_logits = chunk.wants_logits;
+    row.all_logits = chunk.n_draft > 0;  // verification: every row's logits
     Engine::Record& record = *requests_.at(chunk.seq);
     if (record.state() == RequestState::kQueued) {
       record.enter(RequestState::kPrefilling, planned);
@@ -357,19 +363,14 @@ bool Worker::step() {
       queued_prefill_tokens_ -= counted;
     }
   }
-  const MetricsTime run_start = MetricsClock::now();
-  device_->run(batch_, logits_);
-  const double compute_s = seconds_between(run_start, MetricsClock::now());
-  const int64_t n_vocab = static_cast<int64_t>(logits_.size()) / std::max(1, plan.n_logits());
-  // One sampler per request, so the rows are sampled in parallel.
-  sampling_.clear();
-  for (const ScheduledChunk& chunk : plan.chunks)
-    if (chunk.wants_logits) sampling_.push_back(requests_.at(chunk.seq).get());
-  sampled_.resize(sampling_.size());
-  device_->parallel_for(static_cast<int64_t>(sampling_.size()), [&](int64_t i) {
-    sampled_[static_cast<size_t>(i)] = sampling_[static_cast<size_t>(i)]->sampler.sample(
-        std::span<const float>(logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)));
+  // Hidden states are needed where a draft head will propose from this step's rows.
+  const bool need_hidden = std::any_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
+    return c.wants_logits && requests_.at(c.seq)->request.head != nullptr;
   });
+  const MetricsTime run_start = MetricsClock::now();
+  device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
+  const double compute_s = seconds_between(run_start, MetricsClock::now());
+  const std::vector<ChunkResult> results = sample(plan);
   for (const ScheduledChunk& chunk : plan.chunks) {
     if (!chunk.wants_logits) continue;
     Engine::Record& record = *requests_.at(chunk.seq);
@@ -379,33 +380,42 @@ bool Worker::step() {
       record.source_blocks.assign(blocks.begin(), blocks.end());
     }
   }
-  const std::vector<EmittedToken> emitted = scheduler_.complete(plan, sampled_);
+  const std::vector<EmittedToken> emitted = scheduler_.complete(plan, results);
   ++steps_;
   const MetricsTime t = MetricsClock::now();
+  // Tokens per request, in order (a verification step emits several).
+  std::unordered_map<RequestId, TokenEvent> events;
   for (const EmittedToken& e : emitted) {
-    Engine::Record& record = *requests_.at(e.id);
-    record.generated.push_back(e.token);
-    record.timeline.on_emission(t, 1);
+    TokenEvent& ev = events[e.id];
+    ev.tokens.push_back(e.token);
+    ev.drafted.push_back(e.drafted);
+  }
+  for (auto& [id, ev] : events) {
+    Engine::Record& record = *requests_.at(id);
+    record.generated.insert(record.generated.end(), ev.tokens.begin(), ev.tokens.end());
+    record.timeline.on_emission(t, static_cast<int32_t>(ev.tokens.size()));
     std::lock_guard lock(record.mutex);
-    record.info.output.push_back(e.token);
+    record.info.output.insert(record.info.output.end(), ev.tokens.begin(), ev.tokens.end());
     if (record.info.state == RequestState::kPrefilling && !prefill_role()) {
       record.info.state = RequestState::kDecoding;
       record.info.entered[static_cast<size_t>(RequestState::kDecoding)] = t;
     }
-    if (role_ != WorkerRole::kPrefill && role_ != WorkerRole::kLongPrefill &&
-        record.info.decode_device.empty())
-      record.info.decode_device = name_;
+    if (!prefill_role() && record.info.decode_device.empty()) record.info.decode_device = name_;
   }
   // Events for tokens of requests that go on; the ended ones get theirs from end().
-  std::unordered_map<RequestId, TokenId> last_token;
-  for (const EmittedToken& e : emitted) last_token[e.id] = e.token;
   std::vector<SequenceState> finished = scheduler_.take_finished();
   std::unordered_set<RequestId> ending;
   for (const SequenceState& s : finished) ending.insert(s.id);
-  for (const EmittedToken& e : emitted) {
-    if (ending.count(e.id)) continue;
-    engine_.publish({e.id, {e.token}, t, step_id, name_, requests_.at(e.id)->state(), ""});
+  for (auto& [id, ev] : events) {
+    if (ending.count(id)) continue;
+    ev.id = id;
+    ev.time = t;
+    ev.step = step_id;
+    ev.device = name_;
+    ev.state = requests_.at(id)->state();
+    engine_.publish(ev);
   }
+  propose_drafts(plan, results);
   for (SequenceState& s : finished) {
     auto it = requests_.find(s.id);
     if (it == requests_.end()) continue;
@@ -415,8 +425,8 @@ bool Worker::step() {
       std::lock_guard lock(record->mutex);
       record->info.preemptions += s.n_preemptions;
     }
-    std::vector<TokenId> last;
-    if (const auto lt = last_token.find(s.id); lt != last_token.end()) last.push_back(lt->second);
+    TokenEvent last;
+    if (const auto ev = events.find(s.id); ev != events.end()) last = ev->second;
     if (s.status == SequenceStatus::kFailed) {
       release_hold(hold_id(s.id));
       end(record, RequestState::kFailed, s.error, last, step_id, t);
@@ -424,8 +434,8 @@ bool Worker::step() {
     }
     const GenerationRequest& r = record->request;
     const bool more = prefill_role() && r.max_tokens > 1 &&
-                      !(r.stop_at_end_of_generation && !last.empty() &&
-                        scheduler_.is_end_of_generation(last.back()));
+                      !(r.stop_at_end_of_generation && !last.tokens.empty() &&
+                        scheduler_.is_end_of_generation(last.tokens.back()));
     if (!more) {
       release_hold(hold_id(s.id));
       end(record, RequestState::kFinished, "", last, step_id, t);
@@ -439,7 +449,12 @@ bool Worker::step() {
     queued_prefill_tokens_ -= record->prefill_tokens_left;
     record->prefill_tokens_left = 0;
     record->enter(RequestState::kTransferring, t);
-    engine_.publish({s.id, last, t, step_id, name_, RequestState::kTransferring, ""});
+    last.id = s.id;
+    last.time = t;
+    last.step = step_id;
+    last.device = name_;
+    last.state = RequestState::kTransferring;
+    engine_.publish(last);
     engine_.hand_off(record, *this);
   }
   const int64_t preemptions = scheduler_.n_preemptions();
@@ -463,6 +478,117 @@ bool Worker::step() {
   return true;
 }
 
+std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
+  const int64_t n_vocab = n_vocab_;
+  // Logit rows of each chunk with logits: 1, or 1 + n_draft for a verification chunk.
+  struct Job {
+    Engine::Record* record;
+    const ScheduledChunk* chunk;
+    const SequenceState* state;
+    int64_t row;
+  };
+  std::vector<Job> jobs;
+  int64_t row = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (!chunk.wants_logits) continue;
+    jobs.push_back({requests_.at(chunk.seq).get(), &chunk, &scheduler_.sequence(chunk.seq), row});
+    row += 1 + chunk.n_draft;
+  }
+  std::vector<ChunkResult> results(jobs.size());
+  // One sampler per request, so the chunks are sampled in parallel.
+  device_->parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
+    const Job& job = jobs[static_cast<size_t>(i)];
+    auto logits = [&](int64_t r) {
+      return std::span<const float>(logits_.data() + (job.row + r) * n_vocab,
+                                    static_cast<size_t>(n_vocab));
+    };
+    Sampler& sampler = job.record->sampler;
+    std::vector<TokenId>& out = results[static_cast<size_t>(i)].tokens;
+    // Verification: accept drafts in order while the target agrees (speculative sampling keeps
+    // the target's distribution), then one token of the target's own.
+    int32_t j = 0;
+    for (; j < job.chunk->n_draft; ++j) {
+      const TokenId draft = job.state->tokens[static_cast<size_t>(job.chunk->first_token + 1 + j)];
+      if (!sampler.accept_draft(logits(j), draft)) {
+        out.push_back(sampler.sample_rejected(logits(j), draft));
+        break;
+      }
+      out.push_back(draft);
+    }
+    if (j == job.chunk->n_draft) out.push_back(sampler.sample(logits(j)));
+  });
+  // Per-position acceptance statistics.
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const int32_t n_draft = jobs[i].chunk->n_draft;
+    if (n_draft == 0) continue;
+    const auto accepted = static_cast<int32_t>(results[i].tokens.size()) - 1;
+    Engine::Record& record = *jobs[i].record;
+    std::lock_guard lock(record.mutex);
+    SpeculationStats& st = record.info.speculation;
+    st.proposed_at.resize(std::max(st.proposed_at.size(), static_cast<size_t>(n_draft)));
+    st.accepted_at.resize(st.proposed_at.size());
+    for (int32_t p = 0; p < n_draft; ++p) {
+      ++st.proposed_at[static_cast<size_t>(p)];
+      if (p < accepted) ++st.accepted_at[static_cast<size_t>(p)];
+    }
+    ++st.verify_steps;
+  }
+  return results;
+}
+
+void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results) {
+  // The hidden state of the row whose logits gave each request's newest token.
+  size_t row = 0, result = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (!chunk.wants_logits) continue;
+    const auto accepted = static_cast<int64_t>(results[result++].tokens.size()) - 1;
+    const size_t chunk_row = row;
+    row += static_cast<size_t>(1 + chunk.n_draft);
+    const auto it = requests_.find(chunk.seq);
+    if (it == requests_.end() || !it->second->request.head) continue;
+    const float* h = hidden_.data() + (chunk_row + static_cast<size_t>(accepted)) * n_embd_;
+    it->second->draft_hidden.assign(h, h + n_embd_);
+  }
+  if (prefill_role()) return;  // the decode worker proposes, from the hidden state handed over
+  // Every running request with a head and a fresh hidden state: K residual rows each, then one
+  // LM-head pass over all of them.
+  std::vector<Engine::Record*> proposing;
+  draft_z_.clear();
+  for (const SequenceId seq : scheduler_.running()) {
+    Engine::Record& record = *requests_.at(seq);
+    if (!record.request.head || record.draft_hidden.empty()) continue;
+    if (scheduler_.sequence(seq).n_pending() != 1) continue;
+    proposing.push_back(&record);
+    const int32_t k = record.draft_len();
+    const size_t at = draft_z_.size();
+    draft_z_.resize(at + static_cast<size_t>(k) * n_embd_);
+    for (int32_t i = 0; i < k; ++i)
+      record.request.head->residual(i, record.draft_hidden.data(), 1,
+                                    draft_z_.data() + at + static_cast<size_t>(i) * n_embd_);
+    record.draft_hidden.clear();
+  }
+  if (proposing.empty()) return;
+  const MetricsTime start = MetricsClock::now();
+  const auto rows = static_cast<int64_t>(draft_z_.size() / n_embd_);
+  device_->lm_head(draft_z_.data(), rows, draft_logits_);
+  std::vector<TokenId> best(static_cast<size_t>(rows));
+  device_->parallel_for(rows, [&](int64_t r) {
+    best[static_cast<size_t>(r)] =
+        static_cast<TokenId>(kernels::argmax(draft_logits_.data() + r * n_vocab_, n_vocab_));
+  });
+  const double seconds = seconds_between(start, MetricsClock::now());
+  size_t next = 0;
+  for (Engine::Record* record : proposing) {
+    const int32_t k = record->draft_len();
+    scheduler_.set_draft(record->id,
+                         std::vector<TokenId>(best.begin() + static_cast<ptrdiff_t>(next),
+                                              best.begin() + static_cast<ptrdiff_t>(next + k)));
+    next += static_cast<size_t>(k);
+    std::lock_guard lock(record->mutex);
+    record->info.speculation.draft_s += seconds * k / static_cast<double>(rows);
+  }
+}
+
 void Worker::handle_finished() {
   for (SequenceState& s : scheduler_.take_finished()) {
     auto it = requests_.find(s.id);
@@ -476,7 +602,7 @@ void Worker::handle_finished() {
 }
 
 void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState state,
-                 std::string error, std::vector<TokenId> last_tokens, int64_t step, MetricsTime t) {
+                 std::string error, TokenEvent last, int64_t step, MetricsTime t) {
   queued_prefill_tokens_ -= record->prefill_tokens_left;
   record->prefill_tokens_left = 0;
   std::optional<RequestMetrics> metrics;
@@ -490,7 +616,13 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
   }
   if (state == RequestState::kFinished && metrics) engine_.metrics().on_completed(*metrics);
   if (state == RequestState::kFailed) engine_.metrics().on_failed();
-  engine_.publish({record->id, std::move(last_tokens), t, step, name_, state, std::move(error)});
+  last.id = record->id;
+  last.time = t;
+  last.step = step;
+  last.device = name_;
+  last.state = state;
+  last.error = std::move(error);
+  engine_.publish(last);
   engine_.on_ended(*record);
 }
 

@@ -79,7 +79,13 @@ class Worker {
   void admit(const std::shared_ptr<Engine::Record>& record);
   void handle_finished();
   void end(const std::shared_ptr<Engine::Record>& record, RequestState state, std::string error,
-           std::vector<TokenId> last_tokens, int64_t step, MetricsTime t);
+           TokenEvent last, int64_t step, MetricsTime t);
+  // Samples each chunk with logits with its request's sampler: one token, or for a verification
+  // chunk the accepted drafts and one token of the target's.
+  std::vector<ChunkResult> sample(const StepPlan& plan);
+  // Keeps the hidden state that produced each speculating request's newest token and, on
+  // decoding workers, proposes the next drafts from it (one batched LM-head pass).
+  void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
   void release_hold(SequenceId hold);
   void finish_transfer(Incoming& in, MetricsTime t);
   void publish(bool force);
@@ -91,6 +97,7 @@ class Worker {
   std::unique_ptr<Device> device_;
   const WorkerRole role_;
   const std::string name_;
+  const int64_t n_embd_, n_vocab_;
   KvConnector& connector_;
   KvManager kv_;
   Scheduler scheduler_;
@@ -99,6 +106,10 @@ class Worker {
   std::unordered_map<RequestId, std::shared_ptr<Engine::Record>> requests_;  // in the scheduler
   std::deque<Incoming> incoming_;  // decode role: arrived prompts, oldest first
   std::vector<float> logits_;
+  std::vector<float> hidden_;        // final-norm hidden states of the logit rows
+  std::vector<float> draft_z_;       // draft heads' residual outputs, (rows, n_embd)
+  std::vector<float> draft_logits_;  // their LM-head logits
+
   std::vector<BatchSequence> batch_;
   std::vector<std::vector<int32_t>> tables_;
   std::vector<TokenId> sampled_;

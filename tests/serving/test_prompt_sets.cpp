@@ -1,9 +1,12 @@
-// Prompt sets (core/serving/prompt_sets.h): the parser's format rules, and the sets compiled into
-// the binary from resources/prompts/ meeting the sizes serve-bench relies on (short chat turns of
-// 8–60 words, long documents of 700–1200 words).
+// Prompt sets (core/serving/prompt_sets.h): the parser's format rules, the sets compiled into the
+// binary from resources/prompts/ meeting the sizes serve-bench relies on (short chat turns of
+// 8–60 words, long documents of 700–1200 words), and the draft-head domain sets of
+// resources/domains/ meeting the sizes their brief sets (≥128 train and ≥32 validation entries of
+// 8–80 words, 5–80 for Korean; held-out validation entries that never appear in train).
 
 #include <QtTest>
 #include <algorithm>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -44,6 +47,21 @@ void verify_word_counts(const PromptSet& set, int min_words, int max_words) {
     QVERIFY2(n >= min_words && n <= max_words, where.c_str());
   }
 }
+
+// True when `text` (UTF-8) holds a Hangul syllable (U+AC00..U+D7A3).
+bool contains_hangul(const std::string& text) {
+  for (size_t i = 0; i + 2 < text.size(); ++i) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    if ((b0 & 0xF0) != 0xE0) continue;  // not the lead byte of a 3-byte sequence
+    const char32_t cp = (char32_t{b0} & 0x0F) << 12 |
+                        (char32_t{static_cast<unsigned char>(text[i + 1])} & 0x3F) << 6 |
+                        (char32_t{static_cast<unsigned char>(text[i + 2])} & 0x3F);
+    if (cp >= 0xAC00 && cp <= 0xD7A3) return true;
+  }
+  return false;
+}
+
+const std::vector<std::string> kExpectedDomains = {"code", "korean", "math", "prose", "structured"};
 
 }  // namespace
 
@@ -131,6 +149,55 @@ class TestPromptSets : public QObject {
   void unknown_builtin_name_throws_listing_known_ones() {
     verify_throws([] { builtin_prompt_set("no_such_set"); },
                   {"no_such_set", "chat_turns", "documents"});
+  }
+
+  void builtin_domains_are_the_five_sorted() { QCOMPARE(builtin_domains(), kExpectedDomains); }
+
+  void domain_splits_are_builtin_sets_under_domain_names() {
+    QCOMPARE(&domain_prompt_set("code", "train"), &builtin_prompt_set("domains/code/train"));
+    QCOMPARE(domain_prompt_set("math", "validation").name, std::string("domains/math/validation"));
+  }
+
+  void domain_splits_have_enough_entries_of_bounded_length() {
+    for (const std::string& domain : kExpectedDomains) {
+      const int min_words = domain == "korean" ? 5 : 8;  // Korean words are longer (particles)
+      const PromptSet& train = domain_prompt_set(domain, "train");
+      const PromptSet& validation = domain_prompt_set(domain, "validation");
+      QVERIFY2(train.entries.size() >= 128, (domain + " train").c_str());
+      QVERIFY2(validation.entries.size() >= 32, (domain + " validation").c_str());
+      verify_word_counts(train, min_words, 80);
+      verify_word_counts(validation, min_words, 80);
+    }
+  }
+
+  void domain_entries_are_distinct_and_validation_is_held_out() {
+    for (const std::string& domain : kExpectedDomains) {
+      const PromptSet& train = domain_prompt_set(domain, "train");
+      const PromptSet& validation = domain_prompt_set(domain, "validation");
+      const std::set<std::string> train_entries(train.entries.begin(), train.entries.end());
+      const std::set<std::string> validation_entries(validation.entries.begin(),
+                                                     validation.entries.end());
+      QVERIFY2(train_entries.size() == train.entries.size(), (domain + " train").c_str());
+      QVERIFY2(validation_entries.size() == validation.entries.size(),
+               (domain + " validation").c_str());
+      for (const std::string& entry : validation.entries) {
+        QVERIFY2(!train_entries.contains(entry), (domain + ": " + entry.substr(0, 60)).c_str());
+      }
+    }
+  }
+
+  void korean_entries_are_in_hangul() {
+    for (const char* split : {"train", "validation"}) {
+      for (const std::string& entry : domain_prompt_set("korean", split).entries) {
+        QVERIFY2(contains_hangul(entry), entry.substr(0, 60).c_str());
+      }
+    }
+  }
+
+  void unknown_domain_or_split_throws_listing_known_ones() {
+    verify_throws([] { domain_prompt_set("no_such_domain", "train"); },
+                  {"no_such_domain", "train", "code", "korean", "structured", "validation"});
+    verify_throws([] { domain_prompt_set("code", "test"); }, {"code", "test", "validation"});
   }
 };
 

@@ -47,9 +47,10 @@ using Outputs = std::map<RequestId, std::vector<TokenId>>;
 // model, complete. Appends emitted tokens to `outputs`.
 void run_step(Scheduler& scheduler, const KvManager& kv, Outputs& outputs) {
   const StepPlan plan = scheduler.schedule();
-  QVERIFY2(plan.n_tokens() <= scheduler.token_budget(), "plan exceeds the token budget");
+  if (scheduler.chunked_prefill())
+    QVERIFY2(plan.n_tokens() <= scheduler.token_budget(), "plan exceeds the token budget");
   std::set<SequenceId> seen;
-  std::vector<TokenId> sampled;
+  std::vector<ChunkResult> results;
   for (const ScheduledChunk& c : plan.chunks) {
     QVERIFY2(seen.insert(c.seq).second, "a sequence is planned twice in one step");
     const SequenceState& s = scheduler.sequence(c.seq);
@@ -59,9 +60,20 @@ void run_step(Scheduler& scheduler, const KvManager& kv, Outputs& outputs) {
     QVERIFY(c.first_token + c.n_tokens <= s.n_tokens());
     QCOMPARE(c.wants_logits, c.first_token + c.n_tokens == s.n_tokens());
     QCOMPARE(kv.table(c.seq).n_tokens(), s.n_tokens());  // every planned token has a KV slot
-    if (c.wants_logits) sampled.push_back(fake_next(s.tokens));
+    if (!c.wants_logits) continue;
+    // Greedy verification of the drafts (none for ordinary chunks) against the fake model.
+    ChunkResult& r = results.emplace_back();
+    std::vector<TokenId> context(s.tokens.begin(),
+                                 s.tokens.begin() + c.first_token + c.n_tokens - c.n_draft);
+    for (int32_t j = 0; j <= c.n_draft; ++j) {
+      const TokenId want = fake_next(context);
+      r.tokens.push_back(want);
+      if (j == c.n_draft || s.tokens[static_cast<size_t>(c.first_token + 1 + j)] != want) break;
+      context.push_back(want);
+    }
   }
-  for (const EmittedToken& e : scheduler.complete(plan, sampled)) outputs[e.id].push_back(e.token);
+  for (const EmittedToken& e : scheduler.complete(plan, std::span<const ChunkResult>(results)))
+    outputs[e.id].push_back(e.token);
   const std::string violation = kv.check_invariants();
   QVERIFY2(violation.empty(), violation.c_str());
 }
@@ -122,6 +134,10 @@ class TestScheduler : public QObject {
   void prefix_hit_on_unwritten_blocks_is_recomputed();
   void request_too_large_for_the_pool_fails_alone();
   void end_of_generation_token_stops_early();
+  void without_chunking_a_prompt_is_read_in_one_step();
+  void received_requests_resume_where_the_prefill_device_stopped();
+  void receive_reuses_written_blocks_and_waits_for_room();
+  void drafts_are_verified_and_rejected_ones_rolled_back();
 };
 
 void TestScheduler::bad_requests_and_settings_throw() {
@@ -135,7 +151,8 @@ void TestScheduler::bad_requests_and_settings_throw() {
   QVERIFY_THROWS_EXCEPTION(Error, scheduler.add(Request{1, {7}, 1}));  // id in use
   QVERIFY(!scheduler.cancel(99));
   const StepPlan plan = scheduler.schedule();
-  QVERIFY_THROWS_EXCEPTION(Error, scheduler.complete(plan, {}));  // one sampled token expected
+  QVERIFY_THROWS_EXCEPTION(
+      Error, scheduler.complete(plan, std::span<const TokenId>()));  // one sampled token expected
   const std::vector<TokenId> sampled{42};
   QCOMPARE(scheduler.complete(plan, sampled), (std::vector<EmittedToken>{{1, 42}}));
   QVERIFY_THROWS_EXCEPTION(Error, scheduler.complete(plan, sampled));  // already completed
@@ -348,6 +365,142 @@ void TestScheduler::end_of_generation_token_stops_early() {
   const auto first_eog = std::find(reference.begin(), reference.end(), eog);
   QCOMPARE(outputs[1], std::vector<TokenId>(reference.begin(), first_eog + 1));
   QCOMPARE(scheduler.sequence(1).status, SequenceStatus::kFinished);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+// set_chunked_prefill(false): the 2,000-token prompt is one chunk, computed in the same step as the
+// running decodes (which therefore wait for it: the behaviour chunking exists to avoid).
+void TestScheduler::without_chunking_a_prompt_is_read_in_one_step() {
+  KvManager kv(512);
+  Scheduler scheduler(kv, 512, 64);
+  scheduler.set_chunked_prefill(false);
+  std::mt19937 rng(5);
+  std::vector<Request> requests = add_random(scheduler, rng, 4, 10, 40, 20, 20);
+  Outputs outputs;
+  for (int i = 0; i < 2; ++i) run_step(scheduler, kv, outputs);
+  const Request long_request{100, random_tokens(rng, 2000), 4};
+  scheduler.add(long_request);
+  requests.push_back(long_request);
+  const StepPlan plan = scheduler.schedule();
+  const auto it = std::find_if(plan.chunks.begin(), plan.chunks.end(),
+                               [](const ScheduledChunk& c) { return c.seq == 100; });
+  QVERIFY(it != plan.chunks.end());
+  QCOMPARE(it->n_tokens, 2000);
+  QVERIFY(it->wants_logits);
+  QCOMPARE(plan.n_tokens(), 2000 + 4);  // the four decodes ride along
+  std::vector<TokenId> sampled;
+  for (const ScheduledChunk& c : plan.chunks)
+    sampled.push_back(fake_next(scheduler.sequence(c.seq).tokens));
+  for (const EmittedToken& e : scheduler.complete(plan, sampled)) outputs[e.id].push_back(e.token);
+  run_until_idle(scheduler, kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  verify_outputs(requests, outputs);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+// Disaggregated hand-off on the scheduler level: a prefill-side scheduler computes each prompt
+// and its first token (max_tokens 1); the decode-side scheduler receives the request (blocks
+// reserved, status kReceiving, not scheduled), adopts it with that token and decodes the rest.
+// The outputs equal generating alone.
+void TestScheduler::received_requests_resume_where_the_prefill_device_stopped() {
+  KvManager prefill_kv(256), decode_kv(256);
+  Scheduler prefill(prefill_kv, 512, 64), decode(decode_kv, 512, 64);
+  std::mt19937 rng(9);
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back({i + 1, random_tokens(rng, 5 + 37 * i), 12});
+    prefill.add({requests.back().id, requests.back().prompt, 1});
+  }
+  Outputs outputs;
+  run_until_idle(prefill, prefill_kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  prefill.take_finished();
+  verify_all_free(prefill_kv);
+  for (const Request& r : requests) {
+    const std::optional<int32_t> ready = decode.receive(r);
+    QVERIFY(ready.has_value());
+    QCOMPARE(*ready, 0);  // nothing of it was in this pool
+    QCOMPARE(decode.sequence(r.id).status, SequenceStatus::kReceiving);
+    QCOMPARE(decode_kv.table(r.id).n_tokens(), static_cast<int32_t>(r.prompt.size()));
+  }
+  const StepPlan nothing = decode.schedule();
+  QVERIFY(nothing.empty());  // receiving requests are not scheduled
+  decode.complete(nothing, std::span<const TokenId>());
+  QVERIFY_THROWS_EXCEPTION(Error, decode.adopt(requests[0].id, {}));
+  for (const Request& r : requests) decode.adopt(r.id, outputs[r.id]);
+  QVERIFY_THROWS_EXCEPTION(Error, decode.adopt(requests[0].id, outputs[requests[0].id]));
+  run_until_idle(decode, decode_kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  verify_outputs(requests, outputs);
+  decode.take_finished();
+  verify_all_free(decode_kv);
+}
+
+// A received prompt whose leading full blocks an adopted request already wrote in this pool needs
+// only the rest sent; a pool without room answers nullopt and changes nothing; cancelling a
+// receiving request frees its blocks.
+void TestScheduler::receive_reuses_written_blocks_and_waits_for_room() {
+  KvManager kv(8);  // 128 tokens
+  Scheduler scheduler(kv, 512, 64);
+  std::mt19937 rng(4);
+  const std::vector<TokenId> shared = random_tokens(rng, 48);
+  Request first{1, shared, 4};
+  first.prompt.push_back(11);
+  QCOMPARE(scheduler.receive(first), std::optional<int32_t>(0));
+  // Before adoption the blocks are reserved but not written: a second request must not count on
+  // them.
+  Request second{2, shared, 4};
+  second.prompt.insert(second.prompt.end(), {12, 13});
+  QCOMPARE(scheduler.receive(second), std::optional<int32_t>(0));
+  scheduler.cancel(2);
+  scheduler.adopt(1, std::vector<TokenId>{fake_next(first.prompt)});
+  QCOMPARE(scheduler.receive(second), std::optional<int32_t>(48));  // three written blocks
+  Request big{3, random_tokens(rng, 100), 4};
+  const KvSnapshot before = kv.snapshot();
+  QVERIFY(!scheduler.receive(big).has_value());
+  QVERIFY(!scheduler.contains(3));
+  QCOMPARE(kv.snapshot().n_owned, before.n_owned);
+  scheduler.cancel(2);
+  scheduler.cancel(1);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+// Speculative steps in a tight pool: every decoding sequence gets drafts of 1–5 tokens (the true
+// continuation with random corruptions) before each step. Outputs equal the reference, drafted
+// tokens are marked, the invariants hold after each step and everything is free at the end.
+void TestScheduler::drafts_are_verified_and_rejected_ones_rolled_back() {
+  KvManager kv(20);
+  Scheduler scheduler(kv, 96, 16);
+  std::mt19937 rng(12);
+  const std::vector<Request> requests = add_random(scheduler, rng, 24, 5, 60, 10, 50);
+  Outputs outputs;
+  int64_t drafted = 0;
+  for (int step = 0; step < 5000 && scheduler.has_unfinished(); ++step) {
+    for (const SequenceId seq : scheduler.running()) {
+      const SequenceState& s = scheduler.sequence(seq);
+      if (s.n_pending() != 1 || s.n_generated == 0) continue;
+      std::vector<TokenId> context = s.tokens, draft;
+      std::uniform_int_distribution<int> len(1, 5), corrupt(0, 7);
+      for (int k = len(rng); k > 0; --k) {
+        TokenId t = fake_next(context);
+        if (corrupt(rng) == 0) t += 1;
+        draft.push_back(t);
+        context.push_back(t);
+      }
+      scheduler.set_draft(seq, draft);
+    }
+    run_step(scheduler, kv, outputs);
+    if (QTest::currentTestFailed()) return;
+    for (const StepLogEntry::Advance& a : scheduler.step_log().back().advanced)
+      drafted += a.n_tokens > 1;
+  }
+  QVERIFY(!scheduler.has_unfinished());
+  verify_outputs(requests, outputs);
+  QVERIFY2(scheduler.n_preemptions() > 0, "the pool never filled up");
+  QVERIFY(drafted > 0);
   scheduler.take_finished();
   verify_all_free(kv);
 }

@@ -1,0 +1,71 @@
+#include "core/storage/schema.h"
+
+namespace tokenfab::schema {
+
+namespace {
+
+// Version 1: models, domains, draft heads and their evaluations. A head names its base model by
+// sha256 rather than by a foreign key, so that a head outlives the model's registration (a model
+// file moved or re-added keeps its heads). Timestamps are unix seconds.
+constexpr const char* kVersion1 = R"sql(
+PRAGMA application_id = 1416316514;
+
+CREATE TABLE models (
+  id INTEGER PRIMARY KEY,
+  sha256 TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  path TEXT NOT NULL,
+  added_unix INTEGER NOT NULL
+);
+
+CREATE TABLE domains (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  description TEXT NOT NULL,
+  source TEXT NOT NULL CHECK (source IN ('builtin', 'user'))
+);
+
+CREATE TABLE heads (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  domain TEXT NOT NULL,
+  type TEXT NOT NULL CHECK (type IN ('medusa', 'mtp')),
+  base_model_sha256 TEXT NOT NULL,
+  file TEXT NOT NULL,
+  created_unix INTEGER NOT NULL,
+  training_config_json TEXT NOT NULL,
+  summary_json TEXT NOT NULL
+);
+CREATE INDEX heads_by_base_model ON heads (base_model_sha256);
+
+-- per_position_json: a JSON array, the acceptance rate at each draft position.
+CREATE TABLE evaluations (
+  id INTEGER PRIMARY KEY,
+  head_id INTEGER NOT NULL REFERENCES heads (id) ON DELETE CASCADE,
+  domain TEXT NOT NULL,
+  spec TEXT NOT NULL CHECK (spec IN ('chain', 'tree')),
+  accept_per_step REAL NOT NULL,
+  per_position_json TEXT NOT NULL,
+  decode_tok_s REAL NOT NULL,
+  baseline_decode_tok_s REAL NOT NULL,
+  target_quant TEXT NOT NULL,
+  prompts INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  created_unix INTEGER NOT NULL
+);
+CREATE INDEX evaluations_by_head ON evaluations (head_id);
+)sql";
+
+constexpr Migration kMigrations[] = {
+    {1, kVersion1},
+};
+
+static_assert(kApplicationId == 1416316514, "migration 1 writes kApplicationId in decimal");
+
+}  // namespace
+
+std::span<const Migration> migrations() {
+  return kMigrations;
+}
+
+}  // namespace tokenfab::schema

@@ -1,0 +1,52 @@
+#pragma once
+// What the target model computed over some token sequences: at each position its final-norm
+// hidden state (the LM head's input), its argmax next token and its top-k next-token distribution.
+// Draft heads are trained on these (self-distillation: the labels are the target's own
+// predictions, not the text's tokens).
+//
+// Labels: the label of Medusa head k (1-based) at position i is pred[i + k] — the target's
+// prediction at i + k, i.e. the token at i + k + 1 — when i + k is inside i's sequence; there is
+// none otherwise (a label never crosses a sequence end).
+//
+// File format (little-endian): magic "TFTRACE\0", u32 version (1), i32 n_embd, i32 top_k,
+// u32 reserved (0), i64 n_pos, i64 n_seq, i64 seq_begin[n_seq + 1], f32 hidden[n_pos·n_embd],
+// i32 pred[n_pos], i32 topk_ids[n_pos·top_k], f32 topk_probs[n_pos·top_k], then the XXH64
+// (seed 0) of every byte before it.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/kvcache/block_pool.h"  // TokenId
+
+namespace tokenfab {
+
+struct TraceSet {
+  int32_t n_embd = 0, top_k = 0;
+  std::vector<float> hidden;       // (n_pos, n_embd) final-norm hidden state at each position
+  std::vector<TokenId> pred;       // (n_pos) the target's argmax at each position (its next token)
+  std::vector<TokenId> topk_ids;   // (n_pos, top_k) its top-k next tokens, most probable first …
+  std::vector<float> topk_probs;   // (n_pos, top_k) … and their probabilities (softmax, T = 1)
+  std::vector<int64_t> seq_begin;  // (n_seq + 1): sequence s spans [seq_begin[s], seq_begin[s+1]);
+                                   // seq_begin[0] = 0, seq_begin[n_seq] = n_pos; {} or {0} if empty
+
+  int64_t n_pos() const { return static_cast<int64_t>(pred.size()); }
+  int64_t n_sequences() const {
+    return seq_begin.empty() ? 0 : static_cast<int64_t>(seq_begin.size()) - 1;
+  }
+  // (n_pos): the end (exclusive) of the sequence holding each position.
+  std::vector<int64_t> sequence_ends() const;
+  // Appends `other`'s sequences after ours. n_embd and top_k must agree (or ours be empty).
+  void append(const TraceSet& other);
+  // Throws Error (prefixed by `where`) unless the sizes and the sequence bounds are consistent.
+  void validate(const std::string& where) const;
+
+  // Temporary file + rename; throws Error naming the file.
+  void save(const std::filesystem::path& path) const;
+  // Throws Error naming the file when it is not a trace file, is truncated or corrupt (checksum),
+  // or holds inconsistent sizes.
+  static TraceSet load(const std::filesystem::path& path);
+};
+
+}  // namespace tokenfab

@@ -1,0 +1,340 @@
+#include "core/training/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "core/common/error.h"
+#include "core/model/transformer_pass.h"
+#include "core/training/head_eval.h"
+#include "core/training/head_loss.h"
+
+namespace tokenfab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int resolve_threads(int threads) {
+  return threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Positions with at least one label (i + 1 inside the sequence), of the held-out sequences and of
+// the others; sequences are assigned by a seeded shuffle.
+struct Split {
+  std::vector<int64_t> train, val;
+  std::vector<bool> is_val_sequence;
+};
+
+Split split_sequences(const TraceSet& t, float validation, uint64_t seed) {
+  const int64_t n_seq = t.n_sequences();
+  if (n_seq < 2)
+    throw Error("training: the traces hold " + std::to_string(n_seq) +
+                " sequence(s); at least two are needed to hold one out for validation");
+  std::vector<int64_t> order(static_cast<size_t>(n_seq));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  const int64_t n_val = std::clamp<int64_t>(std::llround(validation * double(n_seq)), 1, n_seq - 1);
+  Split s;
+  s.is_val_sequence.assign(static_cast<size_t>(n_seq), false);
+  for (int64_t j = 0; j < n_val; ++j) s.is_val_sequence[static_cast<size_t>(order[j])] = true;
+  for (int64_t q = 0; q < n_seq; ++q) {
+    auto& out = s.is_val_sequence[static_cast<size_t>(q)] ? s.val : s.train;
+    for (int64_t i = t.seq_begin[q]; i + 1 < t.seq_begin[q + 1]; ++i) out.push_back(i);
+  }
+  return s;
+}
+
+// At most `cap` of `v`, evenly spaced.
+std::vector<int64_t> evenly_capped(const std::vector<int64_t>& v, int64_t cap) {
+  if (static_cast<int64_t>(v.size()) <= cap) return v;
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < cap; ++j)
+    out.push_back(v[static_cast<size_t>(j * int64_t(v.size()) / cap)]);
+  return out;
+}
+
+// V': every pred and top-k id at the positions of the training sequences.
+std::vector<TokenId> shortlist_ids(const TraceSet& t, const Split& split) {
+  std::vector<TokenId> ids;
+  for (int64_t q = 0; q < t.n_sequences(); ++q) {
+    if (split.is_val_sequence[static_cast<size_t>(q)]) continue;
+    for (int64_t i = t.seq_begin[q]; i < t.seq_begin[q + 1]; ++i) {
+      ids.push_back(t.pred[static_cast<size_t>(i)]);
+      for (int32_t j = 0; j < t.top_k; ++j)
+        ids.push_back(t.topk_ids[static_cast<size_t>(i * t.top_k + j)]);
+    }
+  }
+  return ids;
+}
+
+struct Adam {
+  std::vector<float> m, v;
+  explicit Adam(size_t n) : m(n, 0.0f), v(n, 0.0f) {}
+  // One AdamW update of p by gradient g (already clipped), bias-corrected for step t (1-based).
+  void update(float* p, const float* g, float lr, float weight_decay, int32_t t) {
+    constexpr float kB1 = 0.9f, kB2 = 0.999f, kEps = 1e-8f;
+    const float c1 = 1.0f - std::pow(kB1, float(t)), c2 = 1.0f - std::pow(kB2, float(t));
+    for (size_t i = 0; i < m.size(); ++i) {
+      m[i] = kB1 * m[i] + (1.0f - kB1) * g[i];
+      v[i] = kB2 * v[i] + (1.0f - kB2) * g[i] * g[i];
+      p[i] -= lr * ((m[i] / c1) / (std::sqrt(v[i] / c2) + kEps) + weight_decay * p[i]);
+    }
+  }
+};
+
+float learning_rate(const TrainOptions& o, int32_t step /* 1-based */) {
+  const auto warmup = static_cast<int32_t>(std::ceil(o.warmup * float(o.steps)));
+  if (step <= warmup) return o.lr * float(step) / float(warmup);
+  const float progress = float(step - warmup) / float(std::max(1, o.steps - warmup));
+  const float cosine = 0.5f * (1.0f + std::cos(3.14159265358979f * std::min(1.0f, progress)));
+  return o.lr * (0.1f + 0.9f * cosine);
+}
+
+// One head's rows of a mini-batch: the positions that have its label, gathered.
+struct HeadBatch {
+  std::vector<float> h;  // (m, n_embd)
+  std::vector<int32_t> label, soft_index;
+  std::vector<float> soft_prob;
+  int64_t m = 0;
+};
+
+void gather_head_batch(const TraceSet& t, std::span<const int64_t> ends, const Shortlist& sl,
+                       std::span<const int64_t> batch, int k, bool soft, HeadBatch& out) {
+  const int64_t d = t.n_embd;
+  out.h.clear();
+  out.label.clear();
+  out.soft_index.clear();
+  out.soft_prob.clear();
+  for (int64_t i : batch) {
+    const int64_t target = i + k + 1;
+    if (target >= ends[static_cast<size_t>(i)]) continue;
+    out.h.insert(out.h.end(), t.hidden.begin() + i * d, t.hidden.begin() + (i + 1) * d);
+    out.label.push_back(sl.index_of(t.pred[static_cast<size_t>(target)]));
+    if (!soft) continue;
+    double total = 0.0;
+    for (int32_t j = 0; j < t.top_k; ++j)
+      total += t.topk_probs[static_cast<size_t>(target * t.top_k + j)];
+    for (int32_t j = 0; j < t.top_k; ++j) {
+      const size_t at = static_cast<size_t>(target * t.top_k + j);
+      out.soft_index.push_back(sl.index_of(t.topk_ids[at]));
+      out.soft_prob.push_back(total > 0 ? static_cast<float>(t.topk_probs[at] / total) : 0.0f);
+    }
+  }
+  out.m = static_cast<int64_t>(out.label.size());
+}
+
+// One optimisation step over all heads: per-head mean losses and gradients on a mini-batch,
+// global-norm clipping, AdamW. Owns the optimiser state and the step's buffers.
+class HeadOptimizer {
+ public:
+  HeadOptimizer(const TraceSet& traces, std::span<const int64_t> ends, const Shortlist& shortlist,
+                const TrainOptions& o, int n_heads)
+      : traces_(traces), ends_(ends), shortlist_(shortlist), o_(o) {
+    const auto d = static_cast<size_t>(traces.n_embd);
+    for (int k = 0; k < n_heads; ++k) {
+      adam_w_.emplace_back(d * d);
+      adam_b_.emplace_back(d);
+      dw_.emplace_back(d * d);
+      db_.emplace_back(d);
+    }
+  }
+
+  // Returns the step's loss: the mean over heads of each head's mean loss.
+  double step(MedusaHead& head, std::span<const int64_t> batch, int32_t step,
+              kernels::ThreadPool& pool) {
+    double loss = 0.0, norm2 = 0.0;
+    int heads_with_rows = 0;
+    for (int k = 0; k < head.n_heads(); ++k) {
+      std::fill(dw_[k].begin(), dw_[k].end(), 0.0f);
+      std::fill(db_[k].begin(), db_[k].end(), 0.0f);
+      gather_head_batch(traces_, ends_, shortlist_, batch, k, o_.kl_weight > 0.0f, hb_);
+      if (hb_.m == 0) continue;
+      const HeadTargets targets{hb_.label, hb_.soft_index, hb_.soft_prob, traces_.top_k,
+                                o_.kl_weight};
+      loss += head_loss_and_grad(head.w[k].data(), head.b[k].data(), shortlist_, hb_.h.data(),
+                                 hb_.m, targets, dw_[k].data(), db_[k].data(), pool, scratch_) /
+              double(hb_.m);
+      ++heads_with_rows;
+      norm2 += scale(k, 1.0f / float(hb_.m));
+    }
+    const double norm = std::sqrt(norm2);
+    const float lr = learning_rate(o_, step);
+    for (int k = 0; k < head.n_heads(); ++k) {
+      if (norm > o_.clip) scale(k, static_cast<float>(o_.clip / norm));
+      adam_w_[k].update(head.w[k].data(), dw_[k].data(), lr, o_.weight_decay, step);
+      adam_b_[k].update(head.b[k].data(), db_[k].data(), lr, 0.0f, step);
+    }
+    return loss / std::max(1, heads_with_rows);
+  }
+
+ private:
+  // Scales head k's gradients by `f`; returns their squared norm afterwards.
+  double scale(int k, float f) {
+    double norm2 = 0.0;
+    for (auto* grads : {&dw_[k], &db_[k]}) {
+      for (float& g : *grads) {
+        g *= f;
+        norm2 += double(g) * g;
+      }
+    }
+    return norm2;
+  }
+
+  const TraceSet& traces_;
+  std::span<const int64_t> ends_;
+  const Shortlist& shortlist_;
+  const TrainOptions& o_;
+  std::vector<Adam> adam_w_, adam_b_;
+  std::vector<std::vector<float>> dw_, db_;  // per head: (n_embd, n_embd), (n_embd)
+  HeadLossScratch scratch_;
+  HeadBatch hb_;
+};
+
+void check_inputs(const LlamaModel& target, const MedusaHead& head, const TraceSet& traces,
+                  const TrainOptions& o) {
+  o.validate();
+  traces.validate("training traces");
+  const HParams& hp = target.hparams();
+  if (head.info.n_embd != hp.n_embd || head.info.n_vocab != hp.n_vocab)
+    throw Error("training: head '" + head.info.name + "' has n_embd " +
+                std::to_string(head.info.n_embd) + " and n_vocab " +
+                std::to_string(head.info.n_vocab) + ", the model " + std::to_string(hp.n_embd) +
+                " and " + std::to_string(hp.n_vocab));
+  if (traces.n_embd != hp.n_embd)
+    throw Error("training: the traces have n_embd " + std::to_string(traces.n_embd) +
+                ", the model " + std::to_string(hp.n_embd));
+  const auto d2 = static_cast<size_t>(hp.n_embd * hp.n_embd);
+  if (head.n_heads() != head.info.n_heads || head.n_heads() < 1 || head.b.size() != head.w.size())
+    throw Error("training: head '" + head.info.name + "' is inconsistent (n_heads)");
+  for (int k = 0; k < head.n_heads(); ++k)
+    if (head.w[k].size() != d2 || head.b[k].size() != static_cast<size_t>(hp.n_embd))
+      throw Error("training: head '" + head.info.name + "' has weights of the wrong size");
+  if (o.kl_weight > 0.0f && traces.top_k == 0)
+    throw Error("training: kl_weight > 0 needs traces recorded with top_k > 0");
+}
+
+}  // namespace
+
+void TrainOptions::validate() const {
+  const auto bad = [](const std::string& what) { throw Error("training option " + what); };
+  if (steps < 1) bad("steps must be at least 1");
+  if (batch < 1) bad("batch must be at least 1");
+  if (!(lr > 0.0f) || !std::isfinite(lr)) bad("lr must be positive");
+  if (!(weight_decay >= 0.0f)) bad("weight_decay must be ≥ 0");
+  if (!(warmup >= 0.0f && warmup < 1.0f)) bad("warmup must be in [0, 1)");
+  if (!(clip > 0.0f)) bad("clip must be positive");
+  if (!(kl_weight >= 0.0f && kl_weight <= 1.0f)) bad("kl_weight must be in [0, 1]");
+  if (!(validation > 0.0f && validation < 1.0f)) bad("validation must be in (0, 1)");
+  if (patience < 0) bad("patience must be ≥ 0");
+  if (eval_every < 1) bad("eval_every must be at least 1");
+  if (threads < 0) bad("threads must be ≥ 0");
+}
+
+TrainResult train_medusa(const LlamaModel& target, MedusaHead head, const TraceSet& traces,
+                         const TrainOptions& o,
+                         const std::function<bool(const TrainProgress&)>& progress) {
+  const auto t0 = Clock::now();
+  check_inputs(target, head, traces, o);
+  const int n_heads = head.n_heads();
+  const std::vector<int64_t> ends = traces.sequence_ends();
+  const Split split = split_sequences(traces, o.validation, o.seed);
+  if (split.train.empty() || split.val.empty())
+    throw Error("training: the traces have no labelled positions on one side of the split");
+  const std::vector<int64_t> val = evenly_capped(split.val, kMaxEvalPositions);
+  const Shortlist shortlist = Shortlist::from_model(target, shortlist_ids(traces, split));
+
+  kernels::ThreadPool pool(resolve_threads(o.threads));
+  TransformerPass pass(target, pool);
+  std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ull);
+  std::vector<int64_t> order = split.train;
+  size_t cursor = order.size();  // reshuffle before the first batch
+
+  TrainResult result;
+  result.shortlist_size = shortlist.size();
+  result.train_positions = static_cast<int64_t>(split.train.size());
+  result.val_positions = static_cast<int64_t>(val.size());
+  HeadOptimizer optimizer(traces, ends, shortlist, o, n_heads);
+  std::vector<int64_t> batch;
+
+  HeadEvaluation best = evaluate_head(pass, head, traces, ends, val);
+  result.initial_val_loss = best.loss;
+  result.initial_accept_per_step = best.accept_per_step;
+  MedusaHead best_head = head;
+  int32_t evals_without_improvement = 0;
+  if (progress) {
+    TrainProgress p{0, o.steps, best.loss, best.loss, best.top1, best.accept_per_step, 0.0, 0.0};
+    if (!progress(p)) result.cancelled = true;
+  }
+
+  double train_seconds = 0.0;
+  int32_t step = 0;
+  while (!result.cancelled && step < o.steps) {
+    ++step;
+    const auto ts = Clock::now();
+    batch.clear();
+    while (static_cast<int32_t>(batch.size()) < o.batch) {
+      if (cursor == order.size()) {
+        std::shuffle(order.begin(), order.end(), rng);
+        cursor = 0;
+      }
+      batch.push_back(order[cursor++]);
+    }
+    const double loss = optimizer.step(head, batch, step, pool);
+    train_seconds += seconds_since(ts);
+
+    TrainProgress p;
+    p.step = step;
+    p.steps = o.steps;
+    p.loss = loss;
+    p.positions_per_s = double(step) * o.batch / std::max(train_seconds, 1e-9);
+    p.eta_s = seconds_since(t0) / step * (o.steps - step);
+    if (step % o.eval_every == 0 || step == o.steps) {
+      const HeadEvaluation e = evaluate_head(pass, head, traces, ends, val);
+      p.val_loss = e.loss;
+      p.val_top1 = e.top1;
+      p.simulated_accept_per_step = e.accept_per_step;
+      if (e.loss < best.loss) {
+        best = e;
+        best_head = head;
+        evals_without_improvement = 0;
+      } else if (o.patience > 0 && ++evals_without_improvement >= o.patience) {
+        result.stopped_early = step < o.steps;
+      }
+    }
+    if (progress && !progress(p)) result.cancelled = true;
+    if (result.stopped_early) break;
+  }
+
+  result.head = std::move(best_head);
+  result.steps_run = step;
+  result.final_val_loss = best.loss;
+  result.val_top1 = best.top1;
+  result.simulated_accept_per_step = best.accept_per_step;
+  result.seconds = seconds_since(t0);
+  result.positions_per_s = step > 0 ? double(step) * o.batch / std::max(train_seconds, 1e-9) : 0.0;
+  return result;
+}
+
+double simulated_accept_per_step(const LlamaModel& target, const MedusaHead& head,
+                                 const TraceSet& traces, std::span<const int64_t> positions) {
+  traces.validate("traces");
+  if (head.info.n_embd != traces.n_embd || head.info.n_embd != target.hparams().n_embd)
+    throw Error("simulated accept: head '" + head.info.name +
+                "', traces and model disagree on n_embd");
+  for (int64_t i : positions)
+    if (i < 0 || i >= traces.n_pos()) throw Error("simulated accept: position out of range");
+  kernels::ThreadPool pool(resolve_threads(0));
+  TransformerPass pass(target, pool);
+  return evaluate_head(pass, head, traces, traces.sequence_ends(), positions).accept_per_step;
+}
+
+}  // namespace tokenfab

@@ -1,0 +1,89 @@
+#pragma once
+// Trains a Medusa head by self-distillation on a TraceSet (trace.h): head k at position i learns
+// the target's own prediction pred[i + k].
+//
+// Optimiser: AdamW (β 0.9 / 0.999, eps 1e-8, decoupled weight decay on W only), linear warmup over
+// `warmup · steps` steps, then cosine decay to 10 % of lr; gradients clipped to a global norm of
+// `clip` over all heads. Mini-batches of `batch` positions are drawn from the training split
+// without replacement (a fresh permutation each epoch). The loss of a step is the mean over heads
+// of each head's mean loss over the positions that have its label.
+//
+// The training loss uses a SHORTLIST softmax (head_loss.h): V' = every label and top-k id of the
+// training split. Evaluation uses the FULL LM head through the inference kernel
+// (TransformerPass::lm_head): validation loss is the full-vocabulary cross-entropy against the
+// labels, top-1 and simulated ACCEPT/STEP use the full-vocabulary argmax, as inference does.
+// Evaluations run at step 0 (the untrained head), every `eval_every` steps and at the end, on at
+// most kMaxEvalPositions validation positions (evenly spaced). With early stopping the head
+// returned is the one of the best evaluation (lowest validation loss), not the last.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/model/llama_model.h"
+#include "core/speculative/medusa_head.h"
+#include "core/training/trace.h"
+
+namespace tokenfab {
+
+struct TrainOptions {
+  int32_t steps = 600;
+  int32_t batch = 256;  // positions per mini-batch
+  float lr = 3e-3f, weight_decay = 0.0f, warmup = 0.05f /* fraction of steps */, clip = 1.0f;
+  float kl_weight = 0.0f;   // 0: CE against the pred labels; in (0, 1]: mixes in KL to the top-k
+  float validation = 0.1f;  // fraction of sequences held out, in (0, 1); at least one each side
+  int32_t patience = 5;     // evaluations without improvement before stopping; 0: never stop early
+  int32_t eval_every = 50;
+  int threads = 0;  // 0: all hardware threads
+  uint64_t seed = 0;
+  // Throws Error naming the option when out of range.
+  void validate() const;
+};
+
+struct TrainProgress {
+  int32_t step = 0, steps = 0;
+  double loss = 0.0;                                // this step's training loss (shortlist softmax)
+  std::optional<double> val_loss;                   // set on evaluation steps (full vocabulary)
+  std::vector<double> val_top1;                     // per head, on evaluation steps
+  std::optional<double> simulated_accept_per_step;  // on evaluation steps
+  double positions_per_s = 0.0;  // training positions per second so far (evaluations excluded)
+  double eta_s = 0.0;
+};
+
+struct TrainResult {
+  MedusaHead head;  // the best evaluated weights
+  int32_t steps_run = 0;
+  double initial_val_loss = 0.0;  // the untrained head's (step 0) …
+  double initial_accept_per_step = 0.0;
+  double final_val_loss = 0.0;  // … and the returned head's
+  std::vector<double> val_top1;
+  double simulated_accept_per_step = 0.0;
+  bool stopped_early = false;
+  bool cancelled = false;
+  double seconds = 0.0;
+  double positions_per_s = 0.0;  // training positions per second (evaluations excluded)
+  int64_t shortlist_size = 0;
+  int64_t train_positions = 0, val_positions = 0;  // val_positions: as evaluated (capped)
+};
+
+inline constexpr int64_t kMaxEvalPositions = 1000;
+
+// Trains `head` (starting from its weights) on `traces`. `progress` is called after every step;
+// returning false cancels: the result then holds the best head evaluated so far and
+// cancelled = true. The call at step 0 reports the untrained head's evaluation (its `loss` is the
+// validation loss, as no training step has run). Throws Error when the head, the traces and the
+// model do not fit together, when there are fewer than two sequences or no labelled positions.
+TrainResult train_medusa(const LlamaModel& target, MedusaHead head, const TraceSet& traces,
+                         const TrainOptions& options,
+                         const std::function<bool(const TrainProgress&)>& progress);
+
+// Simulated ACCEPT/STEP of the chain of all K heads: for each of `positions` whose K labels are
+// inside its sequence (others are skipped), the heads' full-vocabulary top-1 tokens are accepted
+// while they equal pred[i+1..i+K] in order; the result is mean(1 + accepted) (the target's own
+// token is always emitted). 1.0 when no position qualifies. Uses all hardware threads.
+double simulated_accept_per_step(const LlamaModel& target, const MedusaHead& head,
+                                 const TraceSet& traces, std::span<const int64_t> positions);
+
+}  // namespace tokenfab

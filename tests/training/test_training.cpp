@@ -1,0 +1,480 @@
+// Unit tests of draft-head training that need no model: the head loss's analytic gradient against
+// central finite differences, and the draft-head and trace file formats (round trips, and
+// malformed files refused with a message naming the file and the field).
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/gguf/gguf_writer.h"
+#include "core/speculative/dense_math.h"
+#include "core/speculative/medusa_head.h"
+#include "core/training/head_loss.h"
+#include "core/training/trace.h"
+
+using namespace tokenfab;
+
+namespace {
+
+const std::string kSha(64, 'a');
+const std::string kOtherSha = "0123456789abcdef" + std::string(48, 'b');
+
+std::vector<float> random_vector(std::mt19937& rng, size_t n, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// The head loss of head_loss.h, summed over rows, computed plainly in double.
+double reference_loss(const std::vector<double>& w, const std::vector<double>& b,
+                      const std::vector<float>& e, const std::vector<float>& h, int64_t d,
+                      int64_t v, const HeadTargets& t) {
+  const auto m = static_cast<int64_t>(t.label.size());
+  double total = 0.0;
+  for (int64_t r = 0; r < m; ++r) {
+    std::vector<double> z(static_cast<size_t>(d)), logits(static_cast<size_t>(v));
+    for (int64_t o = 0; o < d; ++o) {
+      double u = b[o];
+      for (int64_t i = 0; i < d; ++i) u += w[o * d + i] * h[r * d + i];
+      z[o] = h[r * d + o] + u / (1.0 + std::exp(-u));
+    }
+    double mx = -1e300;
+    for (int64_t j = 0; j < v; ++j) {
+      for (int64_t i = 0; i < d; ++i) logits[j] += double(e[j * d + i]) * z[i];
+      mx = std::max(mx, logits[j]);
+    }
+    double sum = 0.0;
+    for (double l : logits) sum += std::exp(l - mx);
+    const double log_z = mx + std::log(sum);
+    total += (1.0 - t.kl_weight) * (log_z - logits[t.label[r]]);
+    for (int32_t j = 0; j < (t.kl_weight > 0 ? t.top_k : 0); ++j)
+      total += double(t.kl_weight) * t.soft_prob[r * t.top_k + j] *
+               (log_z - logits[t.soft_index[r * t.top_k + j]]);
+  }
+  return total;
+}
+
+// Knobs of a hand-written draft-head file, each breaking one thing.
+struct HeadFileSpec {
+  std::string architecture = "tokenfab-draft";
+  std::string type = "medusa";
+  std::string sha = kSha;
+  std::string skip_key{};     // metadata key left out
+  std::string skip_tensor{};  // tensor left out
+  bool bad_weight_shape = false;
+  std::string training_config = "{\"steps\": 10}";
+};
+
+void write_head_file(const std::filesystem::path& path, const HeadFileSpec& s) {
+  constexpr int32_t kHeads = 2, kEmbd = 4;
+  gguf::GgufWriter w;
+  const auto add = [&](const std::string& key, gguf::Value v) {
+    if (key != s.skip_key) w.add(key, std::move(v));
+  };
+  add("general.architecture", gguf::Value::string(s.architecture));
+  add("tokenfab.draft.type", gguf::Value::string(s.type));
+  add("tokenfab.draft.name", gguf::Value::string("hand-made"));
+  add("tokenfab.draft.domain", gguf::Value::string("code"));
+  add("tokenfab.draft.base_model_sha256", gguf::Value::string(s.sha));
+  add("tokenfab.draft.n_heads", gguf::Value::i32(kHeads));
+  add("tokenfab.draft.n_embd", gguf::Value::i32(kEmbd));
+  add("tokenfab.draft.n_vocab", gguf::Value::i32(100));
+  add("tokenfab.draft.training_config", gguf::Value::string(s.training_config));
+  add("tokenfab.draft.summary", gguf::Value::string("{}"));
+  const std::vector<float> weight(kEmbd * (kEmbd + 1), 0.5f), bias(kEmbd, 0.25f);
+  const auto bytes = [](const std::vector<float>& v, size_t n) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float));
+  };
+  for (int k = 1; k <= kHeads; ++k) {
+    const std::string wn = "medusa." + std::to_string(k) + ".weight";
+    const std::string bn = "medusa." + std::to_string(k) + ".bias";
+    if (wn != s.skip_tensor) {
+      if (s.bad_weight_shape && k == 2)
+        w.add_tensor(wn, gguf::TensorType::F32, {kEmbd + 1, kEmbd},
+                     bytes(weight, kEmbd * (kEmbd + 1)));
+      else
+        w.add_tensor(wn, gguf::TensorType::F32, {kEmbd, kEmbd}, bytes(weight, kEmbd * kEmbd));
+    }
+    if (bn != s.skip_tensor) w.add_tensor(bn, gguf::TensorType::F32, {kEmbd}, bytes(bias, kEmbd));
+  }
+  w.write(path);
+}
+
+// Runs `fn`, which must throw Error whose message contains every one of `parts`.
+template <typename Fn>
+void expect_error(Fn fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts)
+      QVERIFY2(msg.find(p) != std::string::npos,
+               qPrintable(QString("message '%1' lacks '%2'").arg(msg.c_str(), p.c_str())));
+    return;
+  }
+  QFAIL("no Error was thrown");
+}
+
+TraceSet random_trace(std::mt19937& rng) {
+  TraceSet t;
+  t.n_embd = 4;
+  t.top_k = 3;
+  t.seq_begin = {0, 5, 6, 13};
+  const size_t n = 13;
+  t.hidden = random_vector(rng, n * 4, 1.0f);
+  std::uniform_int_distribution<int> id(0, 999);
+  for (size_t i = 0; i < n; ++i) {
+    t.pred.push_back(id(rng));
+    for (int j = 0; j < 3; ++j) {
+      t.topk_ids.push_back(id(rng));
+      t.topk_probs.push_back(0.3f / float(j + 1));
+    }
+  }
+  return t;
+}
+
+void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+class TrainingTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void dense_kernels_match_reference();
+  void gradient_check_data();
+  void gradient_check();
+  void draft_head_file_roundtrip();
+  void malformed_head_files_rejected();
+  void check_head_matches_refuses_other_models();
+  void trace_roundtrip();
+  void malformed_trace_files_rejected();
+
+ private:
+  QTemporaryDir dir_;
+  std::filesystem::path path(const char* name) const {
+    return std::filesystem::path(dir_.path().toStdString()) / name;
+  }
+};
+
+// The GEMMs against plain double loops on shapes that exercise the vector tiles and every tail
+// (rows not a multiple of the tile, columns not a multiple of 16 / 3, k not a multiple of 8, k
+// over the 256-long slice), and the vectorised exp against std::exp. Run also with
+// TOKENFAB_FORCE_SCALAR=1 for the baseline variant.
+void TrainingTest::dense_kernels_match_reference() {
+  std::mt19937 rng(2);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape sh : {Shape{1, 1, 1}, Shape{7, 37, 19}, Shape{13, 50, 600}, Shape{6, 16, 259},
+                         Shape{32, 35, 8}}) {
+    const std::vector<float> a = random_vector(rng, sh.m * sh.k, 1.0f);
+    const std::vector<float> bt = random_vector(rng, sh.n * sh.k, 1.0f);  // (n, k)
+    std::vector<float> b(sh.k * sh.n);                                    // (k, n)
+    dense::transpose(bt.data(), sh.n, sh.k, sh.k, b.data(), sh.n);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> c_nt(sh.m * sh.n, 0.5f), c_nn(sh.m * sh.n, 0.5f);
+      dense::gemm_nt(sh.m, sh.n, sh.k, a.data(), sh.k, bt.data(), sh.k, c_nt.data(), sh.n,
+                     accumulate);
+      dense::gemm_nn(sh.m, sh.n, sh.k, a.data(), sh.k, b.data(), sh.n, c_nn.data(), sh.n,
+                     accumulate);
+      for (int64_t i = 0; i < sh.m; ++i) {
+        for (int64_t j = 0; j < sh.n; ++j) {
+          double want = accumulate ? 0.5 : 0.0, scale = 1.0;
+          for (int64_t p = 0; p < sh.k; ++p) {
+            want += double(a[i * sh.k + p]) * bt[j * sh.k + p];
+            scale += std::abs(double(a[i * sh.k + p]) * bt[j * sh.k + p]);
+          }
+          // f32 sums of k products: error below k · 2^-24 of the sum of magnitudes.
+          const double tol = 1e-7 * double(sh.k + 1) * scale;
+          QVERIFY(std::abs(c_nt[i * sh.n + j] - want) <= tol);
+          QVERIFY(std::abs(c_nn[i * sh.n + j] - want) <= tol);
+        }
+      }
+    }
+  }
+  std::vector<float> x;
+  for (int i = 0; i <= 1000; ++i) x.push_back(-86.0f + 86.0f * float(i) / 1000.0f);
+  x.push_back(3.5f);
+  std::vector<float> e = x;
+  QCOMPARE(dense::max_value(x.data(), int64_t(x.size())), 3.5f);
+  const double sum = dense::exp_shifted_sum(e.data(), int64_t(e.size()), 1.0f);
+  double want_sum = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(double(x[i] - 1.0f));  // the argument is rounded to f32 first
+    want_sum += want;
+    QVERIFY2(std::abs(e[i] - want) <= 4e-7 * want,
+             qPrintable(QString("exp(%1): %2 vs %3").arg(x[i] - 1.0).arg(e[i]).arg(want)));
+  }
+  QVERIFY(std::abs(sum - want_sum) <= 1e-6 * want_sum);
+}
+
+void TrainingTest::gradient_check_data() {
+  QTest::addColumn<float>("kl_weight");
+  QTest::newRow("cross-entropy") << 0.0f;
+  QTest::newRow("mixed with KL to top-k") << 0.4f;
+}
+
+// Tolerance: the analytic gradient runs in f32 (unit roundoff 6e-8, sums of at most 20 terms, the
+// vectorised exp within 2e-7), so it agrees with the exact gradient to ~1e-6 relative; central
+// differences in double with step 1e-5 err by ~1e-10. 1e-3 leaves a wide margin for roundoff and
+// still fails on any wrong term of the backward pass (which gives O(1) relative errors).
+void TrainingTest::gradient_check() {
+  QFETCH(float, kl_weight);
+  constexpr int64_t d = 8, v = 20, m = 6;
+  constexpr int32_t top_k = 3;
+  std::mt19937 rng(7);
+  const std::vector<float> w = random_vector(rng, d * d, 0.4f), b = random_vector(rng, d, 0.4f);
+  const std::vector<float> h = random_vector(rng, m * d, 1.0f), e = random_vector(rng, v * d, 1.0f);
+  std::vector<TokenId> ids(v);
+  for (int j = 0; j < v; ++j) ids[j] = 100 + 3 * j;
+  const Shortlist sl = Shortlist::from_rows(ids, e, d);
+  std::vector<int32_t> label, soft_index;
+  std::vector<float> soft_prob;
+  for (int64_t r = 0; r < m; ++r) {
+    label.push_back(int32_t((r * 7 + 3) % v));
+    for (int j = 0; j < top_k; ++j) {
+      soft_index.push_back(int32_t((r * 5 + j * 4) % v));
+      soft_prob.push_back(std::array<float, 3>{0.6f, 0.3f, 0.1f}[j]);
+    }
+  }
+  const HeadTargets t{label, soft_index, soft_prob, top_k, kl_weight};
+
+  kernels::ThreadPool pool(2);
+  HeadLossScratch scratch;
+  std::vector<float> dw(d * d, 0.0f), db(d, 0.0f);
+  const double loss = head_loss_and_grad(w.data(), b.data(), sl, h.data(), m, t, dw.data(),
+                                         db.data(), pool, scratch);
+
+  std::vector<double> wd(w.begin(), w.end()), bd(b.begin(), b.end());
+  const double ref = reference_loss(wd, bd, e, h, d, v, t);
+  QVERIFY2(std::abs(loss - ref) <= 1e-5 * std::abs(ref),
+           qPrintable(QString("loss %1 vs reference %2").arg(loss).arg(ref)));
+
+  constexpr double eps = 1e-5;
+  const auto numeric = [&](std::vector<double>& params, size_t i) {
+    const double keep = params[i];
+    params[i] = keep + eps;
+    const double up = reference_loss(wd, bd, e, h, d, v, t);
+    params[i] = keep - eps;
+    const double down = reference_loss(wd, bd, e, h, d, v, t);
+    params[i] = keep;
+    return (up - down) / (2 * eps);
+  };
+  double diff2 = 0.0, norm2 = 0.0, worst = 0.0, largest = 0.0;
+  const auto compare = [&](std::vector<double>& params, const std::vector<float>& analytic) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const double n = numeric(params, i);
+      diff2 += (analytic[i] - n) * (analytic[i] - n);
+      norm2 += n * n;
+      worst = std::max(worst, std::abs(analytic[i] - n));
+      largest = std::max(largest, std::abs(n));
+    }
+  };
+  compare(wd, dw);
+  compare(bd, db);
+  const double rel = std::sqrt(diff2 / norm2);
+  qInfo("gradient check: relative error %.3g, worst entry %.3g of %.3g", rel, worst, largest);
+  QVERIFY(rel < 1e-3);
+  QVERIFY(worst < 1e-3 * largest);
+}
+
+void TrainingTest::draft_head_file_roundtrip() {
+  DraftHeadInfo info;
+  info.name = "code-small";
+  info.domain = "code";
+  info.base_model_sha256 = kSha;
+  info.n_heads = 3;
+  info.n_embd = 16;
+  info.n_vocab = 100;
+  info.training_config_json = R"({"steps": 150, "lr": 0.003})";
+  info.summary_json = R"({"accept_per_step": 1.7})";
+  MedusaHead head = make_medusa_head(info);
+  QCOMPARE(head.n_heads(), 3);
+  std::mt19937 rng(3);
+  for (int k = 0; k < 3; ++k) {
+    head.w[k] = random_vector(rng, 16 * 16, 0.2f);
+    head.b[k] = random_vector(rng, 16, 0.2f);
+  }
+  save_draft_head(head, path("head.gguf"));
+  const MedusaHead back = load_draft_head(path("head.gguf"));
+  QCOMPARE(back.info.type, std::string("medusa"));
+  QCOMPARE(back.info.name, info.name);
+  QCOMPARE(back.info.domain, info.domain);
+  QCOMPARE(back.info.base_model_sha256, info.base_model_sha256);
+  QCOMPARE(back.info.n_heads, 3);
+  QCOMPARE(back.info.n_embd, 16);
+  QCOMPARE(back.info.n_vocab, 100);
+  QCOMPARE(back.info.training_config_json, info.training_config_json);
+  QCOMPARE(back.info.summary_json, info.summary_json);
+  QVERIFY(back.w == head.w);
+  QVERIFY(back.b == head.b);
+
+  // residual() is h + SiLU(W h + b), computed here plainly in double.
+  const std::vector<float> h = random_vector(rng, 3 * 16, 1.0f);
+  std::vector<float> z(h.size());
+  back.residual(1, h.data(), 3, z.data());
+  for (int r = 0; r < 3; ++r) {
+    for (int o = 0; o < 16; ++o) {
+      double u = back.b[1][o];
+      for (int i = 0; i < 16; ++i) u += double(back.w[1][o * 16 + i]) * h[r * 16 + i];
+      const double want = h[r * 16 + o] + u / (1 + std::exp(-u));
+      QVERIFY(std::abs(z[r * 16 + o] - want) < 1e-5);
+    }
+  }
+  // A fresh head is the base LM head: z = h.
+  MedusaHead zero = make_medusa_head(info);
+  zero.residual(0, h.data(), 3, z.data());
+  QVERIFY(z == h);
+}
+
+void TrainingTest::malformed_head_files_rejected() {
+  const std::string f = path("bad.gguf").string();
+  write_head_file(f, {});
+  QCOMPARE(load_draft_head(f).info.name, std::string("hand-made"));  // the spec itself is valid
+
+  expect_error(
+      [&] {
+        write_head_file(f, {.architecture = "llama"});
+        load_draft_head(f);
+      },
+      {f, "general.architecture", "llama"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.type = "mtp"});
+        load_draft_head(f);
+      },
+      {f, "type 'mtp' is not supported yet"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.type = "eagle"});
+        load_draft_head(f);
+      },
+      {f, "type 'eagle' is not supported yet"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.sha = "1234"});
+        load_draft_head(f);
+      },
+      {f, "base_model_sha256"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.skip_key = "tokenfab.draft.n_vocab"});
+        load_draft_head(f);
+      },
+      {f, "tokenfab.draft.n_vocab"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.skip_tensor = "medusa.2.bias"});
+        load_draft_head(f);
+      },
+      {f, "medusa.2.bias"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.bad_weight_shape = true});
+        load_draft_head(f);
+      },
+      {f, "medusa.2.weight", "shape"});
+  expect_error(
+      [&] {
+        write_head_file(f, {.training_config = "[1, 2"});
+        load_draft_head(f);
+      },
+      {f, "training_config"});
+  // Not GGUF at all, and a valid file cut short.
+  write_bytes(f, "this is not a draft head");
+  expect_error([&] { load_draft_head(f); }, {f});
+  write_head_file(f, {});
+  const std::string whole = read_bytes(f);
+  write_bytes(f, whole.substr(0, whole.size() - 20));
+  expect_error([&] { load_draft_head(f); }, {f});
+}
+
+void TrainingTest::check_head_matches_refuses_other_models() {
+  DraftHeadInfo info;
+  info.name = "prose";
+  info.base_model_sha256 = kOtherSha;
+  info.n_embd = 576;
+  info.n_vocab = 49152;
+  check_head_matches(info, kOtherSha, 576, 49152, "SmolLM2");  // its own model: accepted
+  expect_error(
+      [&] { check_head_matches(info, kSha, 576, 49152, "SmolLM2"); },
+      {"head 'prose' was trained for model 0123456789ab…, not for SmolLM2 (aaaaaaaaaaaa…)"});
+  expect_error([&] { check_head_matches(info, kOtherSha, 960, 49152, "SmolLM2-360M"); },
+               {"head 'prose'", "n_embd 576"});
+}
+
+void TrainingTest::trace_roundtrip() {
+  std::mt19937 rng(11);
+  const TraceSet t = random_trace(rng);
+  t.save(path("t.trace"));
+  const TraceSet back = TraceSet::load(path("t.trace"));
+  QCOMPARE(back.n_embd, 4);
+  QCOMPARE(back.top_k, 3);
+  QVERIFY(back.hidden == t.hidden);
+  QVERIFY(back.pred == t.pred);
+  QVERIFY(back.topk_ids == t.topk_ids);
+  QVERIFY(back.topk_probs == t.topk_probs);
+  QVERIFY(back.seq_begin == t.seq_begin);
+  QVERIFY(!std::filesystem::exists(path("t.trace.tmp")));
+
+  const std::vector<int64_t> ends = t.sequence_ends();
+  QCOMPARE(ends[0], int64_t(5));
+  QCOMPARE(ends[5], int64_t(6));
+  QCOMPARE(ends[12], int64_t(13));
+
+  TraceSet joined;
+  joined.append(t);
+  joined.append(t);
+  QCOMPARE(joined.n_pos(), int64_t(26));
+  QVERIFY((joined.seq_begin == std::vector<int64_t>{0, 5, 6, 13, 18, 19, 26}));
+  TraceSet other = t;
+  other.top_k = 2;
+  expect_error([&] { joined.append(other); }, {"top_k"});
+
+  TraceSet empty;
+  empty.n_embd = 4;
+  empty.save(path("empty.trace"));
+  QCOMPARE(TraceSet::load(path("empty.trace")).n_pos(), int64_t(0));
+}
+
+void TrainingTest::malformed_trace_files_rejected() {
+  std::mt19937 rng(5);
+  random_trace(rng).save(path("good.trace"));
+  const std::string good = read_bytes(path("good.trace"));
+  const std::string f = path("bad.trace").string();
+
+  write_bytes(f, good.substr(0, good.size() - 1));
+  expect_error([&] { TraceSet::load(f); }, {f, "truncated"});
+  write_bytes(f, good.substr(0, 30));
+  expect_error([&] { TraceSet::load(f); }, {f, "truncated"});
+  write_bytes(f, good + "x");
+  expect_error([&] { TraceSet::load(f); }, {f, "trailing"});
+  std::string corrupt = good;
+  corrupt[200] ^= 0x10;  // inside the hidden states
+  write_bytes(f, corrupt);
+  expect_error([&] { TraceSet::load(f); }, {f, "checksum"});
+  std::string magic = good;
+  magic[0] = 'X';
+  write_bytes(f, magic);
+  expect_error([&] { TraceSet::load(f); }, {f, "not a trace file"});
+  expect_error([&] { TraceSet::load(path("missing.trace")); }, {"missing.trace"});
+}
+
+QTEST_GUILESS_MAIN(TrainingTest)
+#include "test_training.moc"
