@@ -53,8 +53,8 @@ void run_chat(const ChatCommand& c) {
   config.max_context = std::min(c.ctx, m.model->hparams().n_ctx_train);
   Engine engine(*m.model, config,
                 [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
+  HeadChooser heads(c.head, *m.model, *m.tokenizer);
   Speculation spec;
-  spec.head = resolve_head(c.head, *m.model);
   spec.draft_len = c.head.draft_len;
   std::signal(SIGINT, on_sigint);
   std::vector<ChatMessage> history;
@@ -83,6 +83,7 @@ void run_chat(const ChatCommand& c) {
       history.pop_back();
       continue;
     }
+    spec.head = heads.choose(ids);
     GenerateOptions options = c.options;
     options.max_tokens = static_cast<int>(std::min<int64_t>(
         options.max_tokens, config.max_context - static_cast<int64_t>(ids.size())));

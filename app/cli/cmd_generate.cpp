@@ -60,7 +60,7 @@ void run_generate(const GenerateCommand& c) {
   TextCallback stream;
   if (!c.common.json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
   Speculation spec;
-  spec.head = resolve_head(c.head, *m.model);
+  spec.head = HeadChooser(c.head, *m.model, *m.tokenizer).choose(prompt_ids);
   spec.draft_len = c.head.draft_len;
   GenerateResult r =
       generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream, nullptr, &spec);

@@ -135,7 +135,7 @@ void run_serve_bench(ServeBenchCommand c) {
   const int concurrency = c.rate > 0 ? 0 : (c.concurrency > 0 ? c.concurrency : 16);
   LoadedModel m = load_model(c.common);
   c.engine.threads = c.common.threads;
-  const std::shared_ptr<const MedusaHead> head = resolve_head(c.head, *m.model);
+  HeadChooser heads(c.head, *m.model, *m.tokenizer);
   WorkloadBuilder workload(m, c.seed);
   if (len_min <= workload.overhead())
     throw Error("--prompt-len " + c.prompt_len + ": the chat template alone takes " +
@@ -151,7 +151,7 @@ void run_serve_bench(ServeBenchCommand c) {
     r.sampling.temperature = static_cast<float>(c.temperature);
     r.sampling.seed = c.seed + static_cast<uint64_t>(i);
     r.stop_at_end_of_generation = false;  // every request generates max_tokens (comparable runs)
-    r.head = head;
+    r.head = heads.choose(r.prompt);
     r.draft_len = c.head.draft_len;
     requests.push_back(std::move(r));
   }
@@ -192,7 +192,7 @@ void run_serve_bench(ServeBenchCommand c) {
   j["mode"] = snap.mode;
   j["output_tokens"] = snap.summary.output_tokens;
   if (snap.summary.accept_per_step) j["accept_per_step"] = *snap.summary.accept_per_step;
-  if (head) j["head"] = head->info.name;
+  if (c.head.head != "none") j["head"] = c.head.head;
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceSnapshot& d : snap.devices) devices.push_back(device_json(d));
   j["devices"] = devices;

@@ -150,8 +150,8 @@ RequestId Engine::submit(GenerationRequest request) {
     const DraftHeadInfo& h = request.head->info;
     if (h.n_embd != hp.n_embd || h.n_vocab != hp.n_vocab)
       throw Error("request: draft head '" + h.name + "' is for a model with n_embd " +
-                  std::to_string(h.n_embd) + " and " + std::to_string(h.n_vocab) +
-                  " tokens, not " + std::to_string(hp.n_embd) + " and " + std::to_string(hp.n_vocab));
+                  std::to_string(h.n_embd) + " and " + std::to_string(h.n_vocab) + " tokens, not " +
+                  std::to_string(hp.n_embd) + " and " + std::to_string(hp.n_vocab));
     if (request.draft_len < 1)
       throw Error("request: draft length must be at least 1 (got " +
                   std::to_string(request.draft_len) + ")");
@@ -210,9 +210,16 @@ void Engine::publish(const TokenEvent& event) {
   for (const TokenCallback& cb : callbacks) cb(event);
 }
 
-void Engine::on_ended(Record&) {
+void Engine::on_ended(Record& record) {
   std::lock_guard lock(mutex_);
   --n_active_;
+  // Ended requests stay queryable for a while; the oldest are forgotten beyond kEndedHistory so a
+  // long-running app does not grow without bound.
+  ended_ids_.push_back(record.id);
+  while (ended_ids_.size() > kEndedHistory) {
+    requests_.erase(ended_ids_.front());
+    ended_ids_.pop_front();
+  }
   ended_.notify_all();
 }
 

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -175,6 +176,7 @@ class Engine {
   using TokenCallback = std::function<void(const TokenEvent&)>;
   using EndOfGeneration = std::function<bool(TokenId)>;
   static constexpr size_t kTransferHistory = 256;
+  static constexpr size_t kEndedHistory = 10000;  // ended requests request() still knows
   static constexpr std::chrono::seconds kRateWindow{5};
 
   // Creates the devices and workers and starts their threads. `model` outlives the engine.
@@ -225,6 +227,7 @@ class Engine {
   mutable std::mutex mutex_;  // requests_, transfers_, next_id_
   std::condition_variable ended_;
   std::map<RequestId, std::shared_ptr<Record>> requests_;
+  std::deque<RequestId> ended_ids_;  // oldest first
   std::vector<KvTransferStats> transfers_;
   RequestId next_id_ = 1;
   int64_t n_active_ = 0;

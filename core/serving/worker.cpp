@@ -394,6 +394,7 @@ bool Worker::step() {
     Engine::Record& record = *requests_.at(id);
     record.generated.insert(record.generated.end(), ev.tokens.begin(), ev.tokens.end());
     record.timeline.on_emission(t, static_cast<int32_t>(ev.tokens.size()));
+    engine_.metrics().on_emission(t, static_cast<int32_t>(ev.tokens.size()));
     std::lock_guard lock(record.mutex);
     record.info.output.insert(record.info.output.end(), ev.tokens.begin(), ev.tokens.end());
     if (record.info.state == RequestState::kPrefilling && !prefill_role()) {

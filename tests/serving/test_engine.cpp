@@ -175,6 +175,11 @@ void EngineTest::identical_greedy_outputs_in_every_mode() {
     expect_all_free(engine);
     const ServingSummary s = engine.summary();
     QCOMPARE(s.completed, static_cast<int64_t>(prompts_.size()));
+    // The live series saw every output token (the sliding-window rate is built on it).
+    int64_t emitted = 0;
+    for (const auto& sample : engine.metrics().emission_snapshot())
+      emitted += static_cast<int64_t>(sample.value);
+    QCOMPARE(emitted, s.output_tokens);
     if (m.config.disaggregated()) {
       QVERIFY(s.transfer.count >= static_cast<int64_t>(prompts_.size()));
       QVERIFY(s.transfer.bytes > 0);
