@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -31,6 +32,7 @@
 #include "core/training/trace_recorder.h"
 #include "core/training/trainer.h"
 #include "head_options.h"
+#include "kernels/cpu/quant_types.h"
 
 namespace tokenfab::cli {
 
@@ -361,6 +363,7 @@ struct EvalCommand {
   int max_tokens = 128;
   int max_prompts = 0;
   bool no_record = false;
+  std::string target_quant = "native";
 };
 
 struct Totals {
@@ -385,8 +388,23 @@ void run_eval(const EvalCommand& c) {
   if (c.prompt_set.has_value() == c.prompts_file.has_value())
     throw Error("give exactly one of --prompt-set NAME or --prompts FILE");
   if (c.head.head == "none") throw Error("--head is required (ID, NAME or PATH)");
+  static const std::map<std::string, kernels::WeightType> kQuants = {
+      {"f16", kernels::WeightType::F16},
+      {"q8_0", kernels::WeightType::Q8_0},
+      {"q4_1", kernels::WeightType::Q4_1},
+      {"q4_0", kernels::WeightType::Q4_0}};
+  if (c.target_quant != "native" && !kQuants.count(c.target_quant))
+    throw Error("--target-quant " + c.target_quant + ": expected native, f16, q8_0, q4_1 or q4_0");
   LoadedModel m = load_model(c.common);
   const std::shared_ptr<const MedusaHead> head = resolve_head(c.head, *m.model);
+  // The quantization study: the target re-quantized in memory; the native file's speed without a
+  // head is measured too, so the net effect of the cheaper (or richer) target shows.
+  std::unique_ptr<LlamaModel> requantized;
+  if (c.target_quant != "native") {
+    requantized = LlamaModel::load(m.model->file().name());
+    requantized->requantize(kQuants.at(c.target_quant));
+  }
+  const LlamaModel& target = requantized ? *requantized : *m.model;
   std::vector<std::string> texts = c.prompt_set ? named_prompts(*c.prompt_set, "validation")
                                                 : prompts_from_file(*c.prompts_file);
   if (c.max_prompts > 0 && static_cast<int>(texts.size()) > c.max_prompts)
@@ -394,10 +412,12 @@ void run_eval(const EvalCommand& c) {
   const ChatTemplate tmpl = ChatTemplate::from_gguf(m.model->file());
   EngineConfig config;
   config.threads = c.common.threads;
-  Engine engine(*m.model, config,
-                [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
+  auto is_end = [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); };
+  Engine engine(target, config, is_end);
+  std::unique_ptr<Engine> native;
+  if (requantized) native = std::make_unique<Engine>(*m.model, config, is_end);
   std::signal(SIGINT, on_sigint);
-  Totals with, without;
+  Totals with, without, native_totals;
   std::vector<int64_t> proposed, accepted;
   bool lossless = true;
   const auto start = std::chrono::steady_clock::now();
@@ -411,6 +431,10 @@ void run_eval(const EvalCommand& c) {
       throw Error("prompt " + std::to_string(i + 1) +
                   " failed: " + (base.error.empty() ? spec.error : base.error));
     lossless = lossless && base.output == spec.output;
+    if (native) {
+      r.head = nullptr;
+      native_totals.add(native->wait(native->submit(r)));
+    }
     without.add(base);
     with.add(spec);
     const SpeculationStats& st = spec.speculation;
@@ -446,7 +470,13 @@ void run_eval(const EvalCommand& c) {
                         {"head", head->info.name},
                         {"spec", c.head.spec},
                         {"draft_len", std::min(c.head.draft_len, head->n_heads())},
-                        {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file}};
+                        {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
+                        {"target_quant", c.target_quant}};
+  if (native) {
+    out["native_decode_tok_s"] = native_totals.tok_s();
+    out["net_speedup_vs_native"] =
+        native_totals.tok_s() > 0 ? with.tok_s() / native_totals.tok_s() : 0.0;
+  }
   if (!lossless) throw Error("speculative output differed from the target's own: " + out.dump());
   if (!c.no_record) {
     const auto db = Database::open_default();
@@ -461,7 +491,7 @@ void run_eval(const EvalCommand& c) {
       e.per_position = per_position;
       e.decode_tok_s = with.tok_s();
       e.baseline_decode_tok_s = without.tok_s();
-      e.target_quant = "native";
+      e.target_quant = c.target_quant;
       e.prompts = static_cast<int64_t>(texts.size());
       e.tokens = with.tokens;
       out["evaluation_id"] = registry.add_evaluation(e);
@@ -536,6 +566,9 @@ void register_heads(CLI::App& app) {
   eval->add_option("--max-tokens", e->max_tokens, "tokens per prompt")->capture_default_str();
   eval->add_option("--max-prompts", e->max_prompts, "use at most this many prompts (0: all)");
   eval->add_flag("--no-record", e->no_record, "do not record the evaluation in the registry");
+  eval->add_option("--target-quant", e->target_quant,
+                   "re-quantize the target in memory first: native, f16, q8_0, q4_1, q4_0")
+      ->capture_default_str();
   eval->callback([e] { run_eval(*e); });
 
   auto json = std::make_shared<bool>(false);

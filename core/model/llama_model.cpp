@@ -18,7 +18,8 @@ constexpr std::array<const char*, 1> kSupportedArchitectures = {"llama"};
 int64_t get_positive(const gguf::GgufFile& file, const std::string& key) {
   const int64_t value = file.get(key).as_int(key);
   if (value <= 0)
-    throw Error(file.name() + ": metadata " + key + " must be positive, got " + std::to_string(value));
+    throw Error(file.name() + ": metadata " + key + " must be positive, got " +
+                std::to_string(value));
   return value;
 }
 
@@ -69,15 +70,23 @@ HParams HParams::from_gguf(const gguf::GgufFile& file) {
 kernels::WeightType weight_type_for(const gguf::TensorInfo& tensor, const std::string& file) {
   using gguf::TensorType;
   switch (tensor.type) {
-    case TensorType::F32: return kernels::WeightType::F32;
-    case TensorType::F16: return kernels::WeightType::F16;
-    case TensorType::BF16: return kernels::WeightType::BF16;
-    case TensorType::Q4_0: return kernels::WeightType::Q4_0;
-    case TensorType::Q4_1: return kernels::WeightType::Q4_1;
-    case TensorType::Q8_0: return kernels::WeightType::Q8_0;
-    default: break;
+    case TensorType::F32:
+      return kernels::WeightType::F32;
+    case TensorType::F16:
+      return kernels::WeightType::F16;
+    case TensorType::BF16:
+      return kernels::WeightType::BF16;
+    case TensorType::Q4_0:
+      return kernels::WeightType::Q4_0;
+    case TensorType::Q4_1:
+      return kernels::WeightType::Q4_1;
+    case TensorType::Q8_0:
+      return kernels::WeightType::Q8_0;
+    default:
+      break;
   }
-  throw Error(file + ": tensor " + tensor.name + " has type " + gguf::tensor_type_name(tensor.type) +
+  throw Error(file + ": tensor " + tensor.name + " has type " +
+              gguf::tensor_type_name(tensor.type) +
               ", which tokenfab cannot compute on (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
 }
 
@@ -152,22 +161,25 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path) 
     l.w_gate = load_matrix(f, p + "ffn_gate.weight", h.n_ff, h.n_embd);
     l.w_up = load_matrix(f, p + "ffn_up.weight", h.n_ff, h.n_embd);
     l.w_down = load_matrix(f, p + "ffn_down.weight", h.n_embd, h.n_ff);
-    const auto quantized = [](const WeightMatrix& m) { return kernels::is_block_quantized(m.type); };
+    const auto quantized = [](const WeightMatrix& m) {
+      return kernels::is_block_quantized(m.type);
+    };
     if (quantized(l.w_gate) != quantized(l.w_up) || quantized(l.wq) != quantized(l.wk) ||
         quantized(l.wq) != quantized(l.wv))
       throw Error(f.name() + ": layer " + std::to_string(i) +
                   " mixes quantized and float types among matrices that share an input");
   }
   model->repack_for_cpu();
-  logger("model")->info("loaded {} ({} layers, n_embd {}, vocab {})", f.name(), h.n_layer,
-                        h.n_embd, h.n_vocab);
+  logger("model")->info("loaded {} ({} layers, n_embd {}, vocab {})", f.name(), h.n_layer, h.n_embd,
+                        h.n_vocab);
   return model;
 }
 
 std::vector<WeightMatrix*> LlamaModel::matrices() {
   std::vector<WeightMatrix*> all{&output_};
   for (auto& l : layers_)
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      all.push_back(m);
   return all;
 }
 
@@ -189,7 +201,7 @@ bool wants_x8(const WeightMatrix& m) {
 
 }  // namespace
 
-void LlamaModel::repack_for_cpu() {
+void LlamaModel::repack_for_cpu(bool release_source) {
   constexpr uint64_t kAlign = 2u << 20;
   std::vector<WeightMatrix*> to_repack;
   for (WeightMatrix* m : matrices())
@@ -199,7 +211,8 @@ void LlamaModel::repack_for_cpu() {
   if (total == 0) return;
   const uint64_t rounded = (total + kAlign - 1) / kAlign * kAlign;
   repacked_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded)));
-  if (!repacked_) throw Error("not enough memory to repack " + std::to_string(total >> 20) + " MiB of weights");
+  if (!repacked_)
+    throw Error("not enough memory to repack " + std::to_string(total >> 20) + " MiB of weights");
   madvise(repacked_.get(), rounded, MADV_HUGEPAGE);
   uint8_t* out = repacked_.get();
   for (WeightMatrix* m : to_repack) {
@@ -207,7 +220,7 @@ void LlamaModel::repack_for_cpu() {
     m->x8_data = out;
     out += m->bytes();
     // The embedding lookup keeps reading token_embd rows from the file, a few at a time.
-    release_file_pages(m->data, m->bytes());
+    if (release_source) release_file_pages(m->data, m->bytes());
   }
   repacked_bytes_ = total;
 }
@@ -223,6 +236,39 @@ uint64_t LlamaModel::weight_bytes() const {
     total += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() + l.w_gate.bytes() +
              l.w_up.bytes() + l.w_down.bytes();
   return total;
+}
+
+void LlamaModel::requantize(kernels::WeightType type) {
+  using kernels::WeightType;
+  if (type != WeightType::F16 && type != WeightType::Q4_0 && type != WeightType::Q4_1 &&
+      type != WeightType::Q8_0)
+    throw Error(std::string("cannot re-quantize the target to ") + kernels::weight_type_name(type) +
+                " (expected f16, q4_0, q4_1 or q8_0)");
+  std::vector<WeightMatrix*> all = matrices();
+  uint64_t total = 0;
+  for (const WeightMatrix* m : all) total += kernels::row_bytes(type, m->cols) * m->rows;
+  std::vector<uint8_t> arena(total);
+  std::vector<float> row;
+  uint8_t* out = arena.data();
+  for (WeightMatrix* m : all) {
+    row.resize(static_cast<size_t>(m->cols));
+    const uint64_t bytes = kernels::row_bytes(type, m->cols);
+    for (int64_t r = 0; r < m->rows; ++r) {
+      kernels::dequantize_row(m->type, m->row(r), row.data(), m->cols);
+      kernels::quantize_row(type, row.data(), out + bytes * static_cast<uint64_t>(r), m->cols);
+    }
+    m->type = type;
+    m->row_bytes = bytes;
+    m->data = out;
+    m->x8_data = nullptr;
+    out += bytes * static_cast<uint64_t>(m->rows);
+  }
+  requantized_ = std::move(arena);
+  repacked_.reset();
+  repacked_bytes_ = 0;
+  repack_for_cpu(/*release_source=*/false);
+  logger("model")->info("re-quantized the target's matrices to {} ({} MiB)",
+                        kernels::weight_type_name(type), total >> 20);
 }
 
 void LlamaModel::embed(int32_t token, float* out) const {

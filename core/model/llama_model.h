@@ -24,8 +24,8 @@ struct HParams {
   int64_t n_layer = 0;
   int n_head = 0;
   int n_kv_head = 0;
-  int head_dim = 0;   // n_embd / n_head
-  int rot_dim = 0;    // rotated dimensions per head (rope.dimension_count)
+  int head_dim = 0;  // n_embd / n_head
+  int rot_dim = 0;   // rotated dimensions per head (rope.dimension_count)
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
 
@@ -76,13 +76,21 @@ class LlamaModel {
   const std::vector<LayerWeights>& layers() const { return layers_; }
   uint64_t weight_bytes() const;  // bytes of all matrices read by one decode step
 
+  // The quantization study: re-quantizes every matrix of the layers and the LM head to `type`
+  // (F16, Q4_0, Q4_1 or Q8_0) in memory — dequantize, quantize, repack — so a cheaper or richer
+  // target can be compared with the file's own. The token embedding lookup keeps the file's rows.
+  // Throws Error for another type.
+  void requantize(kernels::WeightType type);
+
   // Copies the embedding row of `token` into `out` (n_embd floats), dequantized.
   void embed(int32_t token, float* out) const;
   uint64_t repacked_bytes() const { return repacked_bytes_; }
 
  private:
   explicit LlamaModel(gguf::GgufFile file) : file_(std::move(file)) {}
-  void repack_for_cpu();
+  // Repacks the block-quantized matrices into the x8 layout; `release_source` drops the file pages
+  // they came from (never for matrices in owned memory, whose contents MADV_DONTNEED would lose).
+  void repack_for_cpu(bool release_source = true);
   std::vector<WeightMatrix*> matrices();
 
   gguf::GgufFile file_;
@@ -96,6 +104,7 @@ class LlamaModel {
   // kernel can back it with huge pages.
   std::unique_ptr<uint8_t, void (*)(void*)> repacked_{nullptr, &std::free};
   uint64_t repacked_bytes_ = 0;
+  std::vector<uint8_t> requantized_;  // matrices re-quantized by requantize(), GGUF row layout
 };
 
 // A matmul job reading `m` (its x8 copy when there is one) and writing y (cols, ldy).

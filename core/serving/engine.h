@@ -95,6 +95,10 @@ inline bool request_ended(RequestState s) {
 }
 
 struct GenerationRequest {
+  GenerationRequest() = default;
+  GenerationRequest(std::vector<TokenId> prompt_tokens, int32_t max_new_tokens)
+      : prompt(std::move(prompt_tokens)), max_tokens(max_new_tokens) {}
+
   std::vector<TokenId> prompt;
   int32_t max_tokens = 128;
   SamplingParams sampling{.temperature = 0.0f};  // greedy unless set

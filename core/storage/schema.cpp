@@ -56,8 +56,33 @@ CREATE TABLE evaluations (
 CREATE INDEX evaluations_by_head ON evaluations (head_id);
 )sql";
 
+// Version 2: chat conversations and their messages (the desktop app's Chat page). settings_json
+// holds a conversation's sampling settings (max tokens, temperature, ...); stats_json an assistant
+// message's measured figures (TTFT, tok/s, tokens, ACCEPT/STEP), "{}" when there are none.
+constexpr const char* kVersion2 = R"sql(
+CREATE TABLE conversations (
+  id INTEGER PRIMARY KEY,
+  title TEXT NOT NULL,
+  created_unix INTEGER NOT NULL,
+  updated_unix INTEGER NOT NULL,
+  settings_json TEXT NOT NULL
+);
+CREATE INDEX conversations_by_updated ON conversations (updated_unix);
+
+CREATE TABLE messages (
+  id INTEGER PRIMARY KEY,
+  conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+  role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+  content TEXT NOT NULL,
+  created_unix INTEGER NOT NULL,
+  stats_json TEXT NOT NULL
+);
+CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
+    {2, kVersion2},
 };
 
 static_assert(kApplicationId == 1416316514, "migration 1 writes kApplicationId in decimal");

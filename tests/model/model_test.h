@@ -26,6 +26,7 @@ class ModelTest : public QObject {
   void golden_logits();
   void plain_reference_matches_golden();
   void greedy_capital_of_france();
+  void requantized_targets_still_answer();
   void perplexity_en();
   void chunked_prefill_matches_unchunked();
   void incremental_decode_matches_prefill();

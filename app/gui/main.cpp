@@ -1,0 +1,140 @@
+// tokenfab: the desktop application. A main window with the pages (Chat, Live, KV inspector) over
+// the engine bridge; `--screenshot FILE --view VIEW` renders one page after a short real workload
+// and exits (for docs and review).
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QMessageBox>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "core/model/model_files.h"
+#include "screenshot.h"
+#include "ui/bridge/engine_bridge.h"
+#include "ui/views/chat_page.h"
+#include "ui/views/main_window.h"
+#if __has_include("ui/views/live_page.h")
+#include "ui/views/live_page.h"
+#define TOKENFAB_HAS_LIVE_PAGE 1
+#endif
+#if __has_include("ui/views/kv_page.h")
+#include "ui/views/kv_page.h"
+#define TOKENFAB_HAS_KV_PAGE 1
+#endif
+
+using namespace tokenfab;
+
+namespace {
+
+// --view name → page title.
+const std::map<QString, QString>& view_titles() {
+  static const std::map<QString, QString> titles = {
+      {"chat", "Chat"}, {"live", "Live"}, {"kv", "KV inspector"}};
+  return titles;
+}
+
+bool has_argument(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0 || std::strncmp(argv[i], name, std::strlen(name)) == 0)
+      return true;
+  return false;
+}
+
+// Shows `message` as a dialog, or on stderr for --screenshot (no one is there to click).
+void report_error(bool headless, const QString& title, const QString& message) {
+  if (headless)
+    std::fprintf(stderr, "tokenfab: %s\n", qPrintable(message));
+  else
+    QMessageBox::critical(nullptr, title, message);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A screenshot needs no screen: render offscreen unless the caller chose a platform.
+  if (has_argument(argc, argv, "--screenshot") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+    qputenv("QT_QPA_PLATFORM", "offscreen");
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("tokenfab"));
+  QApplication::setApplicationDisplayName(QStringLiteral("Tokenfab"));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("Tokenfab: a token factory on one workstation"));
+  parser.addHelpOption();
+  const QCommandLineOption model_option(
+      "model", "GGUF model file (default: the embedded SmolLM2-135M-Instruct).", "PATH");
+  const QCommandLineOption threads_option("threads", "CPU threads (default: all).", "N");
+  const QCommandLineOption devices_option(
+      "devices", "Colocated devices, e.g. cpu:0,cpu:1 (default: cpu:0).", "LIST");
+  const QCommandLineOption prefill_option("prefill", "Disaggregated: prefill devices.", "LIST");
+  const QCommandLineOption decode_option("decode", "Disaggregated: decode devices.", "LIST");
+  const QCommandLineOption screenshot_option(
+      "screenshot", "Run a short workload, render the --view page to FILE (PNG) and exit.", "FILE");
+  const QCommandLineOption view_option("view", "The page to show: chat, live or kv.", "VIEW",
+                                       "chat");
+  parser.addOptions({model_option, threads_option, devices_option, prefill_option, decode_option,
+                     screenshot_option, view_option});
+  parser.process(app);
+
+  const bool headless = parser.isSet(screenshot_option);
+  const QString view = parser.value(view_option).toLower();
+  if (!view_titles().count(view)) {
+    std::fprintf(stderr, "tokenfab: --view %s: expected one of chat, live, kv\n", qPrintable(view));
+    return 2;
+  }
+  EngineConfig config;
+  if (parser.isSet(threads_option)) {
+    bool ok = false;
+    config.threads = parser.value(threads_option).toInt(&ok);
+    if (!ok || config.threads < 1) {
+      std::fprintf(stderr, "tokenfab: --threads %s: expected a positive integer\n",
+                   qPrintable(parser.value(threads_option)));
+      return 2;
+    }
+  }
+  if (parser.isSet(devices_option)) config.devices = parser.value(devices_option).toStdString();
+  config.prefill = parser.value(prefill_option).toStdString();
+  config.decode = parser.value(decode_option).toStdString();
+
+  ui::EngineBridge bridge;  // outlives the window: pages cancel their requests through it
+  ui::MainWindow window(&bridge);
+  window.add_page(new ui::ChatPage);
+#ifdef TOKENFAB_HAS_LIVE_PAGE
+  window.add_page(new ui::LivePage);
+#endif
+#ifdef TOKENFAB_HAS_KV_PAGE
+  window.add_page(new ui::KvPage);
+#endif
+  const QString page_title = view_titles().at(view);
+  if (!window.show_page(page_title)) {
+    std::fprintf(stderr, "tokenfab: this build has no %s page\n", qPrintable(view));
+    return 2;
+  }
+
+  std::unique_ptr<app::ScreenshotRun> screenshot;
+  if (headless) {
+    screenshot = std::make_unique<app::ScreenshotRun>(&window, &bridge, view, page_title,
+                                                      parser.value(screenshot_option));
+  } else {
+    QObject::connect(&bridge, &ui::EngineBridge::failed, &window, [&window](const QString& m) {
+      QMessageBox::critical(&window, QStringLiteral("Tokenfab"),
+                            QStringLiteral("The model could not be loaded.\n\n%1").arg(m));
+    });
+  }
+  window.show();
+
+  const QString model = parser.value(model_option);
+  if (model.isEmpty() && !std::filesystem::exists(default_model_path())) {
+    report_error(headless, QStringLiteral("Tokenfab: no model"),
+                 QStringLiteral("The default model is not installed (expected %1).\n\nRun "
+                                "`tokenfab-cli fetch` to download it once, or start Tokenfab with "
+                                "--model PATH to use a GGUF file you have.")
+                     .arg(QString::fromStdString(default_model_path().string())));
+    if (headless) return 1;
+  } else {
+    bridge.load(model, config);
+  }
+  return QApplication::exec();
+}

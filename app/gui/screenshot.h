@@ -1,0 +1,51 @@
+#pragma once
+// `tokenfab --screenshot FILE --view VIEW`: once the model has loaded, runs a short real workload
+// suited to the view (chat: one message; live, kv: 8 short requests streamed for up to ~3 s),
+// renders the view's page to FILE as PNG and quits the application with 0 — or prints why it
+// could not and quits with 1.
+
+#include <QElapsedTimer>
+#include <QObject>
+#include <QString>
+#include <QTimer>
+#include <set>
+
+#include "ui/bridge/engine_bridge.h"
+
+namespace tokenfab::ui {
+class MainWindow;
+class Page;
+}  // namespace tokenfab::ui
+
+namespace tokenfab::app {
+
+class ScreenshotRun : public QObject {
+  Q_OBJECT
+
+ public:
+  static constexpr int kTimeoutS = 300;   // the whole workload
+  static constexpr int kStreamMs = 3000;  // live / kv: how long requests stream at most
+
+  // `page_title` is the page to show and render; `view` is the --view name.
+  ScreenshotRun(ui::MainWindow* window, ui::EngineBridge* bridge, QString view, QString page_title,
+                QString file, QObject* parent = nullptr);
+
+ private:
+  void start();
+  void start_chat(ui::Page* page);
+  void start_requests();
+  void on_streamed(const QVector<ui::StreamUpdate>& updates);
+  void grab_soon();  // after one more snapshot, so the page shows the latest figures
+  void grab();
+  void fail(const QString& message);
+
+  ui::MainWindow* window_;
+  ui::EngineBridge* bridge_;
+  QString view_, page_title_, file_;
+  std::set<RequestId> pending_;
+  QTimer timeout_;
+  bool grabbing_ = false;
+  int64_t conversation_id_ = 0;  // chat: the conversation made for the screenshot (deleted after)
+};
+
+}  // namespace tokenfab::app

@@ -1,0 +1,107 @@
+#pragma once
+// ChatPage: conversations persisted in SQLite (create, rename, delete, search), the reply
+// streaming as the engine emits it, Stop, sampling settings per conversation, and under each
+// assistant message the figures the engine measured for it (TTFT, tok/s, tokens, ACCEPT/STEP).
+// The prompt is the whole conversation in the model's chat template; the engine's prefix cache
+// makes earlier turns cheap.
+
+#include <QPointer>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/storage/conversations.h"
+#include "core/tokenizer/chat_template.h"
+#include "ui/bridge/engine_bridge.h"
+#include "ui/views/message_html.h"
+#include "ui/views/page.h"
+
+class QCheckBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QListView;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+class QTextBrowser;
+
+namespace tokenfab::ui {
+
+class ConversationListModel;
+
+class ChatPage : public Page {
+  Q_OBJECT
+
+ public:
+  explicit ChatPage(QWidget* parent = nullptr);
+  ~ChatPage() override;  // cancels a reply in flight and saves what it produced
+
+  QString title() const override { return QStringLiteral("Chat"); }
+  void attach(EngineBridge* bridge) override;
+
+  // What Send does with the input box (also for --screenshot and tests): appends the user message
+  // to the current conversation (a new one when none is selected) and starts the reply.
+  void send_message(const QString& text);
+  void stop();  // cancels the reply in flight
+  // Creates a conversation with the settings shown now and selects it; returns its id.
+  int64_t create_conversation(const QString& title);
+  void select_conversation(int64_t id);
+
+  bool generating() const { return active_.has_value(); }
+  RequestId active_request() const { return active_ ? active_->id : 0; }
+  int64_t current_conversation() const { return conversation_id_; }
+  ConversationListModel* conversation_model() const { return model_.get(); }
+  Database* database() const { return db_.get(); }
+
+ signals:
+  // The reply ended (finished, cancelled or failed); `tokens` counts every token streamed for it.
+  void replyEnded(qint64 request_id, int tokens, const QString& state);
+
+ private:
+  struct ActiveReply {
+    RequestId id = 0;
+    int64_t conversation_id = 0;
+    MessageView view;
+    int tokens = 0;
+    int drafted_tokens = 0;
+    std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  };
+
+  void build_ui();
+  void on_streamed(const QVector<StreamUpdate>& updates);
+  void finish_reply(const StreamUpdate& last);
+  void save_reply(const QString& state, const std::string& stats_json);
+  void render();
+  void load_settings();
+  void save_settings();
+  void rename_conversation();
+  void delete_conversation();
+  void update_buttons();
+  void show_status(const QString& text);
+
+  QPointer<EngineBridge> bridge_;
+  std::unique_ptr<Database> db_;
+  std::unique_ptr<Conversations> store_;
+  std::unique_ptr<ConversationListModel> model_;
+  std::optional<ChatTemplate> template_;
+  int64_t conversation_id_ = 0;
+  std::vector<MessageView> shown_;  // the current conversation's saved messages
+  std::optional<ActiveReply> active_;
+
+  QLineEdit* search_ = nullptr;
+  QListView* list_ = nullptr;
+  QPushButton* new_button_ = nullptr;
+  QPushButton* rename_button_ = nullptr;
+  QPushButton* delete_button_ = nullptr;
+  QSpinBox* max_tokens_ = nullptr;
+  QDoubleSpinBox* temperature_ = nullptr;
+  QCheckBox* colour_drafted_ = nullptr;
+  QTextBrowser* messages_ = nullptr;
+  QPlainTextEdit* input_ = nullptr;
+  QPushButton* send_button_ = nullptr;
+  QPushButton* stop_button_ = nullptr;
+  QLabel* status_ = nullptr;
+};
+
+}  // namespace tokenfab::ui

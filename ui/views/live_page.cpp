@@ -1,0 +1,255 @@
+#include "ui/views/live_page.h"
+
+#include <QFileDialog>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QMessageBox>
+#include <QPixmap>
+#include <QSaveFile>
+#include <QTextStream>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <chrono>
+
+#include "ui/widgets/time_chart.h"
+
+namespace tokenfab::ui {
+
+namespace {
+
+const QString kDash = QStringLiteral("—");
+
+QString fixed(double v, int decimals) {
+  return QString::number(v, 'f', decimals);
+}
+QString fixed(const std::optional<double>& v, int decimals) {
+  return v ? fixed(*v, decimals) : kDash;
+}
+QString csv_cell(const std::optional<double>& v) {
+  return v ? QString::number(*v, 'g', 8) : QString();
+}
+
+QLabel* big_number(const QString& name, QWidget* parent, QGridLayout* grid, int column) {
+  auto* caption = new QLabel(name, parent);
+  caption->setAlignment(Qt::AlignCenter);
+  caption->setStyleSheet("color: #8a9099; font-weight: bold; letter-spacing: 2px;");
+  auto* value = new QLabel(kDash, parent);
+  value->setAlignment(Qt::AlignCenter);
+  value->setStyleSheet("font-size: 34px; font-weight: bold;");
+  value->setMinimumWidth(150);
+  grid->addWidget(value, 0, column);
+  grid->addWidget(caption, 1, column);
+  return value;
+}
+
+}  // namespace
+
+LivePage::LivePage(QWidget* parent) : Page(parent) {
+  tps_chart_ = new TimeChart("Decode tokens/s (all requests)", "tok/s", this);
+  tps_chart_->ensure_series("decode_tps", "decode tok/s");
+  accept_chart_ = new TimeChart("ACCEPT/STEP (completed requests)", "tokens/step", this);
+  accept_chart_->ensure_series("accept_per_step", "accepted tokens per verification step");
+  itl_chart_ = new TimeChart("Inter-token latency (completed requests)", "ms", this);
+  itl_chart_->ensure_series("itl_p50", "ITL p50");
+  itl_chart_->ensure_series("itl_p99", "ITL p99");
+  kv_chart_ = new TimeChart("KV cache owned per device", "% of blocks", this);
+  transfer_chart_ = new TimeChart("KV transfer (transfers ended per interval)", "GB/s", this);
+  transfer_chart_->ensure_series("transfer_gb_s", "GB/s over copy time");
+
+  auto* charts = new QGridLayout();
+  charts->addWidget(tps_chart_, 0, 0);
+  charts->addWidget(accept_chart_, 0, 1);
+  charts->addWidget(itl_chart_, 1, 0);
+  charts->addWidget(kv_chart_, 1, 1);
+  charts->addWidget(transfer_chart_, 2, 0, 1, 2);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(make_hud());
+  layout->addLayout(charts, 1);
+  layout->addWidget(make_buttons());
+}
+
+QWidget* LivePage::make_hud() {
+  auto* hud = new QWidget(this);
+  auto* grid = new QGridLayout(hud);
+  int column = 0;
+  for (const char* name : {"DECODE TPS", "ACCEPT/STEP", "TOKENS", "TTFT p50"})
+    hud_[name] = big_number(name, hud, grid, column++);
+  hud_["TOKENS"]->setText("0");
+  return hud;
+}
+
+QWidget* LivePage::make_buttons() {
+  auto* bar = new QWidget(this);
+  auto* row = new QHBoxLayout(bar);
+  row->setContentsMargins(0, 0, 0, 0);
+  pause_button_ = new QPushButton("Pause", bar);
+  pause_button_->setCheckable(true);
+  auto* reset_button = new QPushButton("Reset", bar);
+  auto* csv_button = new QPushButton("Export CSV…", bar);
+  auto* png_button = new QPushButton("Export PNG…", bar);
+  connect(pause_button_, &QPushButton::toggled, this, &LivePage::set_paused);
+  connect(reset_button, &QPushButton::clicked, this, &LivePage::reset);
+  connect(csv_button, &QPushButton::clicked, this, &LivePage::choose_and_export_csv);
+  connect(png_button, &QPushButton::clicked, this, &LivePage::choose_and_export_png);
+  row->addWidget(pause_button_);
+  row->addWidget(reset_button);
+  row->addStretch(1);
+  row->addWidget(csv_button);
+  row->addWidget(png_button);
+  return bar;
+}
+
+void LivePage::attach(EngineBridge* bridge) {
+  connect(bridge, &EngineBridge::snapshotTaken, this, &LivePage::on_snapshot);
+  connect(bridge, &EngineBridge::streamed, this, &LivePage::on_streamed);
+}
+
+void LivePage::on_streamed(const QVector<StreamUpdate>& updates) {
+  for (const StreamUpdate& u : updates) tokens_seen_ += static_cast<int64_t>(u.tokens.size());
+  if (!paused_) hud_["TOKENS"]->setText(QString::number(tokens_seen_));
+}
+
+void LivePage::on_snapshot(const SnapshotPtr& snapshot) {
+  if (!snapshot || paused_) return;
+  const EngineSnapshot& s = *snapshot;
+  if (!origin_) origin_ = s.time;
+
+  Sample sample;
+  sample.t_s = std::chrono::duration<double>(s.time - *origin_).count();
+  sample.decode_tok_s = s.output_rate.per_second;
+  sample.accept_per_step = s.summary.accept_per_step;
+  sample.itl_p50_ms = s.summary.itl_ms.p50;
+  sample.itl_p99_ms = s.summary.itl_ms.p99;
+  sample.ttft_p50_ms = s.summary.ttft_ms.p50;
+  for (const DeviceSnapshot& d : s.devices) {
+    if (d.kv.n_blocks <= 0) continue;
+    sample.kv_used_pct[d.name] = 100.0 * d.kv.n_owned / d.kv.n_blocks;
+    if (std::find(devices_.begin(), devices_.end(), d.name) == devices_.end())
+      devices_.push_back(d.name);
+  }
+  const TransferTotals& now = s.summary.transfer;
+  if (last_transfer_ && now.count > last_transfer_->count) {
+    const double seconds = now.seconds - last_transfer_->seconds;
+    if (seconds > 0) sample.transfer_gb_s = (now.bytes - last_transfer_->bytes) / seconds / 1e9;
+  }
+  last_transfer_ = now;
+
+  samples_.push_back(std::move(sample));
+  while (samples_.size() > kMaxSamples) samples_.pop_front();
+  update_hud(&s);
+  update_charts();
+}
+
+void LivePage::update_hud(const EngineSnapshot* s) {
+  hud_["TOKENS"]->setText(QString::number(tokens_seen_));
+  if (!s) {
+    for (const char* name : {"DECODE TPS", "ACCEPT/STEP", "TTFT p50"}) hud_[name]->setText(kDash);
+    return;
+  }
+  hud_["DECODE TPS"]->setText(fixed(s->output_rate.per_second, 1));
+  hud_["ACCEPT/STEP"]->setText(fixed(s->summary.accept_per_step, 2));
+  hud_["TTFT p50"]->setText(s->summary.ttft_ms.p50 ? fixed(*s->summary.ttft_ms.p50, 0) + " ms"
+                                                   : kDash);
+}
+
+void LivePage::update_charts() {
+  QList<QPointF> tps, accept, p50, p99, gb_s;
+  std::map<std::string, QList<QPointF>> kv;
+  for (const Sample& x : samples_) {
+    tps.append({x.t_s, x.decode_tok_s});
+    if (x.accept_per_step) accept.append({x.t_s, *x.accept_per_step});
+    if (x.itl_p50_ms) p50.append({x.t_s, *x.itl_p50_ms});
+    if (x.itl_p99_ms) p99.append({x.t_s, *x.itl_p99_ms});
+    if (x.transfer_gb_s) gb_s.append({x.t_s, *x.transfer_gb_s});
+    for (const auto& [device, pct] : x.kv_used_pct) kv[device].append({x.t_s, pct});
+  }
+  tps_chart_->set_points("decode_tps", tps);
+  accept_chart_->set_points("accept_per_step", accept);
+  itl_chart_->set_points("itl_p50", p50);
+  itl_chart_->set_points("itl_p99", p99);
+  transfer_chart_->set_points("transfer_gb_s", gb_s);
+  for (const auto& [device, points] : kv) {
+    const QString key = "kv:" + QString::fromStdString(device);
+    kv_chart_->ensure_series(key, QString::fromStdString(device));
+    kv_chart_->set_points(key, points);
+  }
+  const double x_max = samples_.empty() ? 60.0 : samples_.back().t_s;
+  const double x_min = samples_.empty() ? 0.0 : samples_.front().t_s;
+  for (TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+    chart->fit_axes(x_min, x_max);
+}
+
+int LivePage::points(const QString& series) const {
+  for (const TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+    if (chart->has_series(series)) return chart->points(series);
+  return -1;
+}
+
+QString LivePage::hud_text(const QString& name) const {
+  const auto it = hud_.find(name);
+  return it == hud_.end() ? QString() : it->second->text();
+}
+
+void LivePage::set_paused(bool paused) {
+  paused_ = paused;
+  if (pause_button_->isChecked() != paused) pause_button_->setChecked(paused);
+  pause_button_->setText(paused ? "Resume" : "Pause");
+  if (!paused) hud_["TOKENS"]->setText(QString::number(tokens_seen_));
+}
+
+void LivePage::reset() {
+  samples_.clear();
+  devices_.clear();
+  origin_.reset();
+  last_transfer_.reset();
+  tokens_seen_ = 0;
+  for (TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+    chart->clear_points();
+  update_hud(nullptr);
+}
+
+bool LivePage::export_csv(const QString& path) const {
+  QSaveFile file(path);  // written to a temporary name, renamed on commit
+  if (!file.open(QIODevice::WriteOnly | QIODevice::Text)) return false;
+  QTextStream out(&file);
+  out << "t_s,decode_tok_s,accept_per_step,itl_p50_ms,itl_p99_ms,ttft_p50_ms,transfer_gb_s";
+  for (const std::string& device : devices_)
+    out << ",kv_owned_pct:" << QString::fromStdString(device);
+  out << "\n";
+  for (const Sample& x : samples_) {
+    out << QString::number(x.t_s, 'f', 3) << ',' << QString::number(x.decode_tok_s, 'g', 8) << ','
+        << csv_cell(x.accept_per_step) << ',' << csv_cell(x.itl_p50_ms) << ','
+        << csv_cell(x.itl_p99_ms) << ',' << csv_cell(x.ttft_p50_ms) << ','
+        << csv_cell(x.transfer_gb_s);
+    for (const std::string& device : devices_) {
+      const auto it = x.kv_used_pct.find(device);
+      out << ',' << (it == x.kv_used_pct.end() ? QString() : QString::number(it->second, 'g', 6));
+    }
+    out << "\n";
+  }
+  out.flush();
+  return out.status() == QTextStream::Ok && file.commit();
+}
+
+bool LivePage::export_png(const QString& path) {
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly)) return false;
+  return grab().save(&file, "PNG") && file.commit();
+}
+
+void LivePage::choose_and_export_csv() {
+  const QString path = QFileDialog::getSaveFileName(this, "Export the live window as CSV",
+                                                    "tokenfab-live.csv", "CSV files (*.csv)");
+  if (!path.isEmpty() && !export_csv(path))
+    QMessageBox::warning(this, "Export CSV", QString("Could not write %1.").arg(path));
+}
+
+void LivePage::choose_and_export_png() {
+  const QString path = QFileDialog::getSaveFileName(this, "Export the live page as PNG",
+                                                    "tokenfab-live.png", "PNG images (*.png)");
+  if (!path.isEmpty() && !export_png(path))
+    QMessageBox::warning(this, "Export PNG", QString("Could not write %1.").arg(path));
+}
+
+}  // namespace tokenfab::ui

@@ -1,0 +1,87 @@
+#include "ui/views/main_window.h"
+
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QListWidget>
+#include <QStackedWidget>
+#include <QStatusBar>
+
+#include "ui/views/page.h"
+
+namespace tokenfab::ui {
+
+MainWindow::MainWindow(EngineBridge* bridge, QWidget* parent)
+    : QMainWindow(parent), bridge_(bridge) {
+  setWindowTitle(QStringLiteral("Tokenfab"));
+  sidebar_ = new QListWidget;
+  sidebar_->setFixedWidth(150);
+  sidebar_->setSpacing(2);
+  stack_ = new QStackedWidget;
+  auto* central = new QWidget;
+  auto* layout = new QHBoxLayout(central);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(sidebar_);
+  layout->addWidget(stack_, 1);
+  setCentralWidget(central);
+  connect(sidebar_, &QListWidget::currentRowChanged, stack_, &QStackedWidget::setCurrentIndex);
+
+  model_label_ = new QLabel(tr("Loading model…"));
+  mode_label_ = new QLabel;
+  devices_label_ = new QLabel;
+  rate_label_ = new QLabel;
+  statusBar()->addWidget(model_label_);
+  statusBar()->addWidget(mode_label_);
+  statusBar()->addWidget(devices_label_, 1);
+  statusBar()->addPermanentWidget(rate_label_);
+
+  connect(bridge, &EngineBridge::loaded, this, &MainWindow::on_loaded);
+  connect(bridge, &EngineBridge::failed, this,
+          [this](const QString&) { model_label_->setText(tr("No model loaded")); });
+  connect(bridge, &EngineBridge::snapshotTaken, this, &MainWindow::on_snapshot);
+  if (bridge->ready()) on_loaded();  // a window made after the load
+  resize(1200, 800);
+}
+
+void MainWindow::add_page(Page* page) {
+  pages_.push_back(page);
+  stack_->addWidget(page);  // the stack owns it
+  sidebar_->addItem(page->title());
+  if (bridge_) page->attach(bridge_);
+  if (sidebar_->currentRow() < 0) sidebar_->setCurrentRow(0);
+}
+
+bool MainWindow::show_page(const QString& title) {
+  for (size_t i = 0; i < pages_.size(); ++i) {
+    if (pages_[i]->title().compare(title, Qt::CaseInsensitive) == 0) {
+      sidebar_->setCurrentRow(static_cast<int>(i));
+      return true;
+    }
+  }
+  return false;
+}
+
+Page* MainWindow::page(const QString& title) const {
+  for (Page* p : pages_)
+    if (p->title().compare(title, Qt::CaseInsensitive) == 0) return p;
+  return nullptr;
+}
+
+void MainWindow::on_loaded() {
+  const QString file = QString::fromStdString(bridge_->model()->file().name());
+  model_label_->setText(QFileInfo(file).fileName());
+  model_label_->setToolTip(file);
+}
+
+void MainWindow::on_snapshot(const SnapshotPtr& snapshot) {
+  if (!snapshot) return;
+  mode_label_->setText(QString::fromStdString(snapshot->mode));
+  QStringList devices;
+  for (const DeviceSnapshot& d : snapshot->devices)
+    devices << QStringLiteral("%1: %2").arg(QString::fromStdString(d.name),
+                                            QString::fromStdString(d.role));
+  devices_label_->setText(devices.join(QStringLiteral(" · ")));
+  rate_label_->setText(QStringLiteral("%1 tok/s").arg(snapshot->output_rate.per_second, 0, 'f', 1));
+}
+
+}  // namespace tokenfab::ui

@@ -1,0 +1,47 @@
+#pragma once
+// MainWindow: a sidebar of pages (Chat, Live, KV inspector, ...) over a stack of them, and a
+// status bar with the model, the engine's mode, each device's role and the live output tok/s
+// (from the bridge's snapshots).
+
+#include <QMainWindow>
+#include <QPointer>
+#include <QString>
+#include <vector>
+
+#include "ui/bridge/engine_bridge.h"
+
+class QLabel;
+class QListWidget;
+class QStackedWidget;
+
+namespace tokenfab::ui {
+
+class Page;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  explicit MainWindow(EngineBridge* bridge, QWidget* parent = nullptr);
+
+  // Takes ownership; attaches the page to the bridge and lists it in the sidebar.
+  void add_page(Page* page);
+  // False when no page has that title.
+  bool show_page(const QString& title);
+  Page* page(const QString& title) const;  // nullptr when absent
+
+ private:
+  void on_snapshot(const SnapshotPtr& snapshot);
+  void on_loaded();
+
+  QPointer<EngineBridge> bridge_;
+  std::vector<Page*> pages_;
+  QListWidget* sidebar_ = nullptr;
+  QStackedWidget* stack_ = nullptr;
+  QLabel* model_label_ = nullptr;
+  QLabel* mode_label_ = nullptr;
+  QLabel* devices_label_ = nullptr;
+  QLabel* rate_label_ = nullptr;
+};
+
+}  // namespace tokenfab::ui

@@ -1,0 +1,70 @@
+#include "ui/widgets/time_chart.h"
+
+#include <QChart>
+#include <QLineSeries>
+#include <QValueAxis>
+#include <algorithm>
+
+namespace tokenfab::ui {
+
+TimeChart::TimeChart(const QString& title, const QString& y_title, QWidget* parent)
+    : QChartView(parent) {
+  auto* chart = new QChart();
+  chart->setTitle(title);
+  chart->setAnimationOptions(QChart::NoAnimation);
+  chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->setMargins(QMargins(4, 4, 4, 4));
+  x_axis_ = new QValueAxis(chart);
+  x_axis_->setTitleText("s");
+  x_axis_->setLabelFormat("%.1f");
+  y_axis_ = new QValueAxis(chart);
+  y_axis_->setTitleText(y_title);
+  y_axis_->setLabelFormat("%.3g");
+  chart->addAxis(x_axis_, Qt::AlignBottom);
+  chart->addAxis(y_axis_, Qt::AlignLeft);
+  setChart(chart);  // the view owns the chart
+  setRenderHint(QPainter::Antialiasing, false);
+  setMinimumHeight(160);
+  fit_axes(0, 60);
+}
+
+void TimeChart::ensure_series(const QString& key, const QString& label) {
+  if (series_.count(key)) return;
+  auto* series = new QLineSeries();
+  series->setName(label);
+  series->setUseOpenGL(false);
+  chart()->addSeries(series);
+  series->attachAxis(x_axis_);
+  series->attachAxis(y_axis_);
+  series_[key] = series;
+}
+
+void TimeChart::set_points(const QString& key, const QList<QPointF>& points) {
+  const auto it = series_.find(key);
+  if (it != series_.end()) it->second->replace(points);
+}
+
+int TimeChart::points(const QString& key) const {
+  const auto it = series_.find(key);
+  return it == series_.end() ? -1 : static_cast<int>(it->second->count());
+}
+
+void TimeChart::clear_points() {
+  for (auto& [key, series] : series_) series->clear();
+  fit_axes(0, 60);
+}
+
+void TimeChart::fit_axes(double x_min, double x_max) {
+  double y_min = 0.0, y_max = 0.0;
+  for (const auto& [key, series] : series_) {
+    for (const QPointF& p : series->points()) {
+      y_min = std::min(y_min, p.y());
+      y_max = std::max(y_max, p.y());
+    }
+  }
+  if (y_max <= y_min) y_max = y_min + 1.0;
+  x_axis_->setRange(x_min, std::max(x_max, x_min + 1.0));
+  y_axis_->setRange(y_min, y_max * 1.1);
+}
+
+}  // namespace tokenfab::ui

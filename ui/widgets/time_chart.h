@@ -1,0 +1,44 @@
+#pragma once
+// TimeChart: a Qt Charts line chart of a few series against time (seconds), built for live data
+// the way the Qt Charts oscilloscope example does it — animations off, each series' points
+// swapped in with replace() (one repaint per update, no per-point signals), axes set from the
+// data. Series are keyed by a short stable name ("decode_tps", "kv:cpu:0") and labelled for the
+// legend.
+
+#include <QChartView>
+#include <QList>
+#include <QPointF>
+#include <QString>
+#include <map>
+
+class QLineSeries;
+class QValueAxis;
+
+namespace tokenfab::ui {
+
+class TimeChart : public QChartView {
+  Q_OBJECT
+
+ public:
+  // `y_title` names the unit ("tok/s", "ms", "%").
+  TimeChart(const QString& title, const QString& y_title, QWidget* parent = nullptr);
+
+  // Adds the series when it is new; a no-op otherwise.
+  void ensure_series(const QString& key, const QString& label);
+  bool has_series(const QString& key) const { return series_.count(key) != 0; }
+  // Replaces the points of `key` (which ensure_series made).
+  void set_points(const QString& key, const QList<QPointF>& points);
+  int points(const QString& key) const;  // -1 when the series does not exist
+  // Empties every series and resets the axes.
+  void clear_points();
+  // x range [x_min, x_max] seconds; y from 0 (or the data's minimum, when negative) to a little
+  // above the largest point of any series (1 when there are none).
+  void fit_axes(double x_min, double x_max);
+
+ private:
+  std::map<QString, QLineSeries*> series_;
+  QValueAxis* x_axis_ = nullptr;
+  QValueAxis* y_axis_ = nullptr;
+};
+
+}  // namespace tokenfab::ui
