@@ -144,6 +144,18 @@ struct RequestInfo {
   std::optional<RequestMetrics> metrics;  // once ended with at least one token
 };
 
+// One step of a device, for the roofline view: what it computed and how long it took.
+struct StepSample {
+  MetricsTime end{};
+  int32_t rows = 0;                 // tokens through the layers (batch rows)
+  int32_t logit_rows = 0;           // rows through the LM head
+  int32_t sequences = 0;            // sequences in the batch
+  int64_t attended_positions = 0;   // Σ over rows of the positions each attends (attention work)
+  int64_t kv_positions = 0;         // Σ over sequences of their context (KV rows read once)
+  double seconds = 0.0;             // the whole step (planning … events)
+  double compute_s = 0.0;           // inside the device's batched pass
+};
+
 struct DeviceSnapshot {
   std::string name;
   std::string role;  // "colocated", "prefill", "long-prefill", "decode"
@@ -159,6 +171,8 @@ struct DeviceSnapshot {
   double busy_s = 0, compute_s = 0;
   int64_t decode_steps = 0, decode_rows = 0;
   double decode_busy_s = 0, decode_compute_s = 0;
+  std::vector<StepSample> recent_steps;  // the last kRecentSteps steps, oldest first
+  static constexpr size_t kRecentSteps = 64;
 };
 
 struct EngineSnapshot {

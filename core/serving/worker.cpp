@@ -466,9 +466,25 @@ bool Worker::step() {
   if (lookups > 0)
     engine_.metrics().on_prefix_lookup(lookups, ps.hit_tokens - seen_prefix_.hit_tokens);
   seen_prefix_ = ps;
-  const double busy_s = seconds_between(step_start, MetricsClock::now());
+  const MetricsTime step_end = MetricsClock::now();
+  const double busy_s = seconds_between(step_start, step_end);
   busy_s_ += busy_s;
   compute_s_ += compute_s;
+  StepSample sample;
+  sample.end = step_end;
+  sample.rows = plan.n_tokens();
+  sample.sequences = static_cast<int32_t>(plan.chunks.size());
+  sample.seconds = busy_s;
+  sample.compute_s = compute_s;
+  for (const ScheduledChunk& c : plan.chunks) {
+    sample.logit_rows += c.wants_logits ? 1 + c.n_draft : 0;
+    // Row t of the chunk attends positions [0, first_token + t].
+    sample.attended_positions += int64_t{c.n_tokens} * c.first_token +
+                                 int64_t{c.n_tokens} * (c.n_tokens + 1) / 2;
+    sample.kv_positions += c.first_token + c.n_tokens;
+  }
+  recent_steps_.push_back(sample);
+  if (recent_steps_.size() > DeviceSnapshot::kRecentSteps) recent_steps_.pop_front();
   if (std::all_of(plan.chunks.begin(), plan.chunks.end(),
                   [](const ScheduledChunk& c) { return c.n_tokens == 1; })) {
     ++decode_steps_;
@@ -648,6 +664,7 @@ void Worker::publish(bool force) {
   snap.decode_rows = decode_rows_;
   snap.decode_busy_s = decode_busy_s_;
   snap.decode_compute_s = decode_compute_s_;
+  snap.recent_steps.assign(recent_steps_.begin(), recent_steps_.end());
   std::unordered_set<uint64_t> hashes;
   if (role_ == WorkerRole::kDecode)
     for (const BlockRecord& b : snap.kv.blocks)

@@ -118,6 +118,7 @@ class Worker {
   double busy_s_ = 0, compute_s_ = 0;
   int64_t decode_steps_ = 0, decode_rows_ = 0;
   double decode_busy_s_ = 0, decode_compute_s_ = 0;
+  std::deque<StepSample> recent_steps_;
   int64_t seen_preemptions_ = 0;
   PrefixCacheStats seen_prefix_{};
   MetricsTime last_publish_{};

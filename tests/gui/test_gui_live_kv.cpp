@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 
+#include "tests/common/default_model.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
 #include "core/serving/engine.h"
@@ -99,12 +100,7 @@ class GuiLiveKvTest : public QObject {
 };
 
 void GuiLiveKvTest::initTestCase() {
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_ = LlamaModel::load(path);
-  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
+  TOKENFAB_LOAD_DEFAULT_MODEL(model_, tokenizer_);
 }
 
 void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {

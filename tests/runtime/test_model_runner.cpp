@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/default_model.h"
 #include "core/common/error.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_forward.h"
@@ -64,12 +65,7 @@ class ModelRunnerTest : public QObject {
 };
 
 void ModelRunnerTest::initTestCase() {
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_ = LlamaModel::load(path);
-  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
+  TOKENFAB_LOAD_DEFAULT_MODEL(model_, tokenizer_);
   pool_ = std::make_unique<kernels::ThreadPool>(2);
   // Prompt lengths chosen to land inside, on and across block boundaries.
   for (const char* text :

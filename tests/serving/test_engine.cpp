@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include "tests/common/default_model.h"
+#include "tests/serving/serving_prompts.h"
 #include "core/common/error.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -26,36 +28,6 @@ using namespace tokenfab;
 namespace {
 
 constexpr int32_t kMaxTokens = 12;
-
-// Prompts of varied length: a few tokens to a few hundred, across block boundaries.
-std::vector<std::string> prompt_texts() {
-  std::vector<std::string> texts = {
-      "The capital of France is",
-      "Once upon a time, in a small village by the sea, there lived",
-      "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
-      "List three uses of copper:",
-      "Q: What is 12 times 12?\nA:",
-      "The quick brown fox",
-      "In 1969, the first humans to walk on the Moon were",
-      "A recipe for bread needs flour, water, salt and",
-      "Photosynthesis is the process by which plants",
-      "Dear team, the meeting on Friday is moved to",
-      "The three primary colors are",
-      "To install the package, run",
-  };
-  std::string long_text = "Here is a long note about rivers. ";
-  for (int i = 0; i < 12; ++i)
-    long_text +=
-        "Rivers carry water from the hills to the sea, shaping valleys and feeding towns. ";
-  texts.push_back(long_text + "In short, rivers");
-  std::string longer = "Meeting minutes. ";
-  for (int i = 0; i < 30; ++i)
-    longer += "Item " + std::to_string(i) + ": the committee reviewed the budget and agreed. ";
-  texts.push_back(longer + "The next item was");
-  texts.push_back("Translate to French: good morning ->");
-  texts.push_back("Why is the sky blue? Because");
-  return texts;
-}
 
 bool no_owned_blocks(const EngineSnapshot& s, QString& why) {
   for (const DeviceSnapshot& d : s.devices) {
@@ -102,13 +74,8 @@ class EngineTest : public QObject {
 };
 
 void EngineTest::initTestCase() {
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_ = LlamaModel::load(path);
-  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
-  for (const std::string& t : prompt_texts())
+  TOKENFAB_LOAD_DEFAULT_MODEL(model_, tokenizer_);
+  for (const std::string& t : test::prompt_texts())
     prompts_.push_back(tokenizer_->encode(t, false, false));
   QVERIFY(prompts_.size() >= 16);
   Engine engine(*model_, config("cpu:0"));

@@ -11,6 +11,8 @@
 #include <optional>
 #include <random>
 
+#include "tests/common/default_model.h"
+#include "tests/serving/serving_prompts.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -28,25 +30,6 @@ using namespace tokenfab;
 namespace {
 
 constexpr int32_t kMaxTokens = 24;
-
-std::vector<std::string> prompt_texts() {
-  return {"The capital of France is",
-          "Once upon a time, in a small village by the sea, there lived",
-          "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
-          "List three uses of copper:",
-          "Q: What is 12 times 12?\nA:",
-          "The quick brown fox",
-          "In 1969, the first humans to walk on the Moon were",
-          "A recipe for bread needs flour, water, salt and",
-          "Photosynthesis is the process by which plants",
-          "Dear team, the meeting on Friday is moved to",
-          "The three primary colors are",
-          "To install the package, run",
-          "1, 2, 3, 4, 5, 6, 7,",
-          "SELECT name, age FROM users WHERE",
-          "Translate to French: good morning ->",
-          "Why is the sky blue? Because"};
-}
 
 }  // namespace
 
@@ -72,13 +55,8 @@ class SpeculativeTest : public QObject {
 };
 
 void SpeculativeTest::initTestCase() {
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_ = LlamaModel::load(path);
-  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
-  for (const std::string& t : prompt_texts())
+  TOKENFAB_LOAD_DEFAULT_MODEL(model_, tokenizer_);
+  for (const std::string& t : test::prompt_texts())
     prompts_.push_back(tokenizer_->encode(t, false, false));
 }
 

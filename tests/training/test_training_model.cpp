@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/default_model.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -115,12 +116,7 @@ class TrainingModelTest : public QObject {
 };
 
 void TrainingModelTest::initTestCase() {
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_ = LlamaModel::load(path);
-  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
+  TOKENFAB_LOAD_DEFAULT_MODEL(model_, tokenizer_);
 }
 
 // Five prompts, three per pass (so two passes of different sizes): each recorded sequence is the

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "tests/common/default_model.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -74,12 +75,7 @@ class TransferModelTest : public QObject {
 };
 
 void TransferModelTest::initTestCase() {
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_ = LlamaModel::load(path);
-  tokenizer_.emplace(Tokenizer::from_gguf(model_->file()));
+  TOKENFAB_LOAD_DEFAULT_MODEL(model_, tokenizer_);
 }
 
 void TransferModelTest::received_kv_equals_kv_computed_directly() {

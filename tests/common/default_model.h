@@ -1,0 +1,21 @@
+#pragma once
+// For test suites that run the real embedded model: loads it and its tokenizer, or fails the
+// current test naming the missing file and how to get it (CI fetches it before the tests run).
+
+#include <QtTest>
+#include <filesystem>
+
+#include "core/model/llama_model.h"
+#include "core/model/model_files.h"
+#include "core/tokenizer/tokenizer.h"
+
+// model: std::unique_ptr<LlamaModel>; tokenizer: std::optional<Tokenizer>.
+#define TOKENFAB_LOAD_DEFAULT_MODEL(model, tokenizer)                                             \
+  do {                                                                                            \
+    const std::filesystem::path tokenfab_model_path_ = tokenfab::default_model_path();            \
+    if (!std::filesystem::exists(tokenfab_model_path_))                                           \
+      QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")     \
+                           .arg(QString::fromStdString(tokenfab_model_path_.string()))));         \
+    (model) = tokenfab::LlamaModel::load(tokenfab_model_path_);                                   \
+    (tokenizer).emplace(tokenfab::Tokenizer::from_gguf((model)->file()));                         \
+  } while (0)
