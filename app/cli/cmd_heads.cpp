@@ -29,8 +29,7 @@
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "core/tokenizer/chat_template.h"
-#include "core/training/trace_recorder.h"
-#include "core/training/trainer.h"
+#include "core/training/head_training_job.h"
 #include "head_options.h"
 #include "kernels/cpu/quant_types.h"
 
@@ -56,24 +55,6 @@ std::string duration_text(double s) {
                   static_cast<long long>(t % 60));
   }
   return buf;
-}
-
-// Prompts of a named set: a built-in domain's split, "all" (every domain's split), or a built-in
-// prompt set.
-std::vector<std::string> named_prompts(const std::string& name, const std::string& split) {
-  std::vector<std::string> out;
-  auto add = [&](const PromptSet& set) {
-    out.insert(out.end(), set.entries.begin(), set.entries.end());
-  };
-  const std::vector<std::string> domains = builtin_domains();
-  if (name == "all") {
-    for (const std::string& d : domains) add(domain_prompt_set(d, split));
-  } else if (std::find(domains.begin(), domains.end(), name) != domains.end()) {
-    add(domain_prompt_set(name, split));
-  } else {
-    add(builtin_prompt_set(name));
-  }
-  return out;
 }
 
 // One prompt per line, or JSONL with a "prompt" field.
@@ -103,51 +84,6 @@ std::vector<std::string> prompts_from_file(const fs::path& file) {
   return out;
 }
 
-// Text of the user's corpus: files, and folders read recursively; JSONL lines contribute their
-// "text", "prompt", "completion" and "content" strings; files with NUL bytes are skipped.
-std::string read_corpus(const std::vector<std::string>& paths) {
-  std::string text;
-  auto add_file = [&](const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw Error("cannot read " + file.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string body = ss.str();
-    if (body.find('\0') != std::string::npos) return;  // binary
-    if (file.extension() == ".jsonl") {
-      std::istringstream lines(body);
-      std::string line;
-      body.clear();
-      while (std::getline(lines, line)) {
-        try {
-          const nlohmann::json j = nlohmann::json::parse(line);
-          for (const char* key : {"text", "prompt", "completion", "content"})
-            if (j.contains(key) && j[key].is_string()) body += j[key].get<std::string>() + "\n\n";
-        } catch (const std::exception&) {
-        }
-      }
-    }
-    text += body;
-    text += "\n\n";
-  };
-  for (const std::string& p : paths) {
-    if (fs::is_directory(p)) {
-      std::vector<fs::path> files;
-      for (const auto& e : fs::recursive_directory_iterator(p))
-        if (e.is_regular_file()) files.push_back(e.path());
-      std::sort(files.begin(), files.end());
-      for (const fs::path& f : files) add_file(f);
-    } else if (fs::is_regular_file(p)) {
-      add_file(p);
-    } else {
-      throw Error("--corpus " + p + ": no such file or folder");
-    }
-  }
-  if (text.find_first_not_of(" \n\t\r") == std::string::npos)
-    throw Error("the corpus holds no text");
-  return text;
-}
-
 std::vector<TokenId> chat_prompt(const LoadedModel& m, const ChatTemplate& tmpl,
                                  const std::string& text) {
   return m.tokenizer->encode(tmpl.apply({{"user", text}}, true), m.tokenizer->add_bos_token(),
@@ -173,6 +109,22 @@ struct TrainCommand {
 };
 
 void run_train(const TrainCommand& c) {
+  HeadTrainingRequest r;
+  r.name = c.name;
+  r.domain = c.domain;
+  r.prompt_set = c.prompt_set;
+  r.corpus = c.corpus;
+  r.type = c.type;
+  r.heads = c.heads;
+  r.steps = c.steps;
+  r.continuation = c.continuation;
+  r.max_prompts = c.max_prompts;
+  r.batch = c.batch;
+  r.lr = c.lr;
+  r.seed = c.seed;
+  r.threads = c.common.threads;
+  r.no_cache = c.no_cache;
+  // Checked before the model loads, so a bad flag fails at once.
   if (c.name.empty() || c.name.find_first_not_of("0123456789") == std::string::npos)
     throw Error("--name must be a non-empty name that is not all digits");
   if (c.type == "mtp") throw Error("--type mtp: MTP draft heads are not available yet; use medusa");
@@ -181,108 +133,23 @@ void run_train(const TrainCommand& c) {
     throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
   if (c.heads < 1 || c.heads > 16) throw Error("--heads must be 1..16");
   LoadedModel m = load_model(c.common);
-  const HParams& hp = m.model->hparams();
-  const std::string sha = model_sha256(*m.model);
-  const auto db = Database::open_default();
-  Registry registry(*db);
-  if (const auto taken = registry.find_head(c.name))
-    throw Error("a head named '" + c.name + "' already exists (id " + std::to_string(taken->id) +
-                "); pick another --name or delete it first");
   std::signal(SIGINT, on_sigint);
-  auto log = [&](const std::string& line) { std::cerr << line << std::endl; };
-
-  // Training data → traces (cached).
-  TraceOptions trace_options;
-  trace_options.continuation_tokens = c.continuation;
-  trace_options.threads = c.common.threads;
-  std::vector<std::vector<TokenId>> prompts;
-  std::vector<TokenId> corpus_tokens;
-  std::string data_key = "model=" + sha + ";continuation=" + std::to_string(c.continuation) +
-                         ";top_k=" + std::to_string(trace_options.top_k) + ";";
-  std::string source;
-  if (c.prompt_set) {
-    std::vector<std::string> texts = named_prompts(*c.prompt_set, "train");
-    if (c.max_prompts > 0 && static_cast<int>(texts.size()) > c.max_prompts)
-      texts.resize(c.max_prompts);
-    const ChatTemplate tmpl = ChatTemplate::from_gguf(m.model->file());
-    for (const std::string& t : texts) {
-      prompts.push_back(chat_prompt(m, tmpl, t));
-      data_key += t + "\x1f";
-    }
-    source = "prompt-set:" + *c.prompt_set;
-  } else {
-    const std::string text = read_corpus(c.corpus);
-    corpus_tokens = m.tokenizer->encode(text, false, false);
-    data_key += "corpus:" + sha256_hex(text);
-    source = "corpus";
-  }
-  const fs::path trace_file =
-      user_data_dir() / "traces" / (sha256_hex(data_key).substr(0, 24) + ".trace");
-  const auto trace_start = std::chrono::steady_clock::now();
-  TraceSet traces;
-  bool cached = false;
-  if (!c.no_cache && fs::exists(trace_file)) {
-    try {
-      traces = TraceSet::load(trace_file);
-      cached = true;
-      log("traces: " + std::to_string(traces.n_pos()) + " positions from the cache (" +
-          trace_file.string() + ")");
-    } catch (const Error& e) {
-      log(std::string("traces: the cached file is unusable (") + e.what() + "); recording again");
-    }
-  }
-  if (!cached) {
-    auto progress = [&](int64_t done, int64_t total) {
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - trace_start).count();
-      const double eta =
-          done > 0 ? s * static_cast<double>(total - done) / static_cast<double>(done) : 0.0;
-      std::cerr << "\rtracing " << done << " / " << total << " tokens ("
-                << (total ? 100 * done / total : 0) << "%), ETA " << duration_text(eta) << "   "
-                << std::flush;
-      return !g_cancel.load();
-    };
-    if (c.prompt_set) {
-      traces = record_continuations(
-          *m.model, prompts, trace_options,
-          [&](TokenId t) { return m.tokenizer->is_end_of_generation(t); }, progress);
-    } else {
-      traces = record_corpus(*m.model, corpus_tokens, 256, trace_options, progress);
-    }
-    std::cerr << std::endl;
-    if (g_cancel.load()) throw Error("cancelled while tracing; no head was saved");
-    fs::create_directories(trace_file.parent_path());
-    traces.save(trace_file);
-  }
-  const double trace_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - trace_start).count();
-
-  // Training.
-  DraftHeadInfo info;
-  info.name = c.name;
-  info.domain = c.domain;
-  info.base_model_sha256 = sha;
-  info.n_heads = c.heads;
-  info.n_embd = static_cast<int32_t>(hp.n_embd);
-  info.n_vocab = static_cast<int32_t>(hp.n_vocab);
-  TrainOptions options;
-  options.steps = c.steps;
-  options.batch = c.batch;
-  options.lr = c.lr;
-  options.threads = c.common.threads;
-  options.seed = c.seed;
-  const nlohmann::json config = {{"source", source},
-                                 {"continuation_tokens", c.continuation},
-                                 {"steps", c.steps},
-                                 {"batch", c.batch},
-                                 {"lr", c.lr},
-                                 {"heads", c.heads},
-                                 {"trace_positions", traces.n_pos()},
-                                 {"seed", c.seed}};
-  info.training_config_json = config.dump();
-  const TrainResult r =
-      train_medusa(*m.model, make_medusa_head(info), traces, options, [&](const TrainProgress& p) {
-        if (p.val_loss) {
+  bool tracing_line = false;
+  const HeadTrainingResult result =
+      run_head_training(*m.model, *m.tokenizer, r, [&](const HeadTrainingProgress& p) {
+        if (p.phase == "tracing" && p.message.empty()) {
+          std::cerr << "\rtracing " << p.step << " / " << p.steps << " tokens ("
+                    << (p.steps ? 100 * static_cast<int64_t>(p.step) / p.steps : 0) << "%), ETA "
+                    << duration_text(p.eta_s) << "   " << std::flush;
+          tracing_line = true;
+          return !g_cancel.load();
+        }
+        if (tracing_line) {
+          std::cerr << std::endl;
+          tracing_line = false;
+        }
+        if (!p.message.empty() && p.phase != "saving") std::cerr << p.message << std::endl;
+        if (p.phase == "training" && p.val_loss) {
           std::ostringstream line;
           line.precision(4);
           line << "step " << p.step << "/" << p.steps << "  loss " << p.loss << "  val "
@@ -291,66 +158,14 @@ void run_train(const TrainCommand& c) {
             line << "  top1";
             for (const double t : p.val_top1) line << " " << t;
           }
-          if (p.simulated_accept_per_step)
-            line << "  sim ACCEPT/STEP " << *p.simulated_accept_per_step;
+          if (p.sim_accept_per_step) line << "  sim ACCEPT/STEP " << *p.sim_accept_per_step;
           line << "  " << static_cast<int64_t>(p.positions_per_s) << " pos/s  ETA "
                << duration_text(p.eta_s);
-          log(line.str());
+          std::cerr << line.str() << std::endl;
         }
         return !g_cancel.load();
       });
-  if (r.cancelled)
-    throw Error("training cancelled at step " + std::to_string(r.steps_run) +
-                "; no head was saved");
-
-  MedusaHead head = r.head;
-  const nlohmann::json summary = {{"val_loss", r.final_val_loss},
-                                  {"initial_val_loss", r.initial_val_loss},
-                                  {"val_top1", r.val_top1},
-                                  {"simulated_accept_per_step", r.simulated_accept_per_step},
-                                  {"initial_accept_per_step", r.initial_accept_per_step},
-                                  {"steps_run", r.steps_run},
-                                  {"stopped_early", r.stopped_early},
-                                  {"train_positions", r.train_positions},
-                                  {"val_positions", r.val_positions},
-                                  {"shortlist", r.shortlist_size},
-                                  {"train_seconds", r.seconds},
-                                  {"trace_seconds", trace_s},
-                                  {"trace_cached", cached}};
-  head.info.summary_json = summary.dump();
-  fs::path file = user_data_dir() / "heads" / (c.name + ".gguf");
-  for (int i = 2; fs::exists(file); ++i)
-    file = user_data_dir() / "heads" / (c.name + "-" + std::to_string(i) + ".gguf");
-  fs::create_directories(file.parent_path());
-  save_draft_head(head, file);
-  HeadRecord record;
-  record.name = c.name;
-  record.domain = c.domain;
-  record.type = "medusa";
-  record.base_model_sha256 = sha;
-  record.file = file.string();
-  record.training_config_json = info.training_config_json;
-  record.summary_json = head.info.summary_json;
-  int64_t id = 0;
-  try {
-    registry.add_model(
-        {0, sha, fs::path(m.model->file().name()).filename().string(), m.model->file().name(), 0});
-    registry.add_domain({0, c.domain, "", "user"});
-    id = registry.add_head(record);
-  } catch (...) {
-    fs::remove(file);  // not registered: leave nothing behind
-    throw;
-  }
-  nlohmann::json out = summary;
-  out["head_id"] = id;
-  out["name"] = c.name;
-  out["domain"] = c.domain;
-  out["file"] = file.string();
-  out["type"] = "medusa";
-  out["heads"] = c.heads;
-  out["trace_positions"] = traces.n_pos();
-  out["seconds"] = trace_s + r.seconds;
-  print_report(out, c.common.json);
+  print_report(result.report, c.common.json);
 }
 
 // ---- heads eval -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include "core/speculative/domain_classifier.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
+#include "core/training/head_training_job.h"
 
 namespace tokenfab::cli {
 
@@ -24,13 +25,7 @@ void add_head_options(CLI::App& cmd, HeadOptions& o) {
 }
 
 std::string model_sha256(const LlamaModel& model) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> known;
-  const std::string path = model.file().name();
-  std::lock_guard lock(mutex);
-  auto it = known.find(path);
-  if (it == known.end()) it = known.emplace(path, sha256_file(path)).first;
-  return it->second;
+  return model_file_sha256(model);
 }
 
 std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const LlamaModel& model) {

@@ -14,15 +14,11 @@
 #include "screenshot.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/chat_page.h"
-#include "ui/views/main_window.h"
-#if __has_include("ui/views/live_page.h")
-#include "ui/views/live_page.h"
-#define TOKENFAB_HAS_LIVE_PAGE 1
-#endif
-#if __has_include("ui/views/kv_page.h")
+#include "ui/views/devices_page.h"
+#include "ui/views/heads_page.h"
 #include "ui/views/kv_page.h"
-#define TOKENFAB_HAS_KV_PAGE 1
-#endif
+#include "ui/views/live_page.h"
+#include "ui/views/main_window.h"
 
 using namespace tokenfab;
 
@@ -30,8 +26,11 @@ namespace {
 
 // --view name → page title.
 const std::map<QString, QString>& view_titles() {
-  static const std::map<QString, QString> titles = {
-      {"chat", "Chat"}, {"live", "Live"}, {"kv", "KV inspector"}};
+  static const std::map<QString, QString> titles = {{"chat", "Chat"},
+                                                    {"live", "Live"},
+                                                    {"kv", "KV inspector"},
+                                                    {"heads", "Draft heads"},
+                                                    {"devices", "Devices"}};
   return titles;
 }
 
@@ -72,8 +71,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption decode_option("decode", "Disaggregated: decode devices.", "LIST");
   const QCommandLineOption screenshot_option(
       "screenshot", "Run a short workload, render the --view page to FILE (PNG) and exit.", "FILE");
-  const QCommandLineOption view_option("view", "The page to show: chat, live or kv.", "VIEW",
-                                       "chat");
+  const QCommandLineOption view_option(
+      "view", "The page to show: chat, live, kv, heads or devices.", "VIEW", "chat");
   parser.addOptions({model_option, threads_option, devices_option, prefill_option, decode_option,
                      screenshot_option, view_option});
   parser.process(app);
@@ -81,7 +80,8 @@ int main(int argc, char** argv) {
   const bool headless = parser.isSet(screenshot_option);
   const QString view = parser.value(view_option).toLower();
   if (!view_titles().count(view)) {
-    std::fprintf(stderr, "tokenfab: --view %s: expected one of chat, live, kv\n", qPrintable(view));
+    std::fprintf(stderr, "tokenfab: --view %s: expected one of chat, live, kv, heads, devices\n",
+                 qPrintable(view));
     return 2;
   }
   EngineConfig config;
@@ -101,12 +101,10 @@ int main(int argc, char** argv) {
   ui::EngineBridge bridge;  // outlives the window: pages cancel their requests through it
   ui::MainWindow window(&bridge);
   window.add_page(new ui::ChatPage);
-#ifdef TOKENFAB_HAS_LIVE_PAGE
   window.add_page(new ui::LivePage);
-#endif
-#ifdef TOKENFAB_HAS_KV_PAGE
   window.add_page(new ui::KvPage);
-#endif
+  window.add_page(new ui::HeadsPage);
+  window.add_page(new ui::DevicesPage);
   const QString page_title = view_titles().at(view);
   if (!window.show_page(page_title)) {
     std::fprintf(stderr, "tokenfab: this build has no %s page\n", qPrintable(view));

@@ -1,0 +1,326 @@
+#include "core/training/head_training_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "core/common/sha256.h"
+#include "core/serving/prompt_sets.h"
+#include "core/speculative/medusa_head.h"
+#include "core/storage/database.h"
+#include "core/storage/registry.h"
+#include "core/tokenizer/chat_template.h"
+#include "core/training/trace_recorder.h"
+#include "core/training/trainer.h"
+
+namespace tokenfab {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kTracingShare = 0.3;  // of the overall fraction
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Text of the user's corpus: files, and folders read recursively; JSONL lines contribute their
+// "text", "prompt", "completion" and "content" strings; files with NUL bytes are skipped.
+std::string read_corpus(const std::vector<std::string>& paths) {
+  std::string text;
+  auto add_file = [&](const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw Error("cannot read " + file.string());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string body = ss.str();
+    if (body.find('\0') != std::string::npos) return;  // binary
+    if (file.extension() == ".jsonl") {
+      std::istringstream lines(body);
+      std::string line;
+      body.clear();
+      while (std::getline(lines, line)) {
+        try {
+          const nlohmann::json j = nlohmann::json::parse(line);
+          for (const char* key : {"text", "prompt", "completion", "content"})
+            if (j.contains(key) && j[key].is_string()) body += j[key].get<std::string>() + "\n\n";
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    text += body;
+    text += "\n\n";
+  };
+  for (const std::string& p : paths) {
+    if (fs::is_directory(p)) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::recursive_directory_iterator(p))
+        if (e.is_regular_file()) files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+      for (const fs::path& f : files) add_file(f);
+    } else if (fs::is_regular_file(p)) {
+      add_file(p);
+    } else {
+      throw Error("--corpus " + p + ": no such file or folder");
+    }
+  }
+  if (text.find_first_not_of(" \n\t\r") == std::string::npos)
+    throw Error("the corpus holds no text");
+  return text;
+}
+
+void validate(const HeadTrainingRequest& r) {
+  if (r.name.empty() || r.name.find_first_not_of("0123456789") == std::string::npos)
+    throw Error("--name must be a non-empty name that is not all digits");
+  if (r.type == "mtp") throw Error("--type mtp: MTP draft heads are not available yet; use medusa");
+  if (r.type != "medusa") throw Error("--type " + r.type + ": expected medusa");
+  if (r.prompt_set.has_value() == !r.corpus.empty())
+    throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
+  if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
+}
+
+struct Traces {
+  TraceSet set;
+  bool cached = false;
+  double seconds = 0.0;
+  std::string source;
+};
+
+// The request's data → traces, from the cache when the same model, data and options were traced.
+Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
+                  const std::string& sha,
+                  const std::function<bool(const HeadTrainingProgress&)>& progress) {
+  TraceOptions options;
+  options.continuation_tokens = r.continuation;
+  options.threads = r.threads;
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<TokenId> corpus_tokens;
+  std::string data_key = "model=" + sha + ";continuation=" + std::to_string(r.continuation) +
+                         ";top_k=" + std::to_string(options.top_k) + ";";
+  Traces out;
+  if (r.prompt_set) {
+    std::vector<std::string> texts = named_prompts(*r.prompt_set, "train");
+    if (r.max_prompts > 0 && static_cast<int>(texts.size()) > r.max_prompts)
+      texts.resize(r.max_prompts);
+    const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
+    for (const std::string& t : texts) {
+      prompts.push_back(
+          tokenizer.encode(tmpl.apply({{"user", t}}, true), tokenizer.add_bos_token(), true));
+      data_key += t + "\x1f";
+    }
+    out.source = "prompt-set:" + *r.prompt_set;
+  } else {
+    const std::string text = read_corpus(r.corpus);
+    corpus_tokens = tokenizer.encode(text, false, false);
+    data_key += "corpus:" + sha256_hex(text);
+    out.source = "corpus";
+  }
+  const fs::path file =
+      user_data_dir() / "traces" / (sha256_hex(data_key).substr(0, 24) + ".trace");
+  const auto start = std::chrono::steady_clock::now();
+  HeadTrainingProgress p;
+  p.phase = "tracing";
+  if (!r.no_cache && fs::exists(file)) {
+    try {
+      out.set = TraceSet::load(file);
+      out.cached = true;
+      out.seconds = seconds_since(start);
+      p.fraction = kTracingShare;
+      p.message = "traces: " + std::to_string(out.set.n_pos()) + " positions from the cache (" +
+                  file.string() + ")";
+      if (!progress(p)) throw Error("cancelled while tracing; no head was saved");
+      return out;
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("cancelled") != std::string::npos) throw;
+      p.message =
+          std::string("traces: the cached file is unusable (") + e.what() + "); recording again";
+      progress(p);
+    }
+  }
+  bool cancelled = false;
+  auto on_trace = [&](int64_t done, int64_t total) {
+    const double s = seconds_since(start);
+    p.message.clear();
+    p.step = static_cast<int32_t>(done);
+    p.steps = static_cast<int32_t>(total);
+    p.fraction = total > 0 ? kTracingShare * static_cast<double>(done) / total : 0.0;
+    p.eta_s = done > 0 ? s * static_cast<double>(total - done) / static_cast<double>(done) : 0.0;
+    cancelled = cancelled || !progress(p);
+    return !cancelled;
+  };
+  if (r.prompt_set) {
+    out.set = record_continuations(
+        model, prompts, options, [&](TokenId t) { return tokenizer.is_end_of_generation(t); },
+        on_trace);
+  } else {
+    out.set = record_corpus(model, corpus_tokens, 256, options, on_trace);
+  }
+  if (cancelled) throw Error("cancelled while tracing; no head was saved");
+  fs::create_directories(file.parent_path());
+  out.set.save(file);
+  out.seconds = seconds_since(start);
+  return out;
+}
+
+// Writes the head to a fresh file under the heads folder and registers it; on a registry error
+// the file is removed again.
+int64_t save_and_register(const LlamaModel& model, const MedusaHead& head,
+                          const HeadTrainingRequest& r, const std::string& sha, fs::path& file) {
+  file = user_data_dir() / "heads" / (r.name + ".gguf");
+  for (int i = 2; fs::exists(file); ++i)
+    file = user_data_dir() / "heads" / (r.name + "-" + std::to_string(i) + ".gguf");
+  fs::create_directories(file.parent_path());
+  save_draft_head(head, file);
+  HeadRecord record;
+  record.name = r.name;
+  record.domain = r.domain;
+  record.type = "medusa";
+  record.base_model_sha256 = sha;
+  record.file = file.string();
+  record.training_config_json = head.info.training_config_json;
+  record.summary_json = head.info.summary_json;
+  try {
+    const auto db = Database::open_default();
+    Registry registry(*db);
+    registry.add_model(
+        {0, sha, fs::path(model.file().name()).filename().string(), model.file().name(), 0});
+    registry.add_domain({0, r.domain, "", "user"});
+    return registry.add_head(record);
+  } catch (...) {
+    fs::remove(file);  // not registered: leave nothing behind
+    throw;
+  }
+}
+
+}  // namespace
+
+std::string model_file_sha256(const LlamaModel& model) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;
+  const std::string path = model.file().name();
+  std::lock_guard lock(mutex);
+  auto it = known.find(path);
+  if (it == known.end()) it = known.emplace(path, sha256_file(path)).first;
+  return it->second;
+}
+
+std::vector<std::string> named_prompts(const std::string& name, const std::string& split) {
+  std::vector<std::string> out;
+  auto add = [&](const PromptSet& set) {
+    out.insert(out.end(), set.entries.begin(), set.entries.end());
+  };
+  const std::vector<std::string> domains = builtin_domains();
+  if (name == "all") {
+    for (const std::string& d : domains) add(domain_prompt_set(d, split));
+  } else if (std::find(domains.begin(), domains.end(), name) != domains.end()) {
+    add(domain_prompt_set(name, split));
+  } else {
+    add(builtin_prompt_set(name));
+  }
+  return out;
+}
+
+HeadTrainingResult run_head_training(
+    const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
+    const std::function<bool(const HeadTrainingProgress&)>& progress) {
+  validate(r);
+  const HParams& hp = model.hparams();
+  const std::string sha = model_file_sha256(model);
+  {
+    const auto db = Database::open_default();
+    Registry registry(*db);
+    if (const auto taken = registry.find_head(r.name))
+      throw Error("a head named '" + r.name + "' already exists (id " + std::to_string(taken->id) +
+                  "); pick another --name or delete it first");
+  }
+  const Traces traces = trace_data(model, tokenizer, r, sha, progress);
+
+  DraftHeadInfo info;
+  info.name = r.name;
+  info.domain = r.domain;
+  info.base_model_sha256 = sha;
+  info.n_heads = r.heads;
+  info.n_embd = static_cast<int32_t>(hp.n_embd);
+  info.n_vocab = static_cast<int32_t>(hp.n_vocab);
+  TrainOptions options;
+  options.steps = r.steps;
+  options.batch = r.batch;
+  options.lr = r.lr;
+  options.threads = r.threads;
+  options.seed = r.seed;
+  const nlohmann::json config = {{"source", traces.source},
+                                 {"continuation_tokens", r.continuation},
+                                 {"steps", r.steps},
+                                 {"batch", r.batch},
+                                 {"lr", r.lr},
+                                 {"heads", r.heads},
+                                 {"trace_positions", traces.set.n_pos()},
+                                 {"seed", r.seed}};
+  info.training_config_json = config.dump();
+  const TrainResult t = train_medusa(
+      model, make_medusa_head(info), traces.set, options, [&](const TrainProgress& tp) {
+        HeadTrainingProgress p;
+        p.phase = "training";
+        p.step = tp.step;
+        p.steps = tp.steps;
+        p.fraction =
+            kTracingShare + (1.0 - kTracingShare) * 0.999 *
+                                (tp.steps > 0 ? static_cast<double>(tp.step) / tp.steps : 0.0);
+        p.loss = tp.loss;
+        p.val_loss = tp.val_loss;
+        p.val_top1 = tp.val_top1;
+        p.sim_accept_per_step = tp.simulated_accept_per_step;
+        p.positions_per_s = tp.positions_per_s;
+        p.eta_s = tp.eta_s;
+        return progress(p);
+      });
+  if (t.cancelled)
+    throw Error("training cancelled at step " + std::to_string(t.steps_run) +
+                "; no head was saved");
+
+  MedusaHead head = t.head;
+  const nlohmann::json summary = {{"val_loss", t.final_val_loss},
+                                  {"initial_val_loss", t.initial_val_loss},
+                                  {"val_top1", t.val_top1},
+                                  {"simulated_accept_per_step", t.simulated_accept_per_step},
+                                  {"initial_accept_per_step", t.initial_accept_per_step},
+                                  {"steps_run", t.steps_run},
+                                  {"stopped_early", t.stopped_early},
+                                  {"train_positions", t.train_positions},
+                                  {"val_positions", t.val_positions},
+                                  {"shortlist", t.shortlist_size},
+                                  {"train_seconds", t.seconds},
+                                  {"trace_seconds", traces.seconds},
+                                  {"trace_cached", traces.cached}};
+  head.info.summary_json = summary.dump();
+  fs::path file;
+  HeadTrainingResult result;
+  result.head_id = save_and_register(model, head, r, sha, file);
+  result.file = file.string();
+  result.report = summary;
+  result.report["head_id"] = result.head_id;
+  result.report["name"] = r.name;
+  result.report["domain"] = r.domain;
+  result.report["file"] = result.file;
+  result.report["type"] = "medusa";
+  result.report["heads"] = r.heads;
+  result.report["trace_positions"] = traces.set.n_pos();
+  result.report["seconds"] = traces.seconds + t.seconds;
+  HeadTrainingProgress done;
+  done.phase = "saving";
+  done.fraction = 1.0;
+  done.step = done.steps = t.steps_run;
+  done.sim_accept_per_step = t.simulated_accept_per_step;
+  done.val_loss = t.final_val_loss;
+  done.message = "saved head " + std::to_string(result.head_id) + " to " + result.file;
+  progress(done);
+  return result;
+}
+
+}  // namespace tokenfab

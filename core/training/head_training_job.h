@@ -1,0 +1,70 @@
+#pragma once
+// One draft-head training run, shared by `tokenfab-cli heads train` and the desktop app's Draft
+// heads page: training data → traces (cached in the user data directory) → train_medusa → the
+// head's GGUF file → a row in the registry. A cancelled or failed run leaves no file and no row.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model/llama_model.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace tokenfab {
+
+struct HeadTrainingRequest {
+  std::string name, domain;
+  // Exactly one of: a built-in domain's train split, "all", or a built-in prompt set …
+  std::optional<std::string> prompt_set;
+  // … or the user's files and folders (text, code, JSONL with "text"/"prompt" fields).
+  std::vector<std::string> corpus;
+  std::string type = "medusa";
+  int heads = 4;
+  int steps = 600;
+  int continuation = 96;  // tokens the target writes per prompt
+  int max_prompts = 0;    // 0: all
+  int batch = 256;
+  float lr = 3e-3f;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: all hardware threads
+  bool no_cache = false;
+};
+
+struct HeadTrainingProgress {
+  std::string phase;      // "tracing" | "training" | "saving"
+  double fraction = 0.0;  // of the whole run, 0..1 (tracing is the first 30 %)
+  int32_t step = 0, steps = 0;
+  double loss = 0.0;
+  std::optional<double> val_loss;             // on evaluation steps
+  std::vector<double> val_top1;               // per head, on evaluation steps
+  std::optional<double> sim_accept_per_step;  // simulated ACCEPT/STEP, on evaluation steps
+  double positions_per_s = 0.0;
+  double eta_s = 0.0;   // of the current phase
+  std::string message;  // a line for a log (cache hits, evaluation steps), or empty
+};
+
+struct HeadTrainingResult {
+  int64_t head_id = 0;
+  std::string file;
+  nlohmann::json report;  // the summary, the head id, name, domain, file, type, heads, seconds
+};
+
+// The model file's sha256, lowercase hex (computed once per process and path).
+std::string model_file_sha256(const LlamaModel& model);
+
+// Prompts of a named set: a built-in domain's `split`, "all" (every domain's split), or a
+// built-in prompt set. Throws Error for an unknown name.
+std::vector<std::string> named_prompts(const std::string& name, const std::string& split);
+
+// Runs the whole job on the calling thread. `progress` may return false to cancel: the call then
+// throws Error("… cancelled …; no head was saved"). Throws Error for a bad request (a taken or
+// all-digit name, both or neither of prompt_set / corpus, heads outside 1..16, type not medusa).
+HeadTrainingResult run_head_training(
+    const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& request,
+    const std::function<bool(const HeadTrainingProgress&)>& progress);
+
+}  // namespace tokenfab

@@ -1,0 +1,212 @@
+// The Draft heads page (ui/views/heads_page.h) on the offscreen platform with the real default
+// model: training a tiny head from the page reaches 100 % and the head appears in the table (and in
+// the registry, with its file); a training cancelled from its progress report leaves no new row and
+// no file in the heads folder. TOKENFAB_HOME points at a temporary directory before anything opens
+// the database.
+
+#include <QSignalSpy>
+#include <QtTest>
+#include <filesystem>
+#include <memory>
+
+#include "core/model/model_files.h"
+#include "core/storage/database.h"
+#include "core/storage/registry.h"
+#include "ui/bridge/engine_bridge.h"
+#include "ui/views/heads_page.h"
+
+using namespace tokenfab;
+using namespace tokenfab::ui;
+
+namespace {
+
+constexpr int kLoadTimeoutMs = 120'000;
+constexpr int kTrainTimeoutMs = 480'000;
+
+// A run small enough for a unit test: 6 prompts of the code domain, 16 tokens each, 20 steps.
+HeadTrainingRequest tiny_request(const std::string& name) {
+  HeadTrainingRequest r;
+  r.name = name;
+  r.domain = "code";
+  r.prompt_set = "code";
+  r.max_prompts = 6;
+  r.continuation = 16;
+  r.steps = 20;
+  r.heads = 2;
+  r.batch = 64;
+  r.threads = 2;
+  return r;
+}
+
+size_t files_in(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir)) return 0;
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
+  return n;
+}
+
+bool table_has(const QTableWidget* table, int column, const QString& text) {
+  for (int row = 0; row < table->rowCount(); ++row)
+    if (table->item(row, column) && table->item(row, column)->text() == text) return true;
+  return false;
+}
+
+}  // namespace
+
+class GuiHeadsTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void page_constructs();
+  void training_reaches_100_percent_and_lists_the_head();
+  void cancelled_training_leaves_no_head_and_no_file();
+  void evaluation_fills_the_matrix_export_and_delete();
+  void closing_the_page_mid_training_leaves_nothing();
+  void cleanupTestCase();
+
+ private:
+  QTemporaryDir home_;
+  QString model_path_;
+  std::unique_ptr<EngineBridge> bridge_;
+};
+
+void GuiHeadsTest::initTestCase() {
+  const auto path = default_model_path();  // resolved before TOKENFAB_HOME moves
+  if (!std::filesystem::exists(path))
+    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
+                         .arg(QString::fromStdString(path.string()))));
+  model_path_ = QString::fromStdString(path.string());
+  QVERIFY(home_.isValid());
+  qputenv("TOKENFAB_HOME", home_.path().toUtf8());
+  bridge_ = std::make_unique<EngineBridge>();
+  QSignalSpy loaded(bridge_.get(), &EngineBridge::loaded);
+  QSignalSpy failed(bridge_.get(), &EngineBridge::failed);
+  EngineConfig config;
+  config.threads = 2;
+  bridge_->load(model_path_, config);
+  QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, kLoadTimeoutMs);
+  QVERIFY2(failed.isEmpty(), qPrintable(failed.isEmpty() ? "" : failed.first().first().toString()));
+  QVERIFY(bridge_->ready());
+}
+
+void GuiHeadsTest::page_constructs() {
+  HeadsPage page;
+  QCOMPARE(page.title(), QString("Draft heads"));
+  QVERIFY(!page.start_training(tiny_request("unattached")));  // no bridge yet
+  page.attach(bridge_.get());
+  QCOMPARE(page.heads_table()->rowCount(), 0);
+  QVERIFY(page.matrix()->columnCount() >= 5);  // the built-in domains
+}
+
+void GuiHeadsTest::training_reaches_100_percent_and_lists_the_head() {
+  HeadsPage page;
+  page.attach(bridge_.get());
+  QSignalSpy progress(&page, &HeadsPage::trainingProgress);
+  QSignalSpy finished(&page, &HeadsPage::trainingFinished);
+  QVERIFY(page.start_training(tiny_request("gui-code")));
+  QVERIFY(page.busy());
+  QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), kTrainTimeoutMs);
+  QVERIFY2(finished.first().at(0).toBool(), qPrintable(finished.first().at(1).toString()));
+  QVERIFY(!progress.isEmpty());
+  QCOMPARE(progress.last().at(0).toDouble(), 1.0);
+  QCOMPARE(page.progress_fraction(), 1.0);
+  QVERIFY(page.chart_points("loss") > 0);
+  QVERIFY(page.chart_points("accept") > 0);
+  QVERIFY(!page.busy());
+  QVERIFY(table_has(page.heads_table(), 1, "gui-code"));
+
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  const auto record = registry.find_head("gui-code");
+  QVERIFY(record.has_value());
+  QVERIFY(std::filesystem::exists(registry.head_file(*record)));
+}
+
+void GuiHeadsTest::cancelled_training_leaves_no_head_and_no_file() {
+  HeadsPage page;
+  page.attach(bridge_.get());
+  const std::filesystem::path heads_dir = user_data_dir() / "heads";
+  const size_t files_before = files_in(heads_dir);
+  const int rows_before = page.heads_table()->rowCount();
+  QSignalSpy finished(&page, &HeadsPage::trainingFinished);
+  // Cancel as soon as training (past the cached traces) reports a step.
+  connect(&page, &HeadsPage::trainingProgress, &page, [&page](double, const QString& phase) {
+    if (phase == "training") page.cancel_job();
+  });
+  HeadTrainingRequest r = tiny_request("gui-cancelled");
+  r.steps = 2000;
+  QVERIFY(page.start_training(r));
+  QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), kTrainTimeoutMs);
+  QVERIFY(!finished.first().at(0).toBool());
+  QVERIFY2(finished.first().at(1).toString().contains("cancelled"),
+           qPrintable(finished.first().at(1).toString()));
+  QCOMPARE(page.heads_table()->rowCount(), rows_before);
+  QVERIFY(!table_has(page.heads_table(), 1, "gui-cancelled"));
+  QCOMPARE(files_in(heads_dir), files_before);
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  QVERIFY(!registry.find_head("gui-cancelled").has_value());
+}
+
+void GuiHeadsTest::evaluation_fills_the_matrix_export_and_delete() {
+  HeadsPage page;
+  page.attach(bridge_.get());
+  std::optional<HeadRecord> record;
+  {
+    const auto db = Database::open_default();
+    record = Registry(*db).find_head("gui-code");
+  }
+  QVERIFY(record.has_value());
+  QSignalSpy finished(&page, &HeadsPage::evaluationFinished);
+  QVERIFY(page.start_evaluation(record->id, "code", 2, 16));
+  QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), kTrainTimeoutMs);
+  QVERIFY2(finished.first().at(0).toBool(), qPrintable(finished.first().at(1).toString()));
+  // The recorded evaluation is the heat map's cell (head's row, "code" column).
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  const auto evaluations = registry.evaluations(record->id);
+  QCOMPARE(evaluations.size(), size_t{1});
+  QVERIFY(evaluations.front().accept_per_step >= 1.0);
+  int row = -1, column = -1;
+  for (int r = 0; r < page.matrix()->rowCount(); ++r)
+    if (page.matrix()->verticalHeaderItem(r)->text() == "gui-code") row = r;
+  for (int c = 0; c < page.matrix()->columnCount(); ++c)
+    if (page.matrix()->horizontalHeaderItem(c)->text() == "code") column = c;
+  QVERIFY(row >= 0 && column >= 0);
+  QVERIFY(page.matrix()->item(row, column));
+  QCOMPARE(page.matrix()->item(row, column)->text(),
+           QString::number(evaluations.front().accept_per_step, 'f', 2));
+
+  const QString exported = home_.filePath("exported.gguf");
+  page.export_head(record->id, exported);
+  QVERIFY(std::filesystem::exists(exported.toStdString()));
+  QVERIFY(page.delete_head(record->id));
+  QVERIFY(!registry.find_head("gui-code").has_value());
+  QVERIFY(!std::filesystem::exists(record->file));
+  QVERIFY(!table_has(page.heads_table(), 1, "gui-code"));
+}
+
+void GuiHeadsTest::closing_the_page_mid_training_leaves_nothing() {
+  const std::filesystem::path heads_dir = user_data_dir() / "heads";
+  const size_t files_before = files_in(heads_dir);
+  auto page = std::make_unique<HeadsPage>();
+  page->attach(bridge_.get());
+  QSignalSpy progress(page.get(), &HeadsPage::trainingProgress);
+  HeadTrainingRequest r = tiny_request("gui-closed");
+  r.steps = 2000;
+  QVERIFY(page->start_training(r));
+  QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(1).toString() == "training",
+                           kTrainTimeoutMs);
+  page.reset();  // cancels and joins the job
+  QCOMPARE(files_in(heads_dir), files_before);
+  const auto db = Database::open_default();
+  QVERIFY(!Registry(*db).find_head("gui-closed").has_value());
+}
+
+void GuiHeadsTest::cleanupTestCase() {
+  bridge_.reset();
+}
+
+QTEST_MAIN(GuiHeadsTest)
+#include "test_gui_heads.moc"

@@ -1,0 +1,548 @@
+#include "ui/views/heads_page.h"
+
+#include <QComboBox>
+#include <QDateTime>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QInputDialog>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPointer>
+#include <QSpinBox>
+#include <QVBoxLayout>
+#include <QtCharts/QAbstractAxis>
+#include <QtCharts/QChart>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/common/error.h"
+#include "core/serving/prompt_sets.h"
+#include "core/speculative/medusa_head.h"
+#include "core/storage/database.h"
+#include "core/storage/registry.h"
+#include "core/tokenizer/chat_template.h"
+#include "ui/bridge/engine_bridge.h"
+#include "ui/widgets/time_chart.h"
+
+namespace tokenfab::ui {
+
+namespace {
+
+constexpr int kProgressIntervalMs = 50;  // coalescing of training progress to the GUI thread
+
+QString duration_text(double s) {
+  const auto t = static_cast<qint64>(s + 0.5);
+  return t >= 3600 ? QString("%1h%2m").arg(t / 3600).arg(t / 60 % 60, 2, 10, QChar('0'))
+                   : QString("%1m%2s").arg(t / 60).arg(t % 60, 2, 10, QChar('0'));
+}
+
+double summary_accept(const std::string& summary_json) {
+  try {
+    const auto j = nlohmann::json::parse(summary_json.empty() ? "{}" : summary_json);
+    if (j.contains("simulated_accept_per_step"))
+      return j["simulated_accept_per_step"].get<double>();
+  } catch (const std::exception&) {
+  }
+  return 0.0;
+}
+
+// White at 1.0 (no gain) to green at `best`.
+QColor heat(double value, double best) {
+  const double t = best > 1.0 ? std::clamp((value - 1.0) / (best - 1.0), 0.0, 1.0) : 0.0;
+  return QColor::fromHsvF(0.33f, static_cast<float>(0.1 + 0.6 * t), 0.95f);
+}
+
+QTableWidgetItem* cell(const QString& text) {
+  auto* item = new QTableWidgetItem(text);
+  item->setFlags(item->flags() & ~Qt::ItemIsEditable);
+  return item;
+}
+
+// Train…: name, domain, data (a built-in domain or "all", or files and folders), steps, heads.
+std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
+  QDialog dialog(parent);
+  dialog.setWindowTitle(QStringLiteral("Train a draft head"));
+  auto* form = new QFormLayout(&dialog);
+  auto* name = new QLineEdit;
+  auto* domain = new QLineEdit(QStringLiteral("code"));
+  auto* data = new QComboBox;
+  for (const std::string& d : builtin_domains()) data->addItem(QString::fromStdString(d));
+  data->addItem(QStringLiteral("all"));
+  data->addItem(QStringLiteral("files and folders…"));
+  QStringList paths;
+  auto* paths_label = new QLabel(QStringLiteral("(none)"));
+  auto* add_files = new QPushButton(QStringLiteral("Add files…"));
+  auto* add_folder = new QPushButton(QStringLiteral("Add folder…"));
+  QObject::connect(add_files, &QPushButton::clicked, &dialog, [&] {
+    paths += QFileDialog::getOpenFileNames(&dialog, QStringLiteral("Training files"));
+    paths_label->setText(paths.join(QStringLiteral("\n")));
+    data->setCurrentIndex(data->count() - 1);
+  });
+  QObject::connect(add_folder, &QPushButton::clicked, &dialog, [&] {
+    const QString dir = QFileDialog::getExistingDirectory(&dialog, QStringLiteral("Folder"));
+    if (!dir.isEmpty()) paths += dir;
+    paths_label->setText(paths.join(QStringLiteral("\n")));
+    data->setCurrentIndex(data->count() - 1);
+  });
+  auto* steps = new QSpinBox;
+  steps->setRange(10, 100000);
+  steps->setValue(600);
+  auto* heads = new QSpinBox;
+  heads->setRange(1, 16);
+  heads->setValue(4);
+  auto* picks = new QHBoxLayout;
+  picks->addWidget(add_files);
+  picks->addWidget(add_folder);
+  form->addRow(QStringLiteral("Name"), name);
+  form->addRow(QStringLiteral("Domain"), domain);
+  form->addRow(QStringLiteral("Prompt set"), data);
+  form->addRow(QStringLiteral("Files"), picks);
+  form->addRow(QString(), paths_label);
+  form->addRow(QStringLiteral("Type"), new QLabel(QStringLiteral("medusa")));
+  form->addRow(QStringLiteral("Steps"), steps);
+  form->addRow(QStringLiteral("Heads"), heads);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  form->addRow(buttons);
+  QObject::connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  QObject::connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  if (dialog.exec() != QDialog::Accepted) return std::nullopt;
+  HeadTrainingRequest r;
+  r.name = name->text().trimmed().toStdString();
+  r.domain = domain->text().trimmed().toStdString();
+  if (data->currentIndex() == data->count() - 1) {
+    for (const QString& p : paths) r.corpus.push_back(p.toStdString());
+  } else {
+    r.prompt_set = data->currentText().toStdString();
+  }
+  r.steps = steps->value();
+  r.heads = heads->value();
+  return r;
+}
+
+struct EvalTotals {
+  int64_t decode_tokens = 0, steps = 0, tokens = 0;
+  double decode_s = 0;
+  void add(const RequestInfo& info) {
+    if (!info.metrics) return;
+    tokens += info.metrics->output_tokens;
+    for (const int32_t n : info.metrics->tokens_per_step) {
+      decode_tokens += n;
+      ++steps;
+    }
+    if (info.metrics->e2e_s && info.metrics->ttft_s)
+      decode_s += *info.metrics->e2e_s - *info.metrics->ttft_s;
+  }
+  double tok_s() const { return decode_s > 0 ? decode_tokens / decode_s : 0.0; }
+};
+
+// Generates `texts` with and without `head` (greedy) and returns the evaluation, not yet recorded.
+EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
+                         const std::shared_ptr<const MedusaHead>& head,
+                         const std::vector<std::string>& texts, int max_tokens,
+                         const std::atomic<bool>& cancel) {
+  const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
+  EvalTotals with, without;
+  std::vector<int64_t> proposed, accepted;
+  for (const std::string& text : texts) {
+    if (cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
+    GenerationRequest r{
+        tokenizer.encode(tmpl.apply({{"user", text}}, true), tokenizer.add_bos_token(), true),
+        max_tokens};
+    const RequestInfo base = engine.wait(engine.submit(r));
+    r.head = head;
+    r.draft_len = head->n_heads();
+    const RequestInfo spec = engine.wait(engine.submit(r));
+    if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)
+      throw Error("a prompt failed: " + (base.error.empty() ? spec.error : base.error));
+    without.add(base);
+    with.add(spec);
+    const SpeculationStats& st = spec.speculation;
+    proposed.resize(std::max(proposed.size(), st.proposed_at.size()));
+    accepted.resize(proposed.size());
+    for (size_t p = 0; p < st.proposed_at.size(); ++p) {
+      proposed[p] += st.proposed_at[p];
+      accepted[p] += st.accepted_at[p];
+    }
+  }
+  EvaluationRecord e;
+  e.spec = "chain";
+  e.target_quant = "native";
+  e.accept_per_step = with.steps ? static_cast<double>(with.decode_tokens) / with.steps : 1.0;
+  for (size_t p = 0; p < proposed.size(); ++p)
+    e.per_position.push_back(proposed[p] ? static_cast<double>(accepted[p]) / proposed[p] : 0.0);
+  e.decode_tok_s = with.tok_s();
+  e.baseline_decode_tok_s = without.tok_s();
+  e.prompts = static_cast<int64_t>(texts.size());
+  e.tokens = with.tokens;
+  return e;
+}
+
+}  // namespace
+
+HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
+  heads_table_ = new QTableWidget(0, 6, this);
+  heads_table_->setHorizontalHeaderLabels(
+      {"ID", "Name", "Domain", "Type", "Created", "Simulated ACCEPT/STEP"});
+  heads_table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  heads_table_->setSelectionMode(QAbstractItemView::SingleSelection);
+  heads_table_->horizontalHeader()->setStretchLastSection(true);
+  heads_table_->verticalHeader()->hide();
+  matrix_ = new QTableWidget(0, 0, this);
+  matrix_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+
+  train_button_ = new QPushButton(QStringLiteral("Train…"));
+  evaluate_button_ = new QPushButton(QStringLiteral("Evaluate…"));
+  delete_button_ = new QPushButton(QStringLiteral("Delete"));
+  export_button_ = new QPushButton(QStringLiteral("Export…"));
+  refresh_button_ = new QPushButton(QStringLiteral("Refresh"));
+  cancel_button_ = new QPushButton(QStringLiteral("Cancel"));
+  auto* buttons = new QHBoxLayout;
+  for (QPushButton* b :
+       {train_button_, evaluate_button_, delete_button_, export_button_, refresh_button_})
+    buttons->addWidget(b);
+  buttons->addStretch();
+
+  progress_bar_ = new QProgressBar;
+  progress_bar_->setRange(0, 1000);
+  status_label_ = new QLabel;
+  chart_ = new TimeChart(QStringLiteral("Training"), QStringLiteral("loss / ACCEPT/STEP"));
+  chart_->ensure_series(QStringLiteral("loss"), QStringLiteral("training loss"));
+  chart_->ensure_series(QStringLiteral("accept"), QStringLiteral("simulated ACCEPT/STEP"));
+  chart_->setMinimumHeight(200);
+  for (QAbstractAxis* axis : chart_->chart()->axes(Qt::Horizontal))
+    axis->setTitleText(QStringLiteral("step"));
+  auto* job_row = new QHBoxLayout;
+  job_row->addWidget(progress_bar_, 1);
+  job_row->addWidget(status_label_);
+  job_row->addWidget(cancel_button_);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(buttons);
+  layout->addWidget(new QLabel(QStringLiteral("Registered heads")));
+  layout->addWidget(heads_table_, 2);
+  layout->addWidget(new QLabel(QStringLiteral("Best recorded ACCEPT/STEP per domain")));
+  layout->addWidget(matrix_, 2);
+  layout->addLayout(job_row);
+  layout->addWidget(chart_, 3);
+
+  connect(train_button_, &QPushButton::clicked, this, &HeadsPage::open_train_dialog);
+  connect(evaluate_button_, &QPushButton::clicked, this, &HeadsPage::open_evaluate_dialog);
+  connect(delete_button_, &QPushButton::clicked, this, &HeadsPage::confirm_delete);
+  connect(export_button_, &QPushButton::clicked, this, &HeadsPage::choose_export);
+  connect(refresh_button_, &QPushButton::clicked, this, &HeadsPage::refresh);
+  connect(cancel_button_, &QPushButton::clicked, this, &HeadsPage::cancel_job);
+  connect(heads_table_, &QTableWidget::itemSelectionChanged, this, &HeadsPage::update_buttons);
+  connect(this, &HeadsPage::trainingFinished, this, [this](bool ok, const QString& message) {
+    if (!ok && interactive_ && !message.contains(QStringLiteral("cancelled")))
+      QMessageBox::critical(this, QStringLiteral("Training failed"), message);
+  });
+  connect(this, &HeadsPage::evaluationFinished, this, [this](bool ok, const QString& message) {
+    if (!ok && interactive_ && !message.contains(QStringLiteral("cancelled")))
+      QMessageBox::critical(this, QStringLiteral("Evaluation failed"), message);
+  });
+  refresh();
+  update_buttons();
+}
+
+HeadsPage::~HeadsPage() {
+  cancel_.store(true);
+  join_worker();
+}
+
+void HeadsPage::attach(EngineBridge* bridge) {
+  bridge_ = bridge;
+  connect(bridge_, &EngineBridge::loaded, this, &HeadsPage::update_buttons);
+  connect(bridge_, &EngineBridge::failed, this, &HeadsPage::update_buttons);
+  update_buttons();
+}
+
+void HeadsPage::update_buttons() {
+  const bool ready = bridge_ && bridge_->ready() && !busy_;
+  const bool selected = selected_head_id() > 0;
+  train_button_->setEnabled(ready);
+  evaluate_button_->setEnabled(ready && selected);
+  delete_button_->setEnabled(!busy_ && selected);
+  export_button_->setEnabled(selected);
+  cancel_button_->setEnabled(busy_);
+}
+
+int64_t HeadsPage::selected_head_id() const {
+  const auto rows = heads_table_->selectionModel()->selectedRows();
+  if (rows.isEmpty()) return 0;
+  return heads_table_->item(rows.first().row(), 0)->text().toLongLong();
+}
+
+void HeadsPage::refresh() {
+  std::vector<HeadRecord> heads;
+  std::map<int64_t, std::map<std::string, double>> best;  // head → domain → ACCEPT/STEP
+  std::set<std::string> domains;
+  for (const std::string& d : builtin_domains()) domains.insert(d);
+  try {
+    const auto db = Database::open_default();
+    Registry registry(*db);
+    heads = registry.heads();
+    for (const HeadRecord& h : heads) {
+      for (const EvaluationRecord& e : registry.evaluations(h.id)) {
+        if (e.target_quant != "native") continue;
+        double& b = best[h.id][e.domain];
+        b = std::max(b, e.accept_per_step);
+        domains.insert(e.domain);
+      }
+    }
+  } catch (const std::exception& e) {
+    status_label_->setText(QStringLiteral("registry: %1").arg(e.what()));
+  }
+  const int64_t selected = selected_head_id();
+  heads_table_->setRowCount(static_cast<int>(heads.size()));
+  for (int row = 0; row < static_cast<int>(heads.size()); ++row) {
+    const HeadRecord& h = heads[row];
+    heads_table_->setItem(row, 0, cell(QString::number(h.id)));
+    heads_table_->setItem(row, 1, cell(QString::fromStdString(h.name)));
+    heads_table_->setItem(row, 2, cell(QString::fromStdString(h.domain)));
+    heads_table_->setItem(row, 3, cell(QString::fromStdString(h.type)));
+    heads_table_->setItem(row, 4,
+                          cell(QDateTime::fromSecsSinceEpoch(h.created_unix)
+                                   .toString(QStringLiteral("yyyy-MM-dd hh:mm"))));
+    heads_table_->setItem(row, 5, cell(QString::number(summary_accept(h.summary_json), 'f', 2)));
+    if (h.id == selected) heads_table_->selectRow(row);
+  }
+  heads_table_->resizeColumnsToContents();
+  heads_table_->horizontalHeader()->setStretchLastSection(true);
+  double top = 1.0;
+  for (const auto& [id, by_domain] : best)
+    for (const auto& [d, v] : by_domain) top = std::max(top, v);
+  matrix_->clear();
+  matrix_->setRowCount(static_cast<int>(heads.size()));
+  matrix_->setColumnCount(static_cast<int>(domains.size()));
+  QStringList columns, rows;
+  for (const std::string& d : domains) columns << QString::fromStdString(d);
+  for (const HeadRecord& h : heads) rows << QString::fromStdString(h.name);
+  matrix_->setHorizontalHeaderLabels(columns);
+  matrix_->setVerticalHeaderLabels(rows);
+  for (int row = 0; row < static_cast<int>(heads.size()); ++row) {
+    int column = 0;
+    for (const std::string& d : domains) {
+      const auto by_domain = best.find(heads[row].id);
+      if (by_domain != best.end() && by_domain->second.count(d)) {
+        const double v = by_domain->second.at(d);
+        auto* item = cell(QString::number(v, 'f', 2));
+        item->setBackground(heat(v, top));
+        item->setTextAlignment(Qt::AlignCenter);
+        matrix_->setItem(row, column, item);
+      }
+      ++column;
+    }
+  }
+  update_buttons();
+}
+
+void HeadsPage::begin_job(const QString& label) {
+  join_worker();
+  cancel_.store(false);
+  busy_ = true;
+  last_fraction_ = 0.0;
+  progress_bar_->setValue(0);
+  status_label_->setText(label);
+  update_buttons();
+}
+
+void HeadsPage::end_job() {
+  join_worker();
+  busy_ = false;
+  refresh();
+}
+
+void HeadsPage::join_worker() {
+  if (worker_.joinable()) worker_.join();
+}
+
+bool HeadsPage::start_training(const HeadTrainingRequest& request) {
+  if (busy_ || !bridge_ || !bridge_->ready() || !bridge_->model() || !bridge_->tokenizer())
+    return false;
+  begin_job(QStringLiteral("starting…"));
+  loss_points_.clear();
+  accept_points_.clear();
+  chart_->clear_points();
+  HeadTrainingRequest r = request;
+  if (r.threads == 0) r.threads = bridge_->config().threads;
+  const LlamaModel* model = bridge_->model();
+  const Tokenizer* tokenizer = bridge_->tokenizer();
+  worker_ = std::thread([this, r, model, tokenizer] {
+    auto last_post = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    auto progress = [&](const HeadTrainingProgress& p) {
+      const auto now = std::chrono::steady_clock::now();
+      const bool always = p.val_loss || !p.message.empty() || p.fraction >= 1.0 || p.step <= 1;
+      if (always || now - last_post >= std::chrono::milliseconds(kProgressIntervalMs)) {
+        last_post = now;
+        QMetaObject::invokeMethod(
+            this, [this, p] { on_training_progress(p); }, Qt::QueuedConnection);
+      }
+      return !cancel_.load();
+    };
+    bool ok = true;
+    QString message;
+    try {
+      const HeadTrainingResult result = run_head_training(*model, *tokenizer, r, progress);
+      message = QStringLiteral("trained head %1 (%2), simulated ACCEPT/STEP %3")
+                    .arg(result.head_id)
+                    .arg(QString::fromStdString(r.name))
+                    .arg(result.report.value("simulated_accept_per_step", 0.0), 0, 'f', 2);
+    } catch (const std::exception& e) {
+      ok = false;
+      message = QString::fromUtf8(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, ok, message] {
+          end_job();
+          status_label_->setText(message);
+          emit trainingFinished(ok, message);
+        },
+        Qt::QueuedConnection);
+  });
+  return true;
+}
+
+void HeadsPage::on_training_progress(const HeadTrainingProgress& p) {
+  last_fraction_ = p.fraction;
+  progress_bar_->setValue(static_cast<int>(p.fraction * 1000.0 + 0.5));
+  QString text = QString::fromStdString(p.phase);
+  if (p.phase == "training") {
+    text = QStringLiteral("step %1/%2  loss %3").arg(p.step).arg(p.steps).arg(p.loss, 0, 'f', 3);
+    loss_points_.append(QPointF(p.step, p.loss));
+    if (p.sim_accept_per_step) accept_points_.append(QPointF(p.step, *p.sim_accept_per_step));
+    chart_->set_points(QStringLiteral("loss"), loss_points_);
+    chart_->set_points(QStringLiteral("accept"), accept_points_);
+    chart_->fit_axes(0, std::max(1, p.steps));
+  } else if (p.phase == "tracing") {
+    text = QStringLiteral("tracing %1/%2 tokens").arg(p.step).arg(p.steps);
+  }
+  if (p.fraction < 1.0) text += QStringLiteral("  ETA ") + duration_text(p.eta_s);
+  status_label_->setText(text);
+  emit trainingProgress(p.fraction, QString::fromStdString(p.phase));
+}
+
+int HeadsPage::chart_points(const QString& series) const {
+  return chart_->points(series);
+}
+
+bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max_prompts,
+                                 int max_tokens) {
+  if (busy_ || !bridge_ || !bridge_->ready() || !bridge_->model() || !bridge_->tokenizer())
+    return false;
+  begin_job(QStringLiteral("evaluating on %1…").arg(domain));
+  const LlamaModel* model = bridge_->model();
+  const Tokenizer* tokenizer = bridge_->tokenizer();
+  const EngineConfig config = bridge_->config();
+  const std::string d = domain.toStdString();
+  worker_ = std::thread([this, config, model, tokenizer, head_id, d, max_prompts, max_tokens] {
+    bool ok = true;
+    QString message;
+    try {
+      // An engine of its own with the bridge's configuration: the chat's traffic does not skew
+      // the measurement, and reconfiguring the bridge's engine meanwhile cannot pull it away.
+      Engine engine(*model, config,
+                    [tokenizer](TokenId t) { return tokenizer->is_end_of_generation(t); });
+      const auto db = Database::open_default();
+      Registry registry(*db);
+      const auto record = registry.find_head(std::to_string(head_id));
+      if (!record) throw Error("no head " + std::to_string(head_id));
+      MedusaHead h = load_draft_head(registry.head_file(*record));
+      check_head_matches(h.info, model_file_sha256(*model), model->hparams().n_embd,
+                         model->hparams().n_vocab, model->file().name());
+      auto head = std::make_shared<const MedusaHead>(std::move(h));
+      std::vector<std::string> texts = named_prompts(d, "validation");
+      if (max_prompts > 0 && static_cast<int>(texts.size()) > max_prompts)
+        texts.resize(max_prompts);
+      EvaluationRecord e = measure(engine, *model, *tokenizer, head, texts, max_tokens, cancel_);
+      e.head_id = head_id;
+      e.domain = d;
+      registry.add_evaluation(e);
+      message = QStringLiteral("%1 on %2: ACCEPT/STEP %3")
+                    .arg(QString::fromStdString(record->name), QString::fromStdString(d))
+                    .arg(e.accept_per_step, 0, 'f', 2);
+    } catch (const std::exception& e) {
+      ok = false;
+      message = QString::fromUtf8(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, ok, message] {
+          end_job();
+          status_label_->setText(message);
+          emit evaluationFinished(ok, message);
+        },
+        Qt::QueuedConnection);
+  });
+  return true;
+}
+
+bool HeadsPage::delete_head(int64_t head_id) {
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  const auto record = registry.find_head(std::to_string(head_id));
+  if (!record || !registry.remove_head(head_id)) return false;
+  std::error_code ec;
+  std::filesystem::remove(record->file, ec);
+  refresh();
+  return true;
+}
+
+void HeadsPage::export_head(int64_t head_id, const QString& path) {
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  const auto record = registry.find_head(std::to_string(head_id));
+  if (!record) throw Error("no head " + std::to_string(head_id));
+  save_draft_head(load_draft_head(registry.head_file(*record)), path.toStdString());
+}
+
+void HeadsPage::open_train_dialog() {
+  const auto request = ask_training_request(this);
+  if (!request) return;
+  interactive_ = true;
+  start_training(*request);
+}
+
+void HeadsPage::open_evaluate_dialog() {
+  const int64_t id = selected_head_id();
+  if (id <= 0) return;
+  QStringList domains;
+  for (const std::string& d : builtin_domains()) domains << QString::fromStdString(d);
+  bool ok = false;
+  const QString domain = QInputDialog::getItem(this, QStringLiteral("Evaluate"),
+                                               QStringLiteral("Domain"), domains, 0, false, &ok);
+  if (!ok) return;
+  interactive_ = true;
+  start_evaluation(id, domain);
+}
+
+void HeadsPage::confirm_delete() {
+  const int64_t id = selected_head_id();
+  if (id <= 0) return;
+  if (QMessageBox::question(this, QStringLiteral("Delete head"),
+                            QStringLiteral("Delete head %1 and its file?").arg(id)) !=
+      QMessageBox::Yes)
+    return;
+  delete_head(id);
+}
+
+void HeadsPage::choose_export() {
+  const int64_t id = selected_head_id();
+  if (id <= 0) return;
+  const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Export head"), QString(),
+                                                    QStringLiteral("GGUF (*.gguf)"));
+  if (path.isEmpty()) return;
+  try {
+    export_head(id, path);
+  } catch (const std::exception& e) {
+    QMessageBox::critical(this, QStringLiteral("Export failed"), QString::fromUtf8(e.what()));
+  }
+}
+
+}  // namespace tokenfab::ui
