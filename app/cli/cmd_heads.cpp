@@ -124,14 +124,7 @@ void run_train(const TrainCommand& c) {
   r.seed = c.seed;
   r.threads = c.common.threads;
   r.no_cache = c.no_cache;
-  // Checked before the model loads, so a bad flag fails at once.
-  if (c.name.empty() || c.name.find_first_not_of("0123456789") == std::string::npos)
-    throw Error("--name must be a non-empty name that is not all digits");
-  if (c.type == "mtp") throw Error("--type mtp: MTP draft heads are not available yet; use medusa");
-  if (c.type != "medusa") throw Error("--type " + c.type + ": expected medusa");
-  if (c.prompt_set.has_value() == !c.corpus.empty())
-    throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
-  if (c.heads < 1 || c.heads > 16) throw Error("--heads must be 1..16");
+  validate_head_training(r);  // before the model loads, so a bad flag fails at once
   LoadedModel m = load_model(c.common);
   std::signal(SIGINT, on_sigint);
   bool tracing_line = false;
@@ -181,24 +174,6 @@ struct EvalCommand {
   std::string target_quant = "native";
 };
 
-struct Totals {
-  int64_t decode_tokens = 0, steps = 0, tokens = 0;
-  double decode_s = 0;
-  void add(const RequestInfo& info) {
-    if (!info.metrics) return;
-    tokens += info.metrics->output_tokens;
-    for (const int32_t n : info.metrics->tokens_per_step) {
-      decode_tokens += n;
-      ++steps;
-    }
-    if (info.metrics->e2e_s && info.metrics->ttft_s)
-      decode_s += *info.metrics->e2e_s - *info.metrics->ttft_s;
-  }
-  double tok_s() const {
-    return decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0.0;
-  }
-};
-
 void run_eval(const EvalCommand& c) {
   if (c.prompt_set.has_value() == c.prompts_file.has_value())
     throw Error("give exactly one of --prompt-set NAME or --prompts FILE");
@@ -232,7 +207,7 @@ void run_eval(const EvalCommand& c) {
   std::unique_ptr<Engine> native;
   if (requantized) native = std::make_unique<Engine>(*m.model, config, is_end);
   std::signal(SIGINT, on_sigint);
-  Totals with, without, native_totals;
+  DecodeTotals with, without, native_totals;
   std::vector<int64_t> proposed, accepted;
   bool lossless = true;
   const auto start = std::chrono::steady_clock::now();
@@ -273,7 +248,7 @@ void run_eval(const EvalCommand& c) {
   std::vector<double> per_position;
   for (size_t p = 0; p < proposed.size(); ++p)
     per_position.push_back(proposed[p] ? static_cast<double>(accepted[p]) / proposed[p] : 0.0);
-  const double accept = with.steps ? static_cast<double>(with.decode_tokens) / with.steps : 1.0;
+  const double accept = with.accept_per_step();
   nlohmann::json out = {{"accept_per_step", accept},
                         {"per_position", per_position},
                         {"decode_tok_s", with.tok_s()},

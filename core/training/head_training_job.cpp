@@ -75,7 +75,9 @@ std::string read_corpus(const std::vector<std::string>& paths) {
   return text;
 }
 
-void validate(const HeadTrainingRequest& r) {
+}  // namespace
+
+void validate_head_training(const HeadTrainingRequest& r) {
   if (r.name.empty() || r.name.find_first_not_of("0123456789") == std::string::npos)
     throw Error("--name must be a non-empty name that is not all digits");
   if (r.type == "mtp") throw Error("--type mtp: MTP draft heads are not available yet; use medusa");
@@ -84,6 +86,19 @@ void validate(const HeadTrainingRequest& r) {
     throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
   if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
 }
+
+void DecodeTotals::add(const RequestInfo& info) {
+  if (!info.metrics) return;
+  tokens += info.metrics->output_tokens;
+  for (const int32_t n : info.metrics->tokens_per_step) {
+    decode_tokens += n;
+    ++steps;
+  }
+  if (info.metrics->e2e_s && info.metrics->ttft_s)
+    decode_s += *info.metrics->e2e_s - *info.metrics->ttft_s;
+}
+
+namespace {
 
 struct Traces {
   TraceSet set;
@@ -229,7 +244,7 @@ std::vector<std::string> named_prompts(const std::string& name, const std::strin
 HeadTrainingResult run_head_training(
     const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
     const std::function<bool(const HeadTrainingProgress&)>& progress) {
-  validate(r);
+  validate_head_training(r);
   const HParams& hp = model.hparams();
   const std::string sha = model_file_sha256(model);
   {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/llama_model.h"
+#include "core/serving/engine.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace tokenfab {
@@ -51,6 +52,24 @@ struct HeadTrainingResult {
   int64_t head_id = 0;
   std::string file;
   nlohmann::json report;  // the summary, the head id, name, domain, file, type, heads, seconds
+};
+
+// Throws Error for a bad request (all-digit or empty name, both or neither of prompt_set /
+// corpus, heads outside 1..16, type not medusa); run_head_training checks it too.
+void validate_head_training(const HeadTrainingRequest& request);
+
+// What a set of generated requests measured for speculation: decode steps, the tokens they
+// emitted (ACCEPT/STEP) and decode speed (output tokens after the first, over decode time).
+struct DecodeTotals {
+  int64_t decode_tokens = 0, steps = 0, tokens = 0;
+  double decode_s = 0;
+  void add(const RequestInfo& info);
+  double tok_s() const {
+    return decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0.0;
+  }
+  double accept_per_step() const {
+    return steps ? static_cast<double>(decode_tokens) / static_cast<double>(steps) : 1.0;
+  }
 };
 
 // The model file's sha256, lowercase hex (computed once per process and path).

@@ -125,29 +125,13 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   return r;
 }
 
-struct EvalTotals {
-  int64_t decode_tokens = 0, steps = 0, tokens = 0;
-  double decode_s = 0;
-  void add(const RequestInfo& info) {
-    if (!info.metrics) return;
-    tokens += info.metrics->output_tokens;
-    for (const int32_t n : info.metrics->tokens_per_step) {
-      decode_tokens += n;
-      ++steps;
-    }
-    if (info.metrics->e2e_s && info.metrics->ttft_s)
-      decode_s += *info.metrics->e2e_s - *info.metrics->ttft_s;
-  }
-  double tok_s() const { return decode_s > 0 ? decode_tokens / decode_s : 0.0; }
-};
-
 // Generates `texts` with and without `head` (greedy) and returns the evaluation, not yet recorded.
 EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
                          const std::shared_ptr<const MedusaHead>& head,
                          const std::vector<std::string>& texts, int max_tokens,
                          const std::atomic<bool>& cancel) {
   const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
-  EvalTotals with, without;
+  DecodeTotals with, without;
   std::vector<int64_t> proposed, accepted;
   for (const std::string& text : texts) {
     if (cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
@@ -173,7 +157,7 @@ EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenize
   EvaluationRecord e;
   e.spec = "chain";
   e.target_quant = "native";
-  e.accept_per_step = with.steps ? static_cast<double>(with.decode_tokens) / with.steps : 1.0;
+  e.accept_per_step = with.accept_per_step();
   for (size_t p = 0; p < proposed.size(); ++p)
     e.per_position.push_back(proposed[p] ? static_cast<double>(accepted[p]) / proposed[p] : 0.0);
   e.decode_tok_s = with.tok_s();
@@ -397,14 +381,7 @@ bool HeadsPage::start_training(const HeadTrainingRequest& request) {
       ok = false;
       message = QString::fromUtf8(e.what());
     }
-    QMetaObject::invokeMethod(
-        this,
-        [this, ok, message] {
-          end_job();
-          status_label_->setText(message);
-          emit trainingFinished(ok, message);
-        },
-        Qt::QueuedConnection);
+    finish_job_later(ok, message, &HeadsPage::trainingFinished);
   });
   return true;
 }
@@ -471,16 +448,21 @@ bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max
       ok = false;
       message = QString::fromUtf8(e.what());
     }
-    QMetaObject::invokeMethod(
-        this,
-        [this, ok, message] {
-          end_job();
-          status_label_->setText(message);
-          emit evaluationFinished(ok, message);
-        },
-        Qt::QueuedConnection);
+    finish_job_later(ok, message, &HeadsPage::evaluationFinished);
   });
   return true;
+}
+
+void HeadsPage::finish_job_later(bool ok, const QString& message,
+                                 void (HeadsPage::*finished)(bool, const QString&)) {
+  QMetaObject::invokeMethod(
+      this,
+      [this, ok, message, finished] {
+        end_job();
+        status_label_->setText(message);
+        emit(this->*finished)(ok, message);
+      },
+      Qt::QueuedConnection);
 }
 
 bool HeadsPage::delete_head(int64_t head_id) {

@@ -75,6 +75,9 @@ class HeadsPage : public Page {
   int64_t selected_head_id() const;
   void begin_job(const QString& label);
   void end_job();
+  // From the job thread: on the GUI thread, end the job, show `message` and emit `finished`.
+  void finish_job_later(bool ok, const QString& message,
+                        void (HeadsPage::*finished)(bool, const QString&));
   void on_training_progress(const HeadTrainingProgress& p);
   void join_worker();
   void update_buttons();
