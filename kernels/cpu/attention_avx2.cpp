@@ -58,12 +58,15 @@ void grouped_weighted_sum(const float* w, const uint16_t* v, int64_t stride, int
     __m256 acc[G][4];
     for (int g = 0; g < G; ++g)
       for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
+    // G·4 accumulators + G weights + one V vector stay within the 16 ymm registers (G ≤ 3).
     for (int64_t p = 0; p < n; ++p) {
-      __m256 vv[4];
-      for (int j = 0; j < 4; ++j) vv[j] = load_h8(v + p * stride + 8 * (c0 + j));
-      for (int g = 0; g < G; ++g) {
-        const __m256 wg = _mm256_broadcast_ss(w + g * n + p);
-        for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_fmadd_ps(wg, vv[j], acc[g][j]);
+      _mm_prefetch(reinterpret_cast<const char*>(v + (p + kPrefetchRows) * stride + 8 * c0),
+                   _MM_HINT_T0);
+      __m256 wg[G];
+      for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * n + p);
+      for (int j = 0; j < 4; ++j) {
+        const __m256 vv = load_h8(v + p * stride + 8 * (c0 + j));
+        for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
       }
     }
     for (int g = 0; g < G; ++g)
@@ -104,7 +107,8 @@ void decode_partial_grouped(const AttentionArgs& a, int n_splits, int64_t item, 
 }
 
 template <int NV>
-void decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* partials, float* scratch) {
+void decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* partials,
+                    float* scratch) {
   const int group = a.n_head / a.n_kv_head;
   switch (group) {
     case 1: return decode_partial_grouped<NV, 1>(a, n_splits, item, partials, scratch);

@@ -12,6 +12,10 @@
 
 namespace tokenfab::kernels::avx2 {
 
+// Decode reads K and V rows once per step, straight from memory: rows this far ahead are
+// prefetched while the current ones are computed on.
+inline constexpr int64_t kPrefetchRows = 16;
+
 inline __m256 load_h8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -114,12 +118,19 @@ void grouped_scores(const float* q, int64_t q_head_stride, const uint16_t* k, in
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_setzero_ps();
     const uint16_t* kp = k + p * stride;
+    // The K rows are a stream from memory (the cache is far larger than L2): ask for the rows
+    // kPrefetchRows ahead now, as the matmuls do for weights.
+    for (int i = 0; i < 4; ++i)
+      for (int b = 0; b < 16 * NV; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(kp + (kPrefetchRows + i) * stride) + b,
+                     _MM_HINT_T0);
+    // G·4 accumulators + G query vectors + one K vector stay within the 16 ymm registers (G ≤ 3).
     for (int j = 0; j < NV; ++j) {
-      __m256 kv[4];
-      for (int i = 0; i < 4; ++i) kv[i] = load_h8(kp + i * stride + 8 * j);
-      for (int g = 0; g < G; ++g) {
-        const __m256 qj = _mm256_loadu_ps(q + g * q_head_stride + 8 * j);
-        for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_fmadd_ps(qj, kv[i], acc[g][i]);
+      __m256 qj[G];
+      for (int g = 0; g < G; ++g) qj[g] = _mm256_loadu_ps(q + g * q_head_stride + 8 * j);
+      for (int i = 0; i < 4; ++i) {
+        const __m256 kv = load_h8(kp + i * stride + 8 * j);
+        for (int g = 0; g < G; ++g) acc[g][i] = _mm256_fmadd_ps(qj[g], kv, acc[g][i]);
       }
     }
     for (int g = 0; g < G; ++g) {
