@@ -74,13 +74,27 @@ void ServingMetrics::on_emission(MetricsTime t, int32_t n_tokens) {
   emissions_.append(t, static_cast<double>(n_tokens));
 }
 
-void ServingMetrics::on_completed(const RequestMetrics& r) {
+// Adds `from` into `into` element-wise, growing `into` as needed.
+static void add_counts(std::vector<int64_t>& into, std::span<const int64_t> from) {
+  if (into.size() < from.size()) into.resize(from.size());
+  for (size_t i = 0; i < from.size(); ++i) into[i] += from[i];
+}
+
+void ServingMetrics::on_completed(const RequestMetrics& r, std::span<const int64_t> proposed_at,
+                                  std::span<const int64_t> accepted_at) {
   std::lock_guard lock(mutex_);
   finished_.push_back({r.output_tokens, r.ttft_s, r.tpot_s, r.e2e_s});
   itl_s_.insert(itl_s_.end(), r.itl_s.begin(), r.itl_s.end());
   for (double gap : r.itl_s) itl_histogram_.add(gap);
-  for (int32_t n : r.tokens_per_step) accepted_tokens_ += n;
+  for (int32_t n : r.tokens_per_step) {
+    accepted_tokens_ += n;
+    if (n < 1) continue;
+    if (steps_by_tokens_.size() <= static_cast<size_t>(n)) steps_by_tokens_.resize(n + 1);
+    ++steps_by_tokens_[static_cast<size_t>(n)];
+  }
   verification_steps_ += static_cast<int64_t>(r.tokens_per_step.size());
+  add_counts(proposed_at_, proposed_at);
+  add_counts(accepted_at_, accepted_at);
 }
 
 void ServingMetrics::on_failed() {
@@ -145,6 +159,9 @@ ServingSummary ServingMetrics::summary(MetricsTime end) const {
     s.accept_per_step =
         static_cast<double>(accepted_tokens_) / static_cast<double>(verification_steps_);
   }
+  s.steps_by_tokens = steps_by_tokens_;
+  s.draft_proposed_at = proposed_at_;
+  s.draft_accepted_at = accepted_at_;
   return s;
 }
 

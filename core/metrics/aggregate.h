@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -50,6 +51,13 @@ struct ServingSummary {
   std::optional<double> prefix_hit_rate;  // hits / lookups
   TransferTotals transfer;
   std::optional<double> accept_per_step;  // all verification steps of completed requests
+  // Accept-length histogram: [n] = steps of completed requests that emitted n tokens (index 0
+  // unused; plain decode steps count as 1).
+  std::vector<int64_t> steps_by_tokens;
+  // Per draft position k (0 = the first drafted token): verification steps of completed requests
+  // that proposed / accepted a token there. accepted_at[k] / proposed_at[k] is that position's
+  // acceptance rate.
+  std::vector<int64_t> draft_proposed_at, draft_accepted_at;
 };
 
 // Service-level objectives, each optional; a request is "good" when it meets every one that is
@@ -82,7 +90,9 @@ class ServingMetrics {
   void on_submitted();
   // Live view: n_tokens emitted for some request at time t (feeds the tokens/s series).
   void on_emission(MetricsTime t, int32_t n_tokens);
-  void on_completed(const RequestMetrics& request);
+  // `proposed_at` / `accepted_at`: the request's per-draft-position counts (empty without a head).
+  void on_completed(const RequestMetrics& request, std::span<const int64_t> proposed_at = {},
+                    std::span<const int64_t> accepted_at = {});
   void on_failed();
   void on_preemption();
   // Prefix-cache lookups and hits, in the caller's unit (blocks); hits <= lookups.
@@ -112,6 +122,7 @@ class ServingMetrics {
   LogHistogram itl_histogram_{1e-6, 100.0, 10};
   int64_t accepted_tokens_ = 0;  // sum over verification steps
   int64_t verification_steps_ = 0;
+  std::vector<int64_t> steps_by_tokens_, proposed_at_, accepted_at_;
   int64_t submitted_ = 0, failed_ = 0, preemptions_ = 0;
   int64_t prefix_lookups_ = 0, prefix_hits_ = 0;
   TransferTotals transfer_;

@@ -624,14 +624,18 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
   record->prefill_tokens_left = 0;
   std::optional<RequestMetrics> metrics;
   if (record->timeline.output_tokens() > 0) metrics = record->timeline.compute();
+  SpeculationStats speculation;
   {
     std::lock_guard lock(record->mutex);
     record->info.state = state;
     record->info.entered[static_cast<size_t>(state)] = t;
     record->info.error = error;
     record->info.metrics = metrics;
+    speculation = record->info.speculation;
   }
-  if (state == RequestState::kFinished && metrics) engine_.metrics().on_completed(*metrics);
+  if (state == RequestState::kFinished && metrics) {
+    engine_.metrics().on_completed(*metrics, speculation.proposed_at, speculation.accepted_at);
+  }
   if (state == RequestState::kFailed) engine_.metrics().on_failed();
   last.id = record->id;
   last.time = t;

@@ -93,6 +93,7 @@ class GuiLiveKvTest : public QObject {
   void pages_show_what_a_disaggregated_run_reported();
   void block_map_paints_100k_blocks_from_one_image_per_snapshot();
   void pause_keeps_the_window_and_reset_empties_it();
+  void bars_show_accept_lengths_and_position_acceptance();
 
  private:
   std::unique_ptr<LlamaModel> model_;
@@ -193,6 +194,15 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   QCOMPARE(live.points("kv:cpu:0"), window);
   QCOMPARE(live.points("kv:cpu:1"), window);
   QCOMPARE(live.points("no such series"), -1);
+  // Per-request lines: requests seen decoding in a snapshot have one (the newest kept).
+  int request_lines = 0;
+  for (const auto& [id, prompt] : prompts)
+    if (live.points(QStringLiteral("req:%1").arg(id)) > 0) ++request_lines;
+  QVERIFY(request_lines > 0 && request_lines <= LivePage::kMaxRequestSeries);
+  // Without a draft head every step emits one token: the accept-length histogram is one bar at
+  // 100 %, and no draft position was proposed.
+  QCOMPARE(live.bars("accept_length"), (QList<qreal>{100.0}));
+  QVERIFY(live.bars("position_acceptance").isEmpty());
 
   // Transfer log: the run's transfers, most recent first, cpu:0 → cpu:1.
   QVERIFY(!last->transfers.empty());
@@ -312,6 +322,29 @@ void GuiLiveKvTest::pause_keeps_the_window_and_reset_empties_it() {
   QCOMPARE(live.points("decode_tps"), 0);
   QCOMPARE(live.tokens_seen(), int64_t{0});
   QCOMPARE(live.samples(), size_t{0});
+}
+
+// The bars show the engine's cumulative step and draft counts as shares, counted from the last
+// Reset.
+void GuiLiveKvTest::bars_show_accept_lengths_and_position_acceptance() {
+  LivePage live;
+  auto first = std::make_shared<EngineSnapshot>();
+  first->time = MetricsClock::now();
+  first->summary.steps_by_tokens = {0, 2, 1, 1};  // 4 steps: two of 1 token, one of 2, one of 3
+  first->summary.draft_proposed_at = {4, 2};
+  first->summary.draft_accepted_at = {2, 1};
+  live.on_snapshot(first);
+  QCOMPARE(live.bars("accept_length"), (QList<qreal>{50.0, 25.0, 25.0}));
+  QCOMPARE(live.bars("position_acceptance"), (QList<qreal>{50.0, 50.0}));
+  live.reset();
+  QVERIFY(live.bars("accept_length").isEmpty());
+  auto second = std::make_shared<EngineSnapshot>(*first);
+  second->summary.steps_by_tokens = {0, 2, 1, 3};  // two more 3-token steps since the reset
+  second->summary.draft_proposed_at = {6, 4};
+  second->summary.draft_accepted_at = {4, 3};
+  live.on_snapshot(second);
+  QCOMPARE(live.bars("accept_length"), (QList<qreal>{0.0, 0.0, 100.0}));
+  QCOMPARE(live.bars("position_acceptance"), (QList<qreal>{100.0, 100.0}));
 }
 
 QTEST_MAIN(GuiLiveKvTest)

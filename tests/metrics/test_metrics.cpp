@@ -303,6 +303,28 @@ class TestMetrics : public QObject {
     QCOMPARE(sm.itl_histogram().count(), int64_t{3});
   }
 
+  // The accept-length histogram counts each step of completed requests under the number of tokens
+  // it emitted; per-position draft counts add up element-wise over requests of different lengths.
+  void accept_length_histogram_and_positions() {
+    tokenfab::ServingMetrics sm(at(0ms));
+    tokenfab::RequestMetrics r1, r2;
+    r1.output_tokens = 12;
+    r1.tokens_per_step = {1, 3, 3, 5};
+    r2.output_tokens = 3;
+    r2.tokens_per_step = {2, 1};
+    const std::vector<int64_t> p1 = {4, 4, 4, 4}, a1 = {3, 2, 1, 1};
+    const std::vector<int64_t> p2 = {2, 1}, a2 = {1, 0};
+    sm.on_completed(r1, p1, a1);
+    sm.on_completed(r2, p2, a2);
+    sm.on_completed(request_a());  // no head: no per-position counts
+    const tokenfab::ServingSummary s = sm.summary(at(1s));
+    // request_a's steps: one token each (see request_a()).
+    const int64_t a_steps = static_cast<int64_t>(request_a().tokens_per_step.size());
+    QCOMPARE(s.steps_by_tokens, (std::vector<int64_t>{0, 2 + a_steps, 1, 2, 0, 1}));
+    QCOMPARE(s.draft_proposed_at, (std::vector<int64_t>{6, 5, 4, 4}));
+    QCOMPARE(s.draft_accepted_at, (std::vector<int64_t>{4, 2, 1, 1}));
+  }
+
   // Two threads append at once; nothing is lost and a concurrent snapshot stays consistent.
   void concurrent_appends() {
     constexpr int kPerThread = 20000;

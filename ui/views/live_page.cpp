@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "ui/widgets/bar_chart.h"
 #include "ui/widgets/time_chart.h"
 
 namespace tokenfab::ui {
@@ -47,6 +48,11 @@ QLabel* big_number(const QString& name, QWidget* parent, QGridLayout* grid, int 
 LivePage::LivePage(QWidget* parent) : Page(parent) {
   tps_chart_ = new TimeChart("Decode tokens/s (all requests)", "tok/s", this);
   tps_chart_->ensure_series("decode_tps", "decode tok/s");
+  request_chart_ = new TimeChart("Decode tokens/s per running request", "tok/s", this);
+  accept_length_chart_ = new BarChart("Accept length (completed requests)", "steps",
+                                      "% of steps", std::nullopt, this);
+  position_chart_ = new BarChart("Draft acceptance by position (completed requests)",
+                                 "accepted", "% accepted", 100.0, this);
   accept_chart_ = new TimeChart("ACCEPT/STEP (completed requests)", "tokens/step", this);
   accept_chart_->ensure_series("accept_per_step", "accepted tokens per verification step");
   itl_chart_ = new TimeChart("Inter-token latency (completed requests)", "ms", this);
@@ -58,10 +64,13 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
 
   auto* charts = new QGridLayout();
   charts->addWidget(tps_chart_, 0, 0);
-  charts->addWidget(accept_chart_, 0, 1);
+  charts->addWidget(request_chart_, 0, 1);
+  charts->addWidget(accept_chart_, 0, 2);
   charts->addWidget(itl_chart_, 1, 0);
   charts->addWidget(kv_chart_, 1, 1);
-  charts->addWidget(transfer_chart_, 2, 0, 1, 2);
+  charts->addWidget(transfer_chart_, 1, 2);
+  charts->addWidget(accept_length_chart_, 2, 0);
+  charts->addWidget(position_chart_, 2, 1);
 
   auto* layout = new QVBoxLayout(this);
   layout->addWidget(make_hud());
@@ -134,11 +143,72 @@ void LivePage::on_snapshot(const SnapshotPtr& snapshot) {
     if (seconds > 0) sample.transfer_gb_s = (now.bytes - last_transfer_->bytes) / seconds / 1e9;
   }
   last_transfer_ = now;
+  for (const RequestInfo& r : s.requests) {
+    const auto& first = r.entered[static_cast<size_t>(RequestState::kDecoding)];
+    if (r.state != RequestState::kDecoding || !first || r.output.size() < 2) continue;
+    const double elapsed = std::chrono::duration<double>(s.time - *first).count();
+    if (elapsed > 0) sample.request_tok_s[r.id] = static_cast<double>(r.output.size() - 1) / elapsed;
+  }
 
   samples_.push_back(std::move(sample));
   while (samples_.size() > kMaxSamples) samples_.pop_front();
   update_hud(&s);
   update_charts();
+  update_bars(s.summary);
+}
+
+void LivePage::update_request_series() {
+  std::map<RequestId, QList<QPointF>> lines;
+  for (const Sample& x : samples_)
+    for (const auto& [id, rate] : x.request_tok_s) lines[id].append({x.t_s, rate});
+  while (lines.size() > static_cast<size_t>(kMaxRequestSeries)) lines.erase(lines.begin());
+  for (const QString& key : request_chart_->series_keys())
+    if (!lines.count(key.mid(4).toLongLong())) request_chart_->remove_series(key);
+  for (const auto& [id, points] : lines) {
+    const QString key = QStringLiteral("req:%1").arg(id);
+    request_chart_->ensure_series(key, QStringLiteral("#%1").arg(id));
+    request_chart_->set_points(key, points);
+  }
+}
+
+namespace {
+// a[i] − b[i] (b shorter or equal; counts only grow).
+std::vector<int64_t> minus(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> out = a;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) out[i] -= b[i];
+  return out;
+}
+}  // namespace
+
+void LivePage::update_bars(const ServingSummary& summary) {
+  last_counts_ = {summary.steps_by_tokens, summary.draft_proposed_at, summary.draft_accepted_at};
+  const std::vector<int64_t> by_tokens = minus(summary.steps_by_tokens, bars_base_.steps_by_tokens);
+  const std::vector<int64_t> proposed = minus(summary.draft_proposed_at, bars_base_.proposed_at);
+  const std::vector<int64_t> accepted = minus(summary.draft_accepted_at, bars_base_.accepted_at);
+  QStringList lengths;
+  QList<qreal> shares;
+  int64_t steps = 0;
+  for (int64_t n : by_tokens) steps += n;
+  for (size_t n = 1; n < by_tokens.size() && steps > 0; ++n) {
+    lengths << QString::number(n);
+    shares << 100.0 * static_cast<double>(by_tokens[n]) / static_cast<double>(steps);
+  }
+  accept_length_chart_->set_bars(lengths, shares);
+  QStringList positions;
+  QList<qreal> rates;
+  for (size_t k = 0; k < proposed.size(); ++k) {
+    if (proposed[k] <= 0) break;
+    const int64_t a = k < accepted.size() ? accepted[k] : 0;
+    positions << QStringLiteral("+%1").arg(k + 1);
+    rates << 100.0 * static_cast<double>(a) / static_cast<double>(proposed[k]);
+  }
+  position_chart_->set_bars(positions, rates);
+}
+
+QList<qreal> LivePage::bars(const QString& chart) const {
+  if (chart == "accept_length") return accept_length_chart_->values();
+  if (chart == "position_acceptance") return position_chart_->values();
+  return {};
 }
 
 void LivePage::update_hud(const EngineSnapshot* s) {
@@ -165,6 +235,7 @@ void LivePage::update_charts() {
     for (const auto& [device, pct] : x.kv_used_pct) kv[device].append({x.t_s, pct});
   }
   tps_chart_->set_points("decode_tps", tps);
+  update_request_series();
   accept_chart_->set_points("accept_per_step", accept);
   itl_chart_->set_points("itl_p50", p50);
   itl_chart_->set_points("itl_p99", p99);
@@ -176,12 +247,14 @@ void LivePage::update_charts() {
   }
   const double x_max = samples_.empty() ? 60.0 : samples_.back().t_s;
   const double x_min = samples_.empty() ? 0.0 : samples_.front().t_s;
-  for (TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+  for (TimeChart* chart :
+       {tps_chart_, request_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
     chart->fit_axes(x_min, x_max);
 }
 
 int LivePage::points(const QString& series) const {
-  for (const TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+  for (const TimeChart* chart :
+       {tps_chart_, request_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
     if (chart->has_series(series)) return chart->points(series);
   return -1;
 }
@@ -206,6 +279,11 @@ void LivePage::reset() {
   tokens_seen_ = 0;
   for (TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
     chart->clear_points();
+  for (const QString& key : request_chart_->series_keys()) request_chart_->remove_series(key);
+  // The bars count from here on: what the engine had counted so far becomes the baseline.
+  bars_base_ = last_counts_;
+  accept_length_chart_->set_bars({}, {});
+  position_chart_->set_bars({}, {});
   update_hud(nullptr);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 // LivePage ("Live"): a HUD of big numbers — DECODE TPS, ACCEPT/STEP, TOKENS, TTFT p50 — over
-// charts that follow the engine at the snapshot rate (~10 Hz): decode tok/s, ACCEPT/STEP,
-// ITL p50/p99, KV usage per device and KV transfer GB/s. Every figure comes from an
-// EngineSnapshot or from streamed token updates; nothing is interpolated or smoothed.
+// charts that follow the engine at the snapshot rate (~10 Hz): decode tok/s (all requests, and
+// per running request: its tokens after the first over the time since its first), ACCEPT/STEP,
+// ITL p50/p99, KV usage per device, KV transfer GB/s, and two bar charts of completed requests:
+// the accept-length histogram (steps by tokens emitted) and the acceptance rate per draft
+// position. Every figure comes from an EngineSnapshot or from streamed token updates; nothing is
+// interpolated or smoothed.
 //
 // Data: one Sample per snapshot, the last kMaxSamples kept (60 s at 10 Hz); the charts show that
 // window and Export CSV writes it. Pause freezes the window (snapshots are dropped, tokens are
@@ -26,6 +29,7 @@
 
 namespace tokenfab::ui {
 
+class BarChart;
 class TimeChart;
 
 class LivePage : public Page {
@@ -48,9 +52,13 @@ class LivePage : public Page {
   int64_t tokens_seen() const { return tokens_seen_; }
   size_t samples() const { return samples_.size(); }
   bool paused() const { return paused_; }
-  // Points of a chart series: "decode_tps", "accept_per_step", "itl_p50", "itl_p99",
+  // Points of a chart series: "decode_tps", "req:<id>", "accept_per_step", "itl_p50", "itl_p99",
   // "transfer_gb_s", "kv:<device>"; -1 for an unknown series.
   int points(const QString& series) const;
+  // Bars now shown: "accept_length" (share of steps, %, by tokens per step 1, 2, …) and
+  // "position_acceptance" (% of drafts accepted at position +1, +2, …).
+  QList<qreal> bars(const QString& chart) const;
+  static constexpr int kMaxRequestSeries = 8;  // per-request lines: the newest requests
   QString hud_text(const QString& name) const;  // "DECODE TPS", "ACCEPT/STEP", "TOKENS", "TTFT"
 
  public slots:
@@ -68,12 +76,15 @@ class LivePage : public Page {
     std::map<std::string, double> kv_used_pct;  // device → owned blocks / blocks × 100
     // KV transfers that ended since the previous sample: their bytes over their own copy time.
     std::optional<double> transfer_gb_s;
+    std::map<RequestId, double> request_tok_s;  // running requests past their first token
   };
 
   QWidget* make_hud();
   QWidget* make_buttons();
   void update_hud(const EngineSnapshot* snapshot);
   void update_charts();
+  void update_request_series();
+  void update_bars(const ServingSummary& summary);
   void choose_and_export_csv();
   void choose_and_export_png();
 
@@ -85,8 +96,18 @@ class LivePage : public Page {
   int64_t tokens_seen_ = 0;
   bool paused_ = false;
 
+  // Cumulative step / draft counts of completed requests (ServingSummary), at the last snapshot
+  // and at the last Reset: the bars show the difference.
+  struct Counts {
+    std::vector<int64_t> steps_by_tokens, proposed_at, accepted_at;
+  };
+  Counts last_counts_, bars_base_;
+
   std::map<QString, QLabel*> hud_;  // big numbers by name
   TimeChart* tps_chart_ = nullptr;
+  TimeChart* request_chart_ = nullptr;
+  BarChart* accept_length_chart_ = nullptr;
+  BarChart* position_chart_ = nullptr;
   TimeChart* accept_chart_ = nullptr;
   TimeChart* itl_chart_ = nullptr;
   TimeChart* kv_chart_ = nullptr;

@@ -39,6 +39,20 @@ void TimeChart::ensure_series(const QString& key, const QString& label) {
   series_[key] = series;
 }
 
+void TimeChart::remove_series(const QString& key) {
+  const auto it = series_.find(key);
+  if (it == series_.end()) return;
+  chart()->removeSeries(it->second);
+  delete it->second;
+  series_.erase(it);
+}
+
+QStringList TimeChart::series_keys() const {
+  QStringList keys;
+  for (const auto& [key, series] : series_) keys << key;
+  return keys;
+}
+
 void TimeChart::set_points(const QString& key, const QList<QPointF>& points) {
   const auto it = series_.find(key);
   if (it != series_.end()) it->second->replace(points);

@@ -9,6 +9,7 @@
 #include <QList>
 #include <QPointF>
 #include <QString>
+#include <QStringList>
 #include <map>
 
 class QLineSeries;
@@ -26,6 +27,10 @@ class TimeChart : public QChartView {
   // Adds the series when it is new; a no-op otherwise.
   void ensure_series(const QString& key, const QString& label);
   bool has_series(const QString& key) const { return series_.count(key) != 0; }
+  // Removes the series when it exists.
+  void remove_series(const QString& key);
+  // Keys of the series, in key order.
+  QStringList series_keys() const;
   // Replaces the points of `key` (which ensure_series made).
   void set_points(const QString& key, const QList<QPointF>& points);
   int points(const QString& key) const;  // -1 when the series does not exist
