@@ -1,55 +1,13 @@
 #pragma once
-// --head / --spec / --draft-len: speculative decoding for generate, chat and serve-bench, and the
-// lookup of a head by registry id, name or file path shared with `heads`.
-
-#include <memory>
-#include <span>
-#include <string>
+// --head / --spec / --draft-len: speculative decoding for generate, chat and serve-bench. The
+// lookup of a head (by registry id, name, file path or `auto`) is core's (head_selection.h).
 
 #include <CLI/CLI.hpp>
 
-#include "core/model/llama_model.h"
-#include "core/speculative/medusa_head.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/training/head_selection.h"
 
 namespace tokenfab::cli {
 
-struct HeadOptions {
-  std::string head = "none";  // ID | NAME | PATH | none
-  std::string spec = "chain";
-  int draft_len = 4;
-};
-
 void add_head_options(CLI::App& cmd, HeadOptions& o);
-
-// The model file's sha256 (computed once per process and path).
-std::string model_sha256(const LlamaModel& model);
-
-// A draft head by registry id or name (the registry in the user data directory) or by file path,
-// checked against `model`; nullptr for "none". Throws Error naming what was wrong: an unknown head,
-// a missing file, a head for another model, an unsupported --spec. "auto" is HeadChooser's.
-std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const LlamaModel& model);
-
-// --head for each request. A fixed head (or none) is resolved once. `auto` — the policy:
-//   1. the prompt's domain is the DomainClassifier's answer (naive Bayes over token ids, fitted on
-//      the built-in domains' train prompts);
-//   2. the head is the registered one for this model with the best recorded chain ACCEPT/STEP on
-//      that domain (`heads eval --prompt-set DOMAIN` records it); with no evaluation for the
-//      domain, no head is used;
-//   3. the choice holds for the whole request (no switching mid-generation yet).
-// Every choice is logged (logger "heads", info level).
-class HeadChooser {
- public:
-  HeadChooser(const HeadOptions& o, const LlamaModel& model, const Tokenizer& tokenizer);
-  ~HeadChooser();
-  std::shared_ptr<const MedusaHead> choose(std::span<const TokenId> prompt);
-  bool automatic() const { return automatic_; }
-
- private:
-  struct Auto;
-  bool automatic_ = false;
-  std::shared_ptr<const MedusaHead> fixed_;
-  std::unique_ptr<Auto> auto_;
-};
 
 }  // namespace tokenfab::cli

@@ -18,6 +18,7 @@
 #include "core/storage/database.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/models/conversation_list_model.h"
+#include "ui/views/app_settings.h"
 #include "ui/views/chat_page.h"
 #include "ui/views/main_window.h"
 
@@ -45,6 +46,7 @@ class GuiChatTest : public QObject {
   void page_constructs();
   void conversation_model_passes_tester();
   void reply_streams_and_is_saved();
+  void head_choice_is_kept_per_conversation_and_defaults_from_settings();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
 
@@ -116,6 +118,31 @@ void GuiChatTest::conversation_model_passes_tester() {
   QCOMPARE(model.row_of(a), -1);
   QVERIFY(model.remove(b));
   QCOMPARE(model.rowCount(), before);
+}
+
+// The draft-head picker offers none and auto (no head is registered in this home); the choice is
+// saved with the conversation, and a new conversation starts with the default from the settings
+// file, which lives in TOKENFAB_HOME.
+void GuiChatTest::head_choice_is_kept_per_conversation_and_defaults_from_settings() {
+  QCOMPARE(std::filesystem::path(settings_file().toStdString()).parent_path(),
+           std::filesystem::path(home_.path().toStdString()));
+  ChatPage page;
+  const int64_t a = page.create_conversation("head a");
+  QCOMPARE(page.head_choice(), QString("none"));
+  QVERIFY(page.set_head_choice("auto"));
+  QVERIFY(!page.set_head_choice("no-such-head"));
+  QCOMPARE(page.head_choice(), QString("auto"));
+  const int64_t b = page.create_conversation("head b");  // the shown settings carry over
+  QVERIFY(page.set_head_choice("none"));
+  page.select_conversation(a);
+  QCOMPARE(page.head_choice(), QString("auto"));
+  page.select_conversation(b);
+  QCOMPARE(page.head_choice(), QString("none"));
+
+  AppSettings().setValue(settings_keys::kDefaultHead, "auto");
+  page.create_conversation("head c");
+  QCOMPARE(page.head_choice(), QString("auto"));
+  AppSettings().remove(settings_keys::kDefaultHead);
 }
 
 void GuiChatTest::reply_streams_and_is_saved() {

@@ -13,6 +13,7 @@
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "ui/bridge/engine_bridge.h"
+#include "ui/views/app_settings.h"
 #include "ui/views/heads_page.h"
 
 using namespace tokenfab;
@@ -121,6 +122,15 @@ void GuiHeadsTest::training_reaches_100_percent_and_lists_the_head() {
   const auto record = registry.find_head("gui-code");
   QVERIFY(record.has_value());
   QVERIFY(std::filesystem::exists(registry.head_file(*record)));
+
+  // The new head can be made the default for new chats (kept in the settings file).
+  QVERIFY(page.set_default_head("gui-code"));
+  QCOMPARE(AppSettings().value(settings_keys::kDefaultHead).toString(), QString("gui-code"));
+  QVERIFY(!page.set_default_head("no-such-head"));
+  QVERIFY(page.set_default_head("auto"));
+  page.refresh();
+  QCOMPARE(page.default_head(), QString("auto"));
+  AppSettings().remove(settings_keys::kDefaultHead);
 }
 
 void GuiHeadsTest::cancelled_training_leaves_no_head_and_no_file() {

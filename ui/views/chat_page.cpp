@@ -1,6 +1,7 @@
 #include "ui/views/chat_page.h"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QHBoxLayout>
 #include <QItemSelectionModel>
@@ -21,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/storage/registry.h"
 #include "ui/models/conversation_list_model.h"
+#include "ui/views/app_settings.h"
 
 namespace tokenfab::ui {
 
@@ -116,6 +119,13 @@ void ChatPage::build_ui() {
   temperature_->setDecimals(2);
   temperature_->setValue(kDefaultTemperature);
   temperature_->setToolTip(tr("0 is greedy"));
+  head_ = new QComboBox;
+  head_->setToolTip(
+      tr("Speculative decoding: a draft head trained for this model proposes tokens the model "
+         "verifies (greedy output is unchanged). auto picks, per message, the head with the best "
+         "recorded ACCEPT/STEP on the message's domain."));
+  head_->addItem(tr("No draft head"), QStringLiteral("none"));
+  head_->addItem(tr("auto"), QStringLiteral("auto"));
   colour_drafted_ = new QCheckBox(tr("Colour drafted tokens"));
   colour_drafted_->setToolTip(
       tr("Tokens the draft head proposed and the target accepted are shown in green"));
@@ -124,6 +134,8 @@ void ChatPage::build_ui() {
   settings->addWidget(max_tokens_);
   settings->addWidget(new QLabel(tr("Temperature")));
   settings->addWidget(temperature_);
+  settings->addWidget(new QLabel(tr("Draft head")));
+  settings->addWidget(head_);
   settings->addStretch(1);
   settings->addWidget(colour_drafted_);
 
@@ -170,6 +182,7 @@ void ChatPage::build_ui() {
   connect(colour_drafted_, &QCheckBox::toggled, this, &ChatPage::render);
   connect(max_tokens_, &QSpinBox::valueChanged, this, &ChatPage::save_settings);
   connect(temperature_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
+  connect(head_, &QComboBox::currentIndexChanged, this, &ChatPage::save_settings);
   if (!model_) {
     left->setEnabled(false);
     right->setEnabled(false);
@@ -197,6 +210,7 @@ void ChatPage::attach(EngineBridge* bridge) {
   bridge_ = bridge;
   connect(bridge, &EngineBridge::streamed, this, &ChatPage::on_streamed);
   auto on_loaded = [this] {
+    refresh_heads();
     template_.reset();
     try {
       template_ = ChatTemplate::from_gguf(bridge_->model()->file());
@@ -236,24 +250,73 @@ void ChatPage::load_settings() {
   if (!j.is_object()) j = nlohmann::json::object();
   const QSignalBlocker block_max(max_tokens_);
   const QSignalBlocker block_temperature(temperature_);
+  const QSignalBlocker block_head(head_);
   max_tokens_->setValue(j.value("max_tokens", kDefaultMaxTokens));
   temperature_->setValue(j.value("temperature", kDefaultTemperature));
+  // A head that is no longer registered (or belongs to another model) falls back to none.
+  if (!set_head_choice(QString::fromStdString(j.value("head", std::string("none")))))
+    set_head_choice(QStringLiteral("none"));
+}
+
+std::string ChatPage::settings_json() const {
+  return nlohmann::json{{"max_tokens", max_tokens_->value()},
+                        {"temperature", temperature_->value()},
+                        {"head", head_choice().toStdString()}}
+      .dump();
 }
 
 void ChatPage::save_settings() {
   if (!store_ || conversation_id_ == 0) return;
-  const nlohmann::json j = {{"max_tokens", max_tokens_->value()},
-                            {"temperature", temperature_->value()}};
-  store_->set_settings(conversation_id_, j.dump());
+  store_->set_settings(conversation_id_, settings_json());
+}
+
+QString ChatPage::head_choice() const {
+  return head_->currentData().toString();
+}
+
+bool ChatPage::set_head_choice(const QString& choice) {
+  const int index = head_->findData(choice);
+  if (index < 0) return false;
+  head_->setCurrentIndex(index);
+  return true;
+}
+
+void ChatPage::showEvent(QShowEvent* event) {
+  refresh_heads();
+  Page::showEvent(event);
+}
+
+void ChatPage::refresh_heads() {
+  choosers_.clear();  // a head of the same name may have been replaced
+  const QString shown = head_choice();
+  const QSignalBlocker block(head_);
+  while (head_->count() > 2) head_->removeItem(2);  // keep "none" and "auto"
+  if (bridge_ && bridge_->ready()) {
+    try {
+      const std::string sha = model_sha256(*bridge_->model());
+      const auto db = Database::open_default();
+      for (const HeadRecord& h : Registry(*db).heads()) {
+        if (h.base_model_sha256 != sha) continue;
+        const QString name = from_std(h.name);
+        head_->addItem(QStringLiteral("%1 (%2)").arg(name, from_std(h.domain)), name);
+      }
+    } catch (const std::exception& e) {
+      show_status(QStringLiteral("Draft heads could not be listed: %1").arg(e.what()));
+    }
+  }
+  if (!set_head_choice(shown)) set_head_choice(QStringLiteral("none"));
 }
 
 int64_t ChatPage::create_conversation(const QString& title) {
   if (!model_) return 0;
   const int64_t id = model_->create(title);
-  // The settings shown now become the new conversation's.
-  const nlohmann::json settings = {{"max_tokens", max_tokens_->value()},
-                                   {"temperature", temperature_->value()}};
-  store_->set_settings(id, settings.dump());
+  // The settings shown now become the new conversation's, with the default head when one is set.
+  const QString default_head = AppSettings().value(settings_keys::kDefaultHead).toString();
+  if (!default_head.isEmpty()) {
+    const QSignalBlocker block(head_);
+    set_head_choice(default_head);
+  }
+  store_->set_settings(id, settings_json());
   select_conversation(id);
   return id;
 }
@@ -310,6 +373,14 @@ void ChatPage::send_message(const QString& text) {
   request.sampling.seed = QRandomGenerator::global()->generate64();
   RequestId id = 0;
   try {
+    const QString choice = head_choice();
+    auto& chooser = choosers_[choice];
+    if (!chooser) {
+      HeadOptions options;
+      options.head = choice.toStdString();
+      chooser = std::make_unique<HeadChooser>(options, *bridge_->model(), tokenizer);
+    }
+    request.head = chooser->choose(request.prompt);
     id = bridge_->submit(std::move(request));
   } catch (const std::exception& e) {
     show_status(QStringLiteral("Not sent: %1").arg(e.what()));

@@ -1,22 +1,26 @@
 #pragma once
 // ChatPage: conversations persisted in SQLite (create, rename, delete, search), the reply
-// streaming as the engine emits it, Stop, sampling settings per conversation, and under each
+// streaming as the engine emits it, Stop, sampling settings and the draft head (none, auto or a
+// registered head of the loaded model) per conversation, and under each
 // assistant message the figures the engine measured for it (TTFT, tok/s, tokens, ACCEPT/STEP).
 // The prompt is the whole conversation in the model's chat template; the engine's prefix cache
 // makes earlier turns cheap.
 
 #include <QPointer>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "core/storage/conversations.h"
 #include "core/tokenizer/chat_template.h"
+#include "core/training/head_selection.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/message_html.h"
 #include "ui/views/page.h"
 
 class QCheckBox;
+class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -53,6 +57,15 @@ class ChatPage : public Page {
   int64_t current_conversation() const { return conversation_id_; }
   ConversationListModel* conversation_model() const { return model_.get(); }
   Database* database() const { return db_.get(); }
+  // The head choice shown now: "none", "auto" or a registered head's name.
+  QString head_choice() const;
+  // Shows `choice` when the picker offers it (false otherwise); saved with the conversation.
+  bool set_head_choice(const QString& choice);
+  // Reloads the picker's heads from the registry (those made for the loaded model).
+  void refresh_heads();
+
+ protected:
+  void showEvent(QShowEvent* event) override;  // heads may have been trained or deleted meanwhile
 
  signals:
   // The reply ended (finished, cancelled or failed); `tokens` counts every token streamed for it.
@@ -75,6 +88,7 @@ class ChatPage : public Page {
   void render();
   void load_settings();
   void save_settings();
+  std::string settings_json() const;  // the settings shown now
   void rename_conversation();
   void delete_conversation();
   void update_buttons();
@@ -88,6 +102,9 @@ class ChatPage : public Page {
   int64_t conversation_id_ = 0;
   std::vector<MessageView> shown_;  // the current conversation's saved messages
   std::optional<ActiveReply> active_;
+  // One chooser per head choice, made on first use (auto fits its classifier then); cleared when
+  // another model loads.
+  std::map<QString, std::unique_ptr<HeadChooser>> choosers_;
 
   QLineEdit* search_ = nullptr;
   QListView* list_ = nullptr;
@@ -96,6 +113,7 @@ class ChatPage : public Page {
   QPushButton* delete_button_ = nullptr;
   QSpinBox* max_tokens_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
+  QComboBox* head_ = nullptr;
   QCheckBox* colour_drafted_ = nullptr;
   QTextBrowser* messages_ = nullptr;
   QPlainTextEdit* input_ = nullptr;

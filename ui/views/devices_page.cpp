@@ -19,6 +19,7 @@
 #include <exception>
 
 #include "core/device/device.h"
+#include "ui/views/app_settings.h"
 #include "ui/widgets/time_chart.h"
 
 namespace tokenfab::ui {
@@ -189,6 +190,7 @@ QString DevicesPage::apply(const EngineConfig& config) {
       return tr("colocated mode needs at least one device (give one a role other than unused)");
     config.validate();
     bridge_->reconfigure(config);
+    save_device_roles(config);
   } catch (const std::exception& e) {
     return QString::fromStdString(e.what());
   }

@@ -12,6 +12,7 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPointer>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
 #include <QtCharts/QAbstractAxis>
@@ -28,6 +29,7 @@
 #include "core/storage/registry.h"
 #include "core/tokenizer/chat_template.h"
 #include "ui/bridge/engine_bridge.h"
+#include "ui/views/app_settings.h"
 #include "ui/widgets/time_chart.h"
 
 namespace tokenfab::ui {
@@ -186,11 +188,17 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   export_button_ = new QPushButton(QStringLiteral("Export…"));
   refresh_button_ = new QPushButton(QStringLiteral("Refresh"));
   cancel_button_ = new QPushButton(QStringLiteral("Cancel"));
+  default_head_ = new QComboBox;
+  default_head_->setToolTip(
+      QStringLiteral("The draft head new chat conversations start with; auto picks per message "
+                     "the head with the best recorded ACCEPT/STEP on the message's domain"));
   auto* buttons = new QHBoxLayout;
   for (QPushButton* b :
        {train_button_, evaluate_button_, delete_button_, export_button_, refresh_button_})
     buttons->addWidget(b);
   buttons->addStretch();
+  buttons->addWidget(new QLabel(QStringLiteral("Default for new chats")));
+  buttons->addWidget(default_head_);
 
   progress_bar_ = new QProgressBar;
   progress_bar_->setRange(0, 1000);
@@ -220,6 +228,9 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   connect(delete_button_, &QPushButton::clicked, this, &HeadsPage::confirm_delete);
   connect(export_button_, &QPushButton::clicked, this, &HeadsPage::choose_export);
   connect(refresh_button_, &QPushButton::clicked, this, &HeadsPage::refresh);
+  connect(default_head_, &QComboBox::currentIndexChanged, this, [this] {
+    AppSettings().setValue(settings_keys::kDefaultHead, default_head_->currentData().toString());
+  });
   connect(cancel_button_, &QPushButton::clicked, this, &HeadsPage::cancel_job);
   connect(heads_table_, &QTableWidget::itemSelectionChanged, this, &HeadsPage::update_buttons);
   connect(this, &HeadsPage::trainingFinished, this, [this](bool ok, const QString& message) {
@@ -256,6 +267,18 @@ void HeadsPage::update_buttons() {
   cancel_button_->setEnabled(busy_);
 }
 
+QString HeadsPage::default_head() const {
+  return default_head_->currentData().toString();
+}
+
+bool HeadsPage::set_default_head(const QString& choice) {
+  const int index = default_head_->findData(choice);
+  if (index < 0) return false;
+  default_head_->setCurrentIndex(index);  // saved by the currentIndexChanged connection
+  AppSettings().setValue(settings_keys::kDefaultHead, choice);
+  return true;
+}
+
 int64_t HeadsPage::selected_head_id() const {
   const auto rows = heads_table_->selectionModel()->selectedRows();
   if (rows.isEmpty()) return 0;
@@ -281,6 +304,19 @@ void HeadsPage::refresh() {
     }
   } catch (const std::exception& e) {
     status_label_->setText(QStringLiteral("registry: %1").arg(e.what()));
+  }
+  {
+    const QSignalBlocker block(default_head_);
+    default_head_->clear();
+    default_head_->addItem(QStringLiteral("No draft head"), QStringLiteral("none"));
+    default_head_->addItem(QStringLiteral("auto"), QStringLiteral("auto"));
+    for (const HeadRecord& h : heads) {
+      const QString name = QString::fromStdString(h.name);
+      default_head_->addItem(name, name);
+    }
+    const int shown = default_head_->findData(
+        AppSettings().value(settings_keys::kDefaultHead, QStringLiteral("none")).toString());
+    default_head_->setCurrentIndex(std::max(shown, 0));
   }
   const int64_t selected = selected_head_id();
   heads_table_->setRowCount(static_cast<int>(heads.size()));

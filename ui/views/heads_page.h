@@ -24,6 +24,8 @@
 #include "core/training/head_training_job.h"
 #include "ui/views/page.h"
 
+class QComboBox;
+
 namespace tokenfab::ui {
 
 class TimeChart;
@@ -54,8 +56,12 @@ class HeadsPage : public Page {
   bool delete_head(int64_t head_id);
   // Validates the head's file and writes a copy to `path`; throws Error.
   void export_head(int64_t head_id, const QString& path);
-  // Re-reads the registry into the table and the heat map.
+  // Re-reads the registry into the table, the heat map and the default-head picker.
   void refresh();
+  // The head new chat conversations start with ("none", "auto" or a head name), kept in
+  // QSettings; false when the picker does not offer `choice`.
+  QString default_head() const;
+  bool set_default_head(const QString& choice);
 
   QTableWidget* heads_table() const { return heads_table_; }
   QTableWidget* matrix() const { return matrix_; }
@@ -87,6 +93,7 @@ class HeadsPage : public Page {
   QTableWidget* matrix_ = nullptr;
   QPushButton *train_button_ = nullptr, *evaluate_button_ = nullptr, *delete_button_ = nullptr,
               *export_button_ = nullptr, *refresh_button_ = nullptr, *cancel_button_ = nullptr;
+  QComboBox* default_head_ = nullptr;
   QProgressBar* progress_bar_ = nullptr;
   QLabel* status_label_ = nullptr;
   TimeChart* chart_ = nullptr;

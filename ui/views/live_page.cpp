@@ -49,10 +49,10 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
   tps_chart_ = new TimeChart("Decode tokens/s (all requests)", "tok/s", this);
   tps_chart_->ensure_series("decode_tps", "decode tok/s");
   request_chart_ = new TimeChart("Decode tokens/s per running request", "tok/s", this);
-  accept_length_chart_ = new BarChart("Accept length (completed requests)", "steps",
-                                      "% of steps", std::nullopt, this);
-  position_chart_ = new BarChart("Draft acceptance by position (completed requests)",
-                                 "accepted", "% accepted", 100.0, this);
+  accept_length_chart_ =
+      new BarChart("Accept length (completed requests)", "steps", "% of steps", std::nullopt, this);
+  position_chart_ = new BarChart("Draft acceptance by position (completed requests)", "accepted",
+                                 "% accepted", 100.0, this);
   accept_chart_ = new TimeChart("ACCEPT/STEP (completed requests)", "tokens/step", this);
   accept_chart_->ensure_series("accept_per_step", "accepted tokens per verification step");
   itl_chart_ = new TimeChart("Inter-token latency (completed requests)", "ms", this);
@@ -147,7 +147,8 @@ void LivePage::on_snapshot(const SnapshotPtr& snapshot) {
     const auto& first = r.entered[static_cast<size_t>(RequestState::kDecoding)];
     if (r.state != RequestState::kDecoding || !first || r.output.size() < 2) continue;
     const double elapsed = std::chrono::duration<double>(s.time - *first).count();
-    if (elapsed > 0) sample.request_tok_s[r.id] = static_cast<double>(r.output.size() - 1) / elapsed;
+    if (elapsed > 0)
+      sample.request_tok_s[r.id] = static_cast<double>(r.output.size() - 1) / elapsed;
   }
 
   samples_.push_back(std::move(sample));

@@ -58,7 +58,7 @@ class LivePage : public Page {
   // Bars now shown: "accept_length" (share of steps, %, by tokens per step 1, 2, …) and
   // "position_acceptance" (% of drafts accepted at position +1, +2, …).
   QList<qreal> bars(const QString& chart) const;
-  static constexpr int kMaxRequestSeries = 8;  // per-request lines: the newest requests
+  static constexpr int kMaxRequestSeries = 8;   // per-request lines: the newest requests
   QString hud_text(const QString& name) const;  // "DECODE TPS", "ACCEPT/STEP", "TOKENS", "TTFT"
 
  public slots:

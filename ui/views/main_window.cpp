@@ -7,6 +7,7 @@
 #include <QStackedWidget>
 #include <QStatusBar>
 
+#include "ui/views/app_settings.h"
 #include "ui/views/page.h"
 
 namespace tokenfab::ui {
@@ -41,6 +42,20 @@ MainWindow::MainWindow(EngineBridge* bridge, QWidget* parent)
   connect(bridge, &EngineBridge::snapshotTaken, this, &MainWindow::on_snapshot);
   if (bridge->ready()) on_loaded();  // a window made after the load
   resize(1200, 800);
+  restoreGeometry(AppSettings().value(settings_keys::kWindowGeometry).toByteArray());
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  AppSettings settings;
+  settings.setValue(settings_keys::kWindowGeometry, saveGeometry());
+  const int row = sidebar_->currentRow();
+  if (row >= 0 && row < static_cast<int>(pages_.size()))
+    settings.setValue(settings_keys::kWindowPage, pages_[static_cast<size_t>(row)]->title());
+  QMainWindow::closeEvent(event);
+}
+
+QString MainWindow::saved_page() {
+  return AppSettings().value(settings_keys::kWindowPage).toString();
 }
 
 void MainWindow::add_page(Page* page) {

@@ -30,6 +30,14 @@ class MainWindow : public QMainWindow {
   bool show_page(const QString& title);
   Page* page(const QString& title) const;  // nullptr when absent
 
+ protected:
+  // Saves the window geometry and the page shown (AppSettings); the constructor restores the
+  // geometry, and the app may show the saved page (saved_page()).
+  void closeEvent(QCloseEvent* event) override;
+
+ public:
+  static QString saved_page();  // empty when none was saved
+
  private:
   void on_snapshot(const SnapshotPtr& snapshot);
   void on_loaded();

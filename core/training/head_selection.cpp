@@ -1,0 +1,99 @@
+#include "core/training/head_selection.h"
+
+#include <filesystem>
+#include <map>
+
+#include "core/common/error.h"
+#include "core/common/log.h"
+#include "core/serving/prompt_sets.h"
+#include "core/speculative/domain_classifier.h"
+#include "core/storage/database.h"
+#include "core/storage/registry.h"
+#include "core/training/head_training_job.h"
+
+namespace tokenfab {
+
+std::string model_sha256(const LlamaModel& model) {
+  return model_file_sha256(model);
+}
+
+std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const LlamaModel& model) {
+  if (o.head == "none" || o.head.empty()) return nullptr;
+  if (o.spec != "chain")
+    throw Error("--spec " + o.spec + ": only chain speculation is available (tree comes later)");
+  if (o.head == "auto")
+    throw Error(
+        "--head auto picks a head per request; this needs one head: give a head ID, NAME or "
+        "PATH");
+  std::filesystem::path file;
+  if (std::filesystem::is_regular_file(o.head)) {
+    file = o.head;
+  } else {
+    const auto db = Database::open_default();
+    Registry registry(*db);
+    const std::optional<HeadRecord> record = registry.find_head(o.head);
+    if (!record)
+      throw Error("--head " + o.head + ": no such head in " + db->path().string() +
+                  " and no such file (see `tokenfab-cli heads list`)");
+    file = registry.head_file(*record);
+  }
+  MedusaHead head = load_draft_head(file);
+  check_head_matches(head.info, model_sha256(model), model.hparams().n_embd,
+                     model.hparams().n_vocab, model.file().name());
+  return std::make_shared<const MedusaHead>(std::move(head));
+}
+
+struct HeadChooser::Auto {
+  const LlamaModel& model;
+  std::string sha;
+  DomainClassifier classifier;
+  std::map<std::string, std::shared_ptr<const MedusaHead>> by_domain;  // resolved once per domain
+};
+
+HeadChooser::HeadChooser(const HeadOptions& o, const LlamaModel& model,
+                         const Tokenizer& tokenizer) {
+  if (o.head != "auto") {
+    fixed_ = resolve_head(o, model);
+    return;
+  }
+  if (o.spec != "chain")
+    throw Error("--spec " + o.spec + ": only chain speculation is available (tree comes later)");
+  automatic_ = true;
+  std::vector<DomainClassifier::Example> examples;
+  for (const std::string& domain : builtin_domains())
+    for (const std::string& text : domain_prompt_set(domain, "train").entries)
+      examples.push_back({domain, tokenizer.encode(text, false, false)});
+  auto_ =
+      std::make_unique<Auto>(Auto{model, model_sha256(model), DomainClassifier::fit(examples), {}});
+}
+
+HeadChooser::~HeadChooser() = default;
+
+std::shared_ptr<const MedusaHead> HeadChooser::choose(std::span<const TokenId> prompt) {
+  if (!automatic_) return fixed_;
+  const DomainClassifier::Result c = auto_->classifier.classify(prompt);
+  auto it = auto_->by_domain.find(c.domain);
+  if (it == auto_->by_domain.end()) {
+    std::shared_ptr<const MedusaHead> head;
+    const auto db = Database::open_default();
+    Registry registry(*db);
+    if (const auto best = registry.best_head_for(c.domain, auto_->sha, "chain")) {
+      MedusaHead h = load_draft_head(registry.head_file(best->first));
+      check_head_matches(h.info, auto_->sha, auto_->model.hparams().n_embd,
+                         auto_->model.hparams().n_vocab, auto_->model.file().name());
+      head = std::make_shared<const MedusaHead>(std::move(h));
+      logger("heads")->info("auto: domain {} → head '{}' (ACCEPT/STEP {:.2f} recorded on {})",
+                            c.domain, best->first.name, best->second.accept_per_step, c.domain);
+    } else {
+      logger("heads")->info("auto: domain {} → no head (none evaluated on {} for this model)",
+                            c.domain, c.domain);
+    }
+    it = auto_->by_domain.emplace(c.domain, head).first;
+  }
+  logger("heads")->info("auto: prompt of {} tokens classified as {} (margin {:.2f}) → {}",
+                        prompt.size(), c.domain, c.margin,
+                        it->second ? it->second->info.name : std::string("no head"));
+  return it->second;
+}
+
+}  // namespace tokenfab
