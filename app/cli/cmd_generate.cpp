@@ -62,6 +62,7 @@ void run_generate(const GenerateCommand& c) {
   Speculation spec;
   spec.head = HeadChooser(c.head, *m.model, *m.tokenizer).choose(prompt_ids);
   spec.draft_len = c.head.draft_len;
+  spec.tree_shape = c.head.request_tree();
   GenerateResult r =
       generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream, nullptr, &spec);
   if (r.stop_reason == "length" && options.max_tokens < c.options.max_tokens)

@@ -216,6 +216,7 @@ void run_eval(const EvalCommand& c) {
     const RequestInfo base = engine.wait(engine.submit(r));
     r.head = head;
     r.draft_len = c.head.draft_len;
+    r.tree_shape = c.head.request_tree();
     const RequestInfo spec = engine.wait(engine.submit(r));
     if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)
       throw Error("prompt " + std::to_string(i + 1) +
@@ -260,6 +261,7 @@ void run_eval(const EvalCommand& c) {
                         {"head", head->info.name},
                         {"spec", c.head.spec},
                         {"draft_len", std::min(c.head.draft_len, head->n_heads())},
+                        {"tree_shape", c.head.request_tree()},
                         {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
                         {"target_quant", c.target_quant}};
   if (native) {

@@ -37,6 +37,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
   if (speculation) {
     request.head = speculation->head;
     request.draft_len = speculation->draft_len;
+    request.tree_shape = speculation->tree_shape;
   }
   const RequestId id = engine.submit(std::move(request));
 

@@ -21,6 +21,7 @@ namespace tokenfab::cli {
 struct Speculation {
   std::shared_ptr<const MedusaHead> head;
   int32_t draft_len = 4;
+  std::vector<int32_t> tree_shape;  // empty: a chain
   int64_t steps = 0;
   std::optional<double> accept_per_step;
 };

@@ -6,7 +6,16 @@ void add_head_options(CLI::App& cmd, HeadOptions& o) {
   cmd.add_option("--head", o.head,
                  "draft head for speculative decoding: ID, NAME, PATH, auto or none")
       ->capture_default_str();
-  cmd.add_option("--spec", o.spec, "speculation shape: chain")->capture_default_str();
+  cmd.add_option(
+         "--spec", o.spec,
+         "speculation shape: chain (--draft-len tokens) or tree (--tree-shape; greedy only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chain", "tree"}));
+  cmd.add_option("--tree-shape", o.tree_shape,
+                 "tree: children per node at each depth, e.g. 3,2,2,1 (at most 64 nodes are kept)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   cmd.add_option("--draft-len", o.draft_len, "tokens proposed per step")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));

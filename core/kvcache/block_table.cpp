@@ -45,7 +45,8 @@ int32_t BlockTable::blocks_needed(int32_t n_new, const BlockPool& pool) const {
   return needed;
 }
 
-AppendResult BlockTable::append(std::span<const TokenId> tokens, PrefixCache& cache) {
+AppendResult BlockTable::append(std::span<const TokenId> tokens, PrefixCache& cache,
+                                bool register_full) {
   AppendResult result;
   if (tokens.empty()) return result;
   BlockPool& pool = cache.pool();
@@ -77,10 +78,31 @@ AppendResult BlockTable::append(std::span<const TokenId> tokens, PrefixCache& ca
       const std::span<const TokenId> block_tokens(tokens_.data() + tokens_.size() - block_size_,
                                                   static_cast<size_t>(block_size_));
       hashes_.push_back(PrefixCache::hash_block(parent, block_tokens));
-      cache.register_block(last, hashes_.back());
+      if (register_full) cache.register_block(last, hashes_.back());
     }
   }
   return result;
+}
+
+void BlockTable::rewrite(int32_t from, std::span<const TokenId> tokens, PrefixCache& cache) {
+  const auto end = from + static_cast<int64_t>(tokens.size());
+  if (from < 0 || end > n_tokens())
+    throw Error("kv cache: sequence " + std::to_string(seq_) + " cannot rewrite tokens [" +
+                std::to_string(from) + ", " + std::to_string(end) + ") of " +
+                std::to_string(n_tokens()));
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + from);
+  BlockPool& pool = cache.pool();
+  for (size_t b = static_cast<size_t>(from / block_size_); b < hashes_.size(); ++b) {
+    const uint64_t parent = b == 0 ? PrefixCache::kRootHash : hashes_[b - 1];
+    const std::span<const TokenId> block_tokens(tokens_.data() + b * block_size_,
+                                                static_cast<size_t>(block_size_));
+    hashes_[b] = PrefixCache::hash_block(parent, block_tokens);
+    const BlockId id = blocks_[b];
+    const BlockRecord& r = pool.record(id);
+    if (r.has_hash && r.hash == hashes_[b]) continue;
+    if (r.has_hash) cache.unregister(id);
+    cache.register_block(id, hashes_[b]);
+  }
 }
 
 void BlockTable::truncate(int32_t n_tokens, PrefixCache& cache) {

@@ -57,7 +57,15 @@ class BlockTable {
 
   // Appends all `tokens` or, when the cache cannot supply blocks_needed(), none of them.
   // Blocks that become full are registered in the prefix cache.
-  AppendResult append(std::span<const TokenId> tokens, PrefixCache& cache);
+  // `register_full` false: blocks filled by these tokens are hashed but not offered to the prefix
+  // cache (a draft tree's slots do not hold their tokens' KV in sequence order; rewrite() later
+  // puts the accepted tokens in place and registers).
+  AppendResult append(std::span<const TokenId> tokens, PrefixCache& cache,
+                      bool register_full = true);
+  // Replaces tokens [from, from + tokens.size()) (all within the table) and re-hashes the full
+  // blocks from the first one changed, registering each with the prefix cache under its new hash
+  // (the caller has put the matching KV in those slots).
+  void rewrite(int32_t from, std::span<const TokenId> tokens, PrefixCache& cache);
 
   // Rolls back to the first `n_tokens` tokens (≤ n_tokens()), releasing blocks past them,
   // last first. A block cut in two stays; the next append writes into it (or copies it).

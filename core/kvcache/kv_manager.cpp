@@ -101,8 +101,13 @@ AppendResult KvManager::append(SequenceId seq, TokenId token) {
   return append(seq, std::span<const TokenId>(&token, 1));
 }
 
-AppendResult KvManager::append(SequenceId seq, std::span<const TokenId> tokens) {
-  return mutable_table(seq).append(tokens, cache_);
+AppendResult KvManager::append(SequenceId seq, std::span<const TokenId> tokens,
+                               bool register_full) {
+  return mutable_table(seq).append(tokens, cache_, register_full);
+}
+
+void KvManager::rewrite(SequenceId seq, int32_t from, std::span<const TokenId> tokens) {
+  mutable_table(seq).rewrite(from, tokens, cache_);
 }
 
 void KvManager::truncate(SequenceId seq, int32_t n_tokens) {

@@ -45,7 +45,10 @@ class KvManager {
   int32_t blocks_needed(SequenceId seq, int32_t n_new_tokens = 1) const;
   bool can_append(SequenceId seq, int32_t n_new_tokens = 1) const;
   AppendResult append(SequenceId seq, TokenId token);
-  AppendResult append(SequenceId seq, std::span<const TokenId> tokens);
+  // register_full false: see BlockTable::append (draft trees).
+  AppendResult append(SequenceId seq, std::span<const TokenId> tokens, bool register_full = true);
+  // BlockTable::rewrite of `seq`'s table.
+  void rewrite(SequenceId seq, int32_t from, std::span<const TokenId> tokens);
 
   // Rolls `seq` back to its first `n_tokens` tokens (rejected speculative tokens).
   void truncate(SequenceId seq, int32_t n_tokens);

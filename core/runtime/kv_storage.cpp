@@ -36,4 +36,15 @@ void KvStorage::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+void KvStorage::copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) {
+  const int32_t bs = block_size_;
+  const int32_t src_block = blocks[static_cast<size_t>(from / bs)];
+  const int32_t dst_block = blocks[static_cast<size_t>(to / bs)];
+  for (int64_t layer = 0; layer < hp_.n_layer; ++layer)
+    for (uint16_t* t : {k(layer), v(layer)})
+      for (int64_t g = 0; g < hp_.n_kv_head; ++g)
+        std::copy_n(t + offset(src_block, g, from % bs), hp_.head_dim,
+                    t + offset(dst_block, g, to % bs));
+}
+
 }  // namespace tokenfab

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ class KvStorage final : public KvBlockStore {
   }
   // Copies block `src` onto `dst` in every layer (copy-on-write of a shared partial block).
   void copy_block(int32_t src, int32_t dst);
+  // Copies the K/V of position `from` onto position `to` of the sequence whose block table is
+  // `blocks`, in every layer and kv head (a draft tree's accepted rows moved onto the chain).
+  void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to);
 
  private:
   const HParams& hp_;

@@ -27,6 +27,14 @@ void ModelRunner::validate(std::span<const BatchSequence> batch) const {
     for (int32_t b : s.blocks)
       if (b < 0 || b >= storage_.n_blocks())
         throw Error(where + ": block id " + std::to_string(b) + " is outside the pool");
+    if (!s.tree_parent.empty()) {
+      if (s.tree_parent.size() != s.tokens.size())
+        throw Error(where + ": a tree parent is needed for every token");
+      for (size_t t = 0; t < s.tree_parent.size(); ++t)
+        if (s.tree_parent[t] < -1 || s.tree_parent[t] >= static_cast<int32_t>(t))
+          throw Error(where + ": token " + std::to_string(t) + " has tree parent " +
+                      std::to_string(s.tree_parent[t]) + " (−1 or an earlier token expected)");
+    }
   }
 }
 
@@ -39,7 +47,12 @@ void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& 
   for (const BatchSequence& s : batch) {
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       tokens_.push_back(s.tokens[i]);
-      positions_.push_back(s.pos0 + static_cast<int64_t>(i));
+      int64_t depth = static_cast<int64_t>(i);
+      if (!s.tree_parent.empty()) {
+        depth = 0;
+        for (int32_t r = s.tree_parent[i]; r >= 0; r = s.tree_parent[static_cast<size_t>(r)]) ++depth;
+      }
+      positions_.push_back(s.pos0 + depth);
     }
     const auto end = static_cast<int64_t>(tokens_.size());
     if (s.all_logits) {
@@ -66,7 +79,8 @@ void ModelRunner::PagedBackend::bind(std::span<const BatchSequence> batch) {
   seqs_.clear();
   int64_t row = 0;
   for (const BatchSequence& s : batch) {
-    seqs_.push_back({s.blocks.data(), static_cast<int64_t>(s.tokens.size()), s.pos0, row});
+    seqs_.push_back({s.blocks.data(), static_cast<int64_t>(s.tokens.size()), s.pos0, row,
+                     s.tree_parent.empty() ? nullptr : s.tree_parent.data()});
     row += static_cast<int64_t>(s.tokens.size());
   }
 }

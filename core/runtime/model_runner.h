@@ -22,6 +22,11 @@ struct BatchSequence {
   std::span<const int32_t> blocks;  // block table covering positions [0, pos0 + tokens.size())
   bool want_logits = false;         // logits of the last token
   bool all_logits = false;          // logits of every token (speculative verification)
+  // A draft tree (speculative verification), or empty for consecutive tokens: tree_parent[i] is
+  // the token i follows (−1: the last position before pos0; else < i). Token i is computed at
+  // position pos0 + depth(i) and attends only its ancestors after the context, while its K/V
+  // goes to the slot of position pos0 + i (KvStorage::copy_position moves accepted ones).
+  std::span<const int32_t> tree_parent;
 };
 
 class ModelRunner {
@@ -62,7 +67,7 @@ class ModelRunner {
   TransformerPass pass_;
   PagedBackend kv_;
   std::vector<int32_t> tokens_;     // (rows) the batch's tokens, sequence after sequence
-  std::vector<int64_t> positions_;  // (rows)
+  std::vector<int64_t> positions_;  // (rows) RoPE positions
   std::vector<int64_t> logit_rows_;
 };
 

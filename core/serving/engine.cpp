@@ -155,6 +155,17 @@ RequestId Engine::submit(GenerationRequest request) {
     if (request.draft_len < 1)
       throw Error("request: draft length must be at least 1 (got " +
                   std::to_string(request.draft_len) + ")");
+    if (!request.tree_shape.empty()) {
+      if (request.sampling.temperature > 0.0f)
+        throw Error("request: tree speculation verifies greedily; use temperature 0 or a chain");
+      if (static_cast<int32_t>(request.tree_shape.size()) > request.head->n_heads())
+        throw Error("request: the tree is " + std::to_string(request.tree_shape.size()) +
+                    " levels deep but draft head '" + h.name + "' has " +
+                    std::to_string(request.head->n_heads()) + " heads");
+      for (int32_t b : request.tree_shape)
+        if (b < 1 || b > 16)
+          throw Error("request: tree branching " + std::to_string(b) + " is outside 1..16");
+    }
   }
   const int64_t limit = config_.max_context > 0 ? config_.max_context : hp.n_ctx_train;
   const int64_t needed = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;

@@ -103,11 +103,17 @@ struct GenerationRequest {
   int32_t max_tokens = 128;
   SamplingParams sampling{.temperature = 0.0f};  // greedy unless set
   bool stop_at_end_of_generation = true;
-  // Speculative decoding (chain): `head` proposes draft_len tokens after each step's token and
-  // the target verifies them in its next step. Lossless: greedy output equals the output without
-  // a head; with temperature, speculative sampling keeps the target's distribution.
+  // Speculative decoding: `head` proposes tokens after each step's token and the target verifies
+  // them in its next step. Lossless: greedy output equals the output without a head; with
+  // temperature, speculative sampling keeps the target's distribution.
+  //   chain (tree_shape empty): draft_len tokens, head k's top token at depth k;
+  //   tree: tree_shape[d] children per node at depth d + 1 (head d's top tree_shape[d] tokens),
+  //   at most kMaxTreeNodes nodes, verified in one pass with each node attending only its
+  //   ancestors; greedy only (temperature 0).
   std::shared_ptr<const MedusaHead> head;
-  int32_t draft_len = 4;  // at most the head's number of heads
+  int32_t draft_len = 4;  // chain: at most the head's number of heads
+  std::vector<int32_t> tree_shape;
+  static constexpr int32_t kMaxTreeNodes = 64;
 };
 
 // Speculation figures of one request (per draft position: proposed and accepted counts).

@@ -42,6 +42,12 @@ struct Engine::Record {
   int32_t draft_len() const {
     return request.head ? std::min(request.draft_len, request.head->n_heads()) : 0;
   }
+  // Head rows a proposal needs: the chain's draft length, or the tree's depth.
+  int32_t draft_levels() const {
+    if (!request.head) return 0;
+    return request.tree_shape.empty() ? draft_len()
+                                      : static_cast<int32_t>(request.tree_shape.size());
+  }
 
   mutable std::mutex mutex;  // guards info
   RequestInfo info;

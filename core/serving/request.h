@@ -48,6 +48,9 @@ struct SequenceState {
   // Speculative decoding: tokens a draft head proposed to follow the last token (set_draft), and
   // how many of them the planned step appended to `tokens` for verification (0 otherwise).
   std::vector<TokenId> draft;
+  // A draft tree: draft_parent[i] is the draft token that draft[i] follows (−1: the last token;
+  // parents come first). Empty for a chain (each draft follows the one before).
+  std::vector<int32_t> draft_parent;
   int32_t n_draft_in_flight = 0;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }

@@ -151,39 +151,70 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
     const SequenceId seq = running_[i];
     SequenceState& s = state(seq);
     if (s.n_pending() != 1) continue;
-    if (const int32_t k = reserve_with_draft(seq, budget, plan); k > 0) {
-      plan.chunks.push_back({seq, s.n_computed, 1 + k, true, k});
+    std::vector<int32_t> tree_parent;
+    if (const int32_t k = reserve_with_draft(seq, budget, plan, tree_parent); k > 0) {
+      plan.chunks.push_back({seq, s.n_computed, 1 + k, true, k, std::move(tree_parent)});
       budget -= 1 + k;
       continue;
     }
     s.draft.clear();
+    s.draft_parent.clear();
     if (!reserve_last_token(seq, plan)) continue;
     plan.chunks.push_back({seq, s.n_computed, 1, true});
     --budget;
   }
 }
 
-int32_t Scheduler::reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& plan) {
+int32_t Scheduler::reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& plan,
+                                      std::vector<int32_t>& tree_parent) {
   SequenceState& s = state(seq);
   const int32_t n_reserved = kv_.table(seq).n_tokens();
-  // Never verify more tokens than the request may still emit (the target adds one of its own).
-  const int32_t k = std::min(
-      {static_cast<int32_t>(s.draft.size()), budget - 1, s.max_tokens - s.n_generated - 1});
+  // Never verify more tokens than the request may still emit: a draft at depth d emits d tokens,
+  // and the target adds one of its own.
+  const int32_t depth_limit = s.max_tokens - s.n_generated - 1;
+  int32_t k = std::min(static_cast<int32_t>(s.draft.size()), budget - 1);
+  if (s.draft_parent.empty()) {
+    k = std::min(k, depth_limit);
+  } else {  // a tree: parents come first, so its first k nodes are a tree too
+    std::vector<int32_t> depth(static_cast<size_t>(std::max(k, 0)));
+    for (int32_t i = 0; i < k; ++i) {
+      const int32_t p = s.draft_parent[static_cast<size_t>(i)];
+      depth[static_cast<size_t>(i)] = p < 0 ? 1 : depth[static_cast<size_t>(p)] + 1;
+      if (depth[static_cast<size_t>(i)] > depth_limit) k = i;
+    }
+  }
   if (k <= 0 || n_reserved != s.n_tokens() - 1 || !kv_.can_append(seq, 1 + k)) return 0;
+  if (!s.draft_parent.empty()) {  // rows: 0 the last token, 1 + i the draft i
+    tree_parent.assign(1, -1);
+    for (int32_t i = 0; i < k; ++i) tree_parent.push_back(s.draft_parent[static_cast<size_t>(i)] + 1);
+  }
   s.tokens.insert(s.tokens.end(), s.draft.begin(), s.draft.begin() + k);
   s.draft.clear();
+  s.draft_parent.clear();
   s.n_draft_in_flight = k;
+  // A tree's slots do not hold their tokens' KV in sequence order: nothing of it is offered to
+  // the prefix cache until complete() has put the accepted path in place.
   const AppendResult appended =
-      kv_.append(seq, std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(n_reserved)));
+      kv_.append(seq, std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(n_reserved)),
+                 tree_parent.empty());
   if (appended.copy) plan.copies.push_back(*appended.copy);
   forget_written_from(seq, n_reserved / kv_.block_size());
   return k;
 }
 
-void Scheduler::set_draft(RequestId id, std::vector<TokenId> draft) {
+void Scheduler::set_draft(RequestId id, std::vector<TokenId> draft, std::vector<int32_t> parent) {
   const auto it = sequences_.find(id);
   if (it == sequences_.end() || it->second.status != SequenceStatus::kRunning) return;
+  if (!parent.empty()) {
+    bool tree = parent.size() == draft.size();
+    for (size_t i = 0; tree && i < parent.size(); ++i)
+      tree = parent[i] >= -1 && parent[i] < static_cast<int32_t>(i);
+    if (!tree)
+      throw Error("scheduler: the draft tree for request " + std::to_string(id) +
+                  " needs one parent per draft, each −1 or an earlier draft");
+  }
   it->second.draft = std::move(draft);
+  it->second.draft_parent = std::move(parent);
 }
 
 bool Scheduler::reserve_last_token(SequenceId seq, StepPlan& plan) {
@@ -270,6 +301,32 @@ int32_t Scheduler::allocate(SequenceId seq) {
   return n_ready;
 }
 
+bool Scheduler::accepted_drafts_are_valid(const ScheduledChunk& chunk, const SequenceState& s,
+                                          const ChunkResult& result) {
+  const auto n_tokens = static_cast<int32_t>(result.tokens.size());
+  const int32_t n_accepted = n_tokens - 1;
+  if (n_tokens < 1 || n_accepted > chunk.n_draft) return false;
+  const bool tree = !chunk.tree_parent.empty();
+  if (tree && static_cast<int32_t>(result.path.size()) != n_accepted) return false;
+  if (!tree && !result.path.empty() && static_cast<int32_t>(result.path.size()) != n_accepted)
+    return false;
+  for (int32_t j = 0; j < n_accepted; ++j) {
+    int32_t row = j + 1;  // a chain's drafts are accepted in order
+    if (tree) {
+      row = result.path[static_cast<size_t>(j)];
+      if (row < 1 || row >= chunk.n_tokens) return false;
+      const int32_t parent = j == 0 ? 0 : result.path[static_cast<size_t>(j - 1)];
+      if (chunk.tree_parent[static_cast<size_t>(row)] != parent) return false;
+    } else if (!result.path.empty() && result.path[static_cast<size_t>(j)] != row) {
+      return false;
+    }
+    if (result.tokens[static_cast<size_t>(j)] !=
+        s.tokens[static_cast<size_t>(chunk.first_token + row)])
+      return false;
+  }
+  return true;
+}
+
 std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
                                               std::span<const TokenId> sampled) {
   std::vector<ChunkResult> results(sampled.size());
@@ -299,23 +356,32 @@ std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
     SequenceState& s = it->second;  // cancelled since schedule(): skipped above
     const int32_t before = s.n_computed;
     int32_t n_accepted = 0;
+    const bool tree = !chunk.tree_parent.empty();
     if (result) {
       const auto n_tokens = static_cast<int32_t>(result->tokens.size());
       n_accepted = n_tokens - 1;
-      bool prefix = n_tokens >= 1 && n_accepted <= chunk.n_draft;
-      for (int32_t j = 0; prefix && j < n_accepted; ++j)
-        prefix = result->tokens[static_cast<size_t>(j)] ==
-                 s.tokens[static_cast<size_t>(chunk.first_token + 1 + j)];
-      if (!prefix)
+      if (!accepted_drafts_are_valid(chunk, s, *result))
         throw Error("scheduler: the result for request " + std::to_string(chunk.seq) +
-                    " is not an accepted prefix of its " + std::to_string(chunk.n_draft) +
-                    " drafts plus one sampled token");
+                    " is not an accepted " + (tree ? "path" : "prefix") + " of its " +
+                    std::to_string(chunk.n_draft) + " drafts plus one sampled token");
     }
     // Rows computed with a valid context: the chunk up to its last accepted draft.
     s.n_computed = chunk.first_token + chunk.n_tokens - (chunk.n_draft - n_accepted);
+    if (tree) {  // the accepted path's tokens follow the last token (their KV was moved there)
+      for (int32_t j = 0; j < n_accepted; ++j)
+        s.tokens[static_cast<size_t>(chunk.first_token + 1 + j)] =
+            result->tokens[static_cast<size_t>(j)];
+    }
     if (chunk.n_draft > n_accepted) {  // roll the rejected drafts back
       kv_.truncate(chunk.seq, s.n_computed);
       s.tokens.resize(static_cast<size_t>(s.n_computed));
+    }
+    if (tree) {
+      // The table's tokens and full-block hashes follow the accepted path; from the last token,
+      // whose block the unregistered append may have filled.
+      kv_.rewrite(chunk.seq, chunk.first_token,
+                  std::span<const TokenId>(s.tokens).subspan(
+                      static_cast<size_t>(chunk.first_token), static_cast<size_t>(1 + n_accepted)));
     }
     s.n_draft_in_flight = 0;
     mark_written(chunk.seq, before, s.n_computed);

@@ -58,19 +58,25 @@ namespace tokenfab {
 // logits give the next token.
 // n_draft > 0: a speculative verification chunk — the sequence's last accepted token followed by
 // n_draft proposed tokens; the worker needs logits for every row and returns the accepted
-// prefix of the drafts plus one token sampled by the target (ChunkResult).
+// drafts plus one token sampled by the target (ChunkResult). A draft tree also has tree_parent
+// (one per row of the chunk: −1 for row 0, the last accepted token; the parent row otherwise).
 struct ScheduledChunk {
   SequenceId seq = 0;
   int32_t first_token = 0;
   int32_t n_tokens = 0;
   bool wants_logits = false;
   int32_t n_draft = 0;
+  std::vector<int32_t> tree_parent;
 };
 
-// What a step produced for one chunk with wants_logits: the accepted drafts (a prefix of the
-// chunk's drafts, possibly empty) followed by exactly one token sampled from the target.
+// What a step produced for one chunk with wants_logits: the accepted drafts followed by exactly
+// one token sampled from the target. `path`: the chunk rows of the accepted drafts, in order — a
+// prefix 1, 2, … for a chain, a root-to-node path for a tree (whose rows' KV the worker has
+// copied onto the positions right after the last token before complete()). May be left empty
+// for a chain.
 struct ChunkResult {
   std::vector<TokenId> tokens;
+  std::vector<int32_t> path;
 };
 
 struct StepPlan {
@@ -142,13 +148,15 @@ class Scheduler {
   std::vector<EmittedToken> complete(const StepPlan& plan, std::span<const TokenId> sampled);
   // The same with one ChunkResult per chunk with wants_logits (speculative steps): rejected
   // drafts are rolled back — their tokens and KV slots dropped — and the accepted ones emitted
-  // before the target's token. Throws Error if a result is not a prefix of its drafts plus one.
+  // before the target's token. Throws Error if a result is not a prefix (chain) or a root path
+  // (tree) of its drafts plus one.
   std::vector<EmittedToken> complete(const StepPlan& plan, std::span<const ChunkResult> results);
 
   // Speculative decoding: tokens proposed to follow `id`'s last token, verified in the next step
   // when the budget and the pool allow (else that step decodes one token as usual). Replaces an
   // earlier proposal; ignored for a sequence that is not decoding.
-  void set_draft(RequestId id, std::vector<TokenId> draft);
+  // A tree: parent[i] is the draft that draft[i] follows (−1: the last token; parent[i] < i).
+  void set_draft(RequestId id, std::vector<TokenId> draft, std::vector<int32_t> parent = {});
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   const SequenceState& sequence(RequestId id) const;  // throws Error if unknown
@@ -172,7 +180,11 @@ class Scheduler {
   bool reserve_last_token(SequenceId seq, StepPlan& plan);
   // Appends up to `budget` - 1 of `seq`'s drafts after its last token and reserves KV slots for
   // all of them; the number of drafts appended (0: nothing changed).
-  int32_t reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& plan);
+  // A tree also fills tree_parent (the chunk's rows).
+  int32_t reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& plan,
+                             std::vector<int32_t>& tree_parent);
+  static bool accepted_drafts_are_valid(const ScheduledChunk& chunk, const SequenceState& s,
+                                        const ChunkResult& result);
   void schedule_prefills(StepPlan& plan, int32_t& budget);
   void admit_waiting(StepPlan& plan, int32_t& budget);
   // Allocates `seq`'s table for all its tokens; the count of leading tokens already in the pool

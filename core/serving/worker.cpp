@@ -348,6 +348,7 @@ bool Worker::step() {
     row.blocks = tables_[i];
     row.want_logits = chunk.wants_logits;
     row.all_logits = chunk.n_draft > 0;  // verification: every row's logits
+    row.tree_parent = chunk.tree_parent;
     Engine::Record& record = *requests_.at(chunk.seq);
     if (record.state() == RequestState::kQueued) {
       record.enter(RequestState::kPrefilling, planned);
@@ -371,6 +372,7 @@ bool Worker::step() {
   device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
   const double compute_s = seconds_between(run_start, MetricsClock::now());
   const std::vector<ChunkResult> results = sample(plan);
+  move_accepted_tree_rows(plan, results);
   for (const ScheduledChunk& chunk : plan.chunks) {
     if (!chunk.wants_logits) continue;
     Engine::Record& record = *requests_.at(chunk.seq);
@@ -520,31 +522,63 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
                                     static_cast<size_t>(n_vocab));
     };
     Sampler& sampler = job.record->sampler;
-    std::vector<TokenId>& out = results[static_cast<size_t>(i)].tokens;
-    // Verification: accept drafts in order while the target agrees (speculative sampling keeps
-    // the target's distribution), then one token of the target's own.
+    ChunkResult& result = results[static_cast<size_t>(i)];
+    const ScheduledChunk& chunk = *job.chunk;
+    auto draft_at = [&](int32_t row) {
+      return job.state->tokens[static_cast<size_t>(chunk.first_token + row)];
+    };
+    if (!chunk.tree_parent.empty()) {
+      // A tree (greedy): from the last token's row, follow the child whose draft is the target's
+      // choice while there is one; then the target's own token.
+      int32_t at = 0;
+      for (bool found = true; found;) {
+        found = false;
+        for (int32_t c = at + 1; c < chunk.n_tokens && !found; ++c) {
+          if (chunk.tree_parent[static_cast<size_t>(c)] != at) continue;
+          if (sampler.accept_draft(logits(at), draft_at(c))) {
+            result.tokens.push_back(draft_at(c));
+            result.path.push_back(c);
+            at = c;
+            found = true;
+          }
+        }
+      }
+      result.tokens.push_back(sampler.sample(logits(at)));
+      return;
+    }
+    // A chain: accept drafts in order while the target agrees (speculative sampling keeps the
+    // target's distribution), then one token of the target's own.
     int32_t j = 0;
-    for (; j < job.chunk->n_draft; ++j) {
-      const TokenId draft = job.state->tokens[static_cast<size_t>(job.chunk->first_token + 1 + j)];
+    for (; j < chunk.n_draft; ++j) {
+      const TokenId draft = draft_at(1 + j);
       if (!sampler.accept_draft(logits(j), draft)) {
-        out.push_back(sampler.sample_rejected(logits(j), draft));
+        result.tokens.push_back(sampler.sample_rejected(logits(j), draft));
         break;
       }
-      out.push_back(draft);
+      result.tokens.push_back(draft);
+      result.path.push_back(1 + j);
     }
-    if (j == job.chunk->n_draft) out.push_back(sampler.sample(logits(j)));
+    if (j == chunk.n_draft) result.tokens.push_back(sampler.sample(logits(j)));
   });
-  // Per-position acceptance statistics.
+  // Per-depth acceptance statistics: proposed at depth d when the drafts reached it, accepted
+  // when the accepted path did.
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const int32_t n_draft = jobs[i].chunk->n_draft;
-    if (n_draft == 0) continue;
-    const auto accepted = static_cast<int32_t>(results[i].tokens.size()) - 1;
+    const ScheduledChunk& chunk = *jobs[i].chunk;
+    if (chunk.n_draft == 0) continue;
+    int32_t depth = chunk.n_draft;
+    if (!chunk.tree_parent.empty()) {
+      std::vector<int32_t> d(chunk.tree_parent.size(), 0);
+      depth = 0;
+      for (size_t r = 1; r < d.size(); ++r)
+        depth = std::max(depth, d[r] = d[static_cast<size_t>(chunk.tree_parent[r])] + 1);
+    }
+    const auto accepted = static_cast<int32_t>(results[i].path.size());
     Engine::Record& record = *jobs[i].record;
     std::lock_guard lock(record.mutex);
     SpeculationStats& st = record.info.speculation;
-    st.proposed_at.resize(std::max(st.proposed_at.size(), static_cast<size_t>(n_draft)));
+    st.proposed_at.resize(std::max(st.proposed_at.size(), static_cast<size_t>(depth)));
     st.accepted_at.resize(st.proposed_at.size());
-    for (int32_t p = 0; p < n_draft; ++p) {
+    for (int32_t p = 0; p < depth; ++p) {
       ++st.proposed_at[static_cast<size_t>(p)];
       if (p < accepted) ++st.accepted_at[static_cast<size_t>(p)];
     }
@@ -553,17 +587,69 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
   return results;
 }
 
+void Worker::move_accepted_tree_rows(const StepPlan& plan, const std::vector<ChunkResult>& results) {
+  KvStorage& storage = device_->kv_storage();
+  size_t result = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& chunk = plan.chunks[i];
+    if (!chunk.wants_logits) continue;
+    const ChunkResult& r = results[result++];
+    if (chunk.tree_parent.empty()) continue;
+    // Path rows only grow (a child comes after its parent), so row path[j] ≥ j + 1 and no move
+    // overwrites a row a later move reads.
+    for (size_t j = 0; j < r.path.size(); ++j) {
+      const int64_t from = chunk.first_token + r.path[j];
+      const int64_t to = chunk.first_token + 1 + static_cast<int64_t>(j);
+      if (from != to) storage.copy_position(tables_[i], from, to);
+    }
+  }
+}
+
+std::vector<TokenId> top_tokens(const float* logits, int64_t n_vocab, int32_t n) {
+  // (logit, token) of the n best so far, best first; ties keep the lower token id.
+  std::vector<std::pair<float, TokenId>> top;
+  for (int64_t t = 0; t < n_vocab; ++t) {
+    const float x = logits[t];
+    if (static_cast<int32_t>(top.size()) == n && !(x > top.back().first)) continue;
+    auto it = std::upper_bound(top.begin(), top.end(), x,
+                               [](float v, const auto& e) { return v > e.first; });
+    top.insert(it, {x, static_cast<TokenId>(t)});
+    if (static_cast<int32_t>(top.size()) > n) top.pop_back();
+  }
+  std::vector<TokenId> out;
+  for (const auto& e : top) out.push_back(e.second);
+  return out;
+}
+
+void build_draft_tree(std::span<const std::vector<TokenId>> level_tokens,
+                      std::vector<TokenId>& draft, std::vector<int32_t>& parent) {
+  std::vector<int32_t> previous = {-1};  // nodes of the level above (−1: the last token)
+  for (const std::vector<TokenId>& tokens : level_tokens) {
+    std::vector<int32_t> level;
+    for (const int32_t p : previous) {
+      for (const TokenId token : tokens) {
+        if (static_cast<int32_t>(draft.size()) == GenerationRequest::kMaxTreeNodes) return;
+        level.push_back(static_cast<int32_t>(draft.size()));
+        draft.push_back(token);
+        parent.push_back(p);
+      }
+    }
+    previous = std::move(level);
+  }
+}
+
 void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results) {
   // The hidden state of the row whose logits gave each request's newest token.
   size_t row = 0, result = 0;
   for (const ScheduledChunk& chunk : plan.chunks) {
     if (!chunk.wants_logits) continue;
-    const auto accepted = static_cast<int64_t>(results[result++].tokens.size()) - 1;
+    const std::vector<int32_t>& path = results[result++].path;
+    const size_t last_row = path.empty() ? 0 : static_cast<size_t>(path.back());
     const size_t chunk_row = row;
     row += static_cast<size_t>(1 + chunk.n_draft);
     const auto it = requests_.find(chunk.seq);
     if (it == requests_.end() || !it->second->request.head) continue;
-    const float* h = hidden_.data() + (chunk_row + static_cast<size_t>(accepted)) * n_embd_;
+    const float* h = hidden_.data() + (chunk_row + last_row) * n_embd_;
     it->second->draft_hidden.assign(h, h + n_embd_);
   }
   if (prefill_role()) return;  // the decode worker proposes, from the hidden state handed over
@@ -576,7 +662,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     if (!record.request.head || record.draft_hidden.empty()) continue;
     if (scheduler_.sequence(seq).n_pending() != 1) continue;
     proposing.push_back(&record);
-    const int32_t k = record.draft_len();
+    const int32_t k = record.draft_levels();
     const size_t at = draft_z_.size();
     draft_z_.resize(at + static_cast<size_t>(k) * n_embd_);
     for (int32_t i = 0; i < k; ++i)
@@ -588,18 +674,36 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   const MetricsTime start = MetricsClock::now();
   const auto rows = static_cast<int64_t>(draft_z_.size() / n_embd_);
   device_->lm_head(draft_z_.data(), rows, draft_logits_);
-  std::vector<TokenId> best(static_cast<size_t>(rows));
+  // Each head row's top tokens: one for a chain, tree_shape[level] for a tree.
+  std::vector<int32_t> wanted(static_cast<size_t>(rows), 1);
+  {
+    size_t at = 0;
+    for (Engine::Record* record : proposing) {
+      const std::vector<int32_t>& shape = record->request.tree_shape;
+      for (int32_t level = 0; level < record->draft_levels(); ++level, ++at)
+        if (!shape.empty()) wanted[at] = shape[static_cast<size_t>(level)];
+    }
+  }
+  std::vector<std::vector<TokenId>> best(static_cast<size_t>(rows));
   device_->parallel_for(rows, [&](int64_t r) {
+    const float* row = draft_logits_.data() + r * n_vocab_;
+    const int32_t n = wanted[static_cast<size_t>(r)];
     best[static_cast<size_t>(r)] =
-        static_cast<TokenId>(kernels::argmax(draft_logits_.data() + r * n_vocab_, n_vocab_));
+        n == 1 ? std::vector<TokenId>{static_cast<TokenId>(kernels::argmax(row, n_vocab_))}
+               : top_tokens(row, n_vocab_, n);
   });
   const double seconds = seconds_between(start, MetricsClock::now());
   size_t next = 0;
   for (Engine::Record* record : proposing) {
-    const int32_t k = record->draft_len();
-    scheduler_.set_draft(record->id,
-                         std::vector<TokenId>(best.begin() + static_cast<ptrdiff_t>(next),
-                                              best.begin() + static_cast<ptrdiff_t>(next + k)));
+    const int32_t k = record->draft_levels();
+    std::vector<TokenId> draft;
+    std::vector<int32_t> parent;
+    if (record->request.tree_shape.empty()) {
+      for (int32_t level = 0; level < k; ++level) draft.push_back(best[next + level].front());
+    } else {
+      build_draft_tree(std::span(best).subspan(next, static_cast<size_t>(k)), draft, parent);
+    }
+    scheduler_.set_draft(record->id, std::move(draft), std::move(parent));
     next += static_cast<size_t>(k);
     std::lock_guard lock(record->mutex);
     record->info.speculation.draft_s += seconds * k / static_cast<double>(rows);

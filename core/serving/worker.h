@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,6 +32,14 @@
 #include "core/serving/scheduler.h"
 
 namespace tokenfab {
+
+// The n tokens with the largest logits, best first (ties: the lower id first).
+std::vector<TokenId> top_tokens(const float* logits, int64_t n_vocab, int32_t n);
+// A static draft tree from each level's tokens (level d: head d's top tokens): every node of level
+// d − 1 gets level d's tokens as children, breadth first, at most GenerationRequest::kMaxTreeNodes
+// nodes. parent[i]: the node draft[i] follows (−1: the last token).
+void build_draft_tree(std::span<const std::vector<TokenId>> level_tokens,
+                      std::vector<TokenId>& draft, std::vector<int32_t>& parent);
 
 enum class WorkerRole : uint8_t { kColocated, kPrefill, kLongPrefill, kDecode };
 const char* worker_role_name(WorkerRole role);
@@ -83,6 +92,8 @@ class Worker {
   // Samples each chunk with logits with its request's sampler: one token, or for a verification
   // chunk the accepted drafts and one token of the target's.
   std::vector<ChunkResult> sample(const StepPlan& plan);
+  // Draft trees: the accepted path's KV rows are copied onto the positions after the last token.
+  void move_accepted_tree_rows(const StepPlan& plan, const std::vector<ChunkResult>& results);
   // Keeps the hidden state that produced each speculating request's newest token and, on
   // decoding workers, proposes the next drafts from it (one batched LM-head pass).
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);

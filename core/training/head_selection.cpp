@@ -13,14 +13,23 @@
 
 namespace tokenfab {
 
+void HeadOptions::validate() const {
+  if (spec != "chain" && spec != "tree") throw Error("--spec " + spec + ": expected chain or tree");
+  if (spec == "tree") {
+    if (tree_shape.empty()) throw Error("--tree-shape: give at least one level, e.g. 3,2,2,1");
+    for (int32_t b : tree_shape)
+      if (b < 1 || b > 16)
+        throw Error("--tree-shape: " + std::to_string(b) + " children per node is outside 1..16");
+  }
+}
+
 std::string model_sha256(const LlamaModel& model) {
   return model_file_sha256(model);
 }
 
 std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const LlamaModel& model) {
   if (o.head == "none" || o.head.empty()) return nullptr;
-  if (o.spec != "chain")
-    throw Error("--spec " + o.spec + ": only chain speculation is available (tree comes later)");
+  o.validate();
   if (o.head == "auto")
     throw Error(
         "--head auto picks a head per request; this needs one head: give a head ID, NAME or "
@@ -56,8 +65,7 @@ HeadChooser::HeadChooser(const HeadOptions& o, const LlamaModel& model,
     fixed_ = resolve_head(o, model);
     return;
   }
-  if (o.spec != "chain")
-    throw Error("--spec " + o.spec + ": only chain speculation is available (tree comes later)");
+  o.validate();
   automatic_ = true;
   std::vector<DomainClassifier::Example> examples;
   for (const std::string& domain : builtin_domains())

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/model/llama_model.h"
 #include "core/speculative/medusa_head.h"
@@ -13,9 +14,19 @@
 namespace tokenfab {
 
 struct HeadOptions {
-  std::string head = "none";  // ID | NAME | PATH | none | auto
-  std::string spec = "chain";
-  int draft_len = 4;
+  std::string head = "none";   // ID | NAME | PATH | none | auto
+  std::string spec = "chain";  // chain | tree
+  int draft_len = 4;           // chain: tokens proposed per step
+  // tree: children per node at each depth (head d's top tree_shape[d] tokens); 3+6+12+12 = 33
+  // nodes by default.
+  std::vector<int32_t> tree_shape = {3, 2, 2, 1};
+
+  // The request's tree_shape: this shape for --spec tree, empty (a chain) otherwise.
+  std::vector<int32_t> request_tree() const {
+    return spec == "tree" ? tree_shape : std::vector<int32_t>{};
+  }
+  // Throws Error for an unknown spec or an empty / out-of-range tree shape.
+  void validate() const;
 };
 
 // The model file's sha256 (computed once per process and path).

@@ -45,6 +45,13 @@ int64_t causal_cost(int64_t pos0, int64_t t0, int64_t t1) {  // Σ_{t0 ≤ t < t
 void plan_sequence(const PagedKv& kv, const PagedSequence& s, int32_t seq, int n_head,
                    int64_t target, Plan& plan) {
   const int group = n_head / kv.n_kv_head;
+  if (s.parent) {  // a draft tree: one item per kv head (its rows share the context gather)
+    const int64_t n_rows = s.pos0 + s.n_tokens;  // bounds pos0 + depth + 1
+    for (int g = 0; g < kv.n_kv_head; ++g)
+      plan.items.push_back({group * s.n_tokens * n_rows + n_rows, seq, g, 0, s.n_tokens});
+    plan.thread_floats = std::max(plan.thread_floats, n_rows * (1 + 2 * int64_t{kv.head_dim}));
+    return;
+  }
   for (int64_t t0 = 0; t0 < s.n_tokens;) {
     int64_t t1 = std::min(s.n_tokens, t0 + kMinItemTokens);
     while (t1 < s.n_tokens && group * causal_cost(s.pos0, t0, t1) < target) ++t1;
@@ -64,7 +71,8 @@ Plan plan_work(const PagedKv& kv, std::span<const PagedSequence> seqs, int n_hea
       n_threads == 1 ? total : std::max<int64_t>(1, total / (kItemsPerThread * n_threads));
   Plan plan;
   for (size_t i = 0; i < seqs.size(); ++i)
-    if (seqs[i].n_tokens > 0) plan_sequence(kv, seqs[i], static_cast<int32_t>(i), n_head, target, plan);
+    if (seqs[i].n_tokens > 0)
+      plan_sequence(kv, seqs[i], static_cast<int32_t>(i), n_head, target, plan);
   std::stable_sort(plan.items.begin(), plan.items.end(),
                    [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
   return plan;
@@ -82,10 +90,62 @@ struct Call {
   bool avx2;
 };
 
+// Position p's K/V row of kv head `kv_head` → f32 (exact, as the gathers).
+void gather_position(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t p, float* k32,
+                     float* v32) {
+  const int64_t off =
+      ((int64_t{blocks[p / kv.block_size]} * kv.n_kv_head + kv_head) * kv.block_size +
+       p % kv.block_size) *
+      kv.head_dim;
+  for (int d = 0; d < kv.head_dim; ++d) {
+    k32[d] = fp16_to_fp32(kv.k[off + d]);
+    v32[d] = fp16_to_fp32(kv.v[off + d]);
+  }
+}
+
+void attend_row(const Call& c, const float* q, const float* k32, const float* v32, int64_t n_pos,
+                float* scores, float* out) {
+  if (c.avx2) {
+    attend_rows_f32_avx2(q, k32, v32, n_pos, c.kv.head_dim, c.scale, scores, out);
+  } else {
+    attend_rows_f32_scalar(q, k32, v32, n_pos, c.kv.head_dim, c.scale, scores, out);
+  }
+}
+
+// A draft tree: the context [0, pos0) is gathered once; for each row, its ancestors' rows and its
+// own are placed after it in depth order (overwriting the previous row's path) and attended.
+void run_tree_item(const Call& c, const WorkItem& w, float* scratch) {
+  const PagedKv& kv = c.kv;
+  const PagedSequence& s = c.seqs[w.seq];
+  const int group = c.n_head / kv.n_kv_head;
+  const int64_t n_rows = s.pos0 + s.n_tokens;
+  float* k32 = scratch;                        // (n_rows, head_dim)
+  float* v32 = k32 + n_rows * kv.head_dim;     // (n_rows, head_dim)
+  float* scores = v32 + n_rows * kv.head_dim;  // n_rows
+  if (c.avx2) {
+    paged_gather_rows_avx2(kv, s.blocks, w.kv_head, s.pos0, k32, v32);
+  } else {
+    paged_gather_rows_scalar(kv, s.blocks, w.kv_head, s.pos0, k32, v32);
+  }
+  for (int64_t t = w.begin; t < w.end; ++t) {
+    const int64_t depth = paged_row_depth(s, t);
+    for (int64_t r = t, d = depth; r >= 0; r = s.parent[r], --d)
+      gather_position(kv, s.blocks, w.kv_head, s.pos0 + r, k32 + (s.pos0 + d) * kv.head_dim,
+                      v32 + (s.pos0 + d) * kv.head_dim);
+    for (int g = 0; g < group; ++g) {
+      const int64_t h = int64_t{w.kv_head} * group + g;
+      attend_row(c, c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim, k32, v32,
+                 s.pos0 + depth + 1, scores,
+                 c.out + (s.q_row + t) * c.out_stride + h * kv.head_dim);
+    }
+  }
+}
+
 // Gathers kv head w.kv_head's rows [0, pos0 + end) once, then attends each (query head, token).
 void run_item(const Call& c, const WorkItem& w, float* scratch) {
   const PagedKv& kv = c.kv;
   const PagedSequence& s = c.seqs[w.seq];
+  if (s.parent) return run_tree_item(c, w, scratch);
   const int group = c.n_head / kv.n_kv_head;
   const int64_t n_rows = s.pos0 + w.end;
   float* k32 = scratch;                        // (n_rows, head_dim)
@@ -111,6 +171,13 @@ void run_item(const Call& c, const WorkItem& w, float* scratch) {
 }
 
 }  // namespace
+
+int64_t paged_row_depth(const PagedSequence& s, int64_t t) {
+  if (!s.parent) return t;
+  int64_t depth = 0;
+  for (int64_t r = s.parent[t]; r >= 0; r = s.parent[r]) ++depth;
+  return depth;
+}
 
 void paged_gather_rows_scalar(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_rows,
                               float* k32, float* v32) {

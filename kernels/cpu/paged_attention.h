@@ -36,7 +36,16 @@ struct PagedSequence {
   int64_t n_tokens;
   int64_t pos0;
   int64_t q_row;
+  // Tree rows (speculative verification of a draft tree), or null for causal rows. Row t's K/V
+  // sit at position pos0 + t as usual, but it attends the context [0, pos0) and then only its
+  // ancestors and itself: parent[t] is the row it follows (−1: the context; 0 ≤ parent[t] < t
+  // otherwise). Its rows are gathered in depth order, so row t computes exactly what the same
+  // token computes at position pos0 + depth(t) on a chain (depth: its number of ancestors).
+  const int32_t* parent = nullptr;
 };
+
+// depth(t) of a tree row (its number of ancestors); t itself for causal rows (parent null).
+int64_t paged_row_depth(const PagedSequence& s, int64_t t);
 
 // Per-thread scratch, grown as needed and reused between calls.
 struct PagedAttentionScratch {
@@ -49,7 +58,8 @@ void paged_attention(const PagedKv& kv, std::span<const PagedSequence> seqs, con
                      int64_t q_stride, float* out, int64_t out_stride, int n_head, float scale,
                      ThreadPool& pool, PagedAttentionScratch& scratch);
 
-// The reference: gathers each sequence's K/V into contiguous rows and runs attention_scalar.
+// The reference for causal rows (`parent` null): gathers each sequence's K/V into contiguous rows
+// and runs attention_scalar. Tree rows are tested against their paths as chains (test_paged).
 void paged_attention_reference(const PagedKv& kv, std::span<const PagedSequence> seqs,
                                const float* q, int64_t q_stride, float* out, int64_t out_stride,
                                int n_head, float scale);

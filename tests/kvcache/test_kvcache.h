@@ -22,6 +22,7 @@ class TestKvCache : public QObject {
   void table_allocates_a_block_per_block_size_tokens();
   void out_of_blocks_is_a_return_value();
   void truncate_releases_blocks_past_n();
+  void unregistered_append_then_rewrite_registers_the_new_tokens();
   void fork_shares_blocks_and_copies_the_partial_one();
   void misuse_throws();
 

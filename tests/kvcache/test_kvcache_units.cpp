@@ -100,6 +100,32 @@ void TestKvCache::out_of_blocks_is_a_return_value() {
   verify_consistent(kv);
 }
 
+// A draft tree's append fills a block without offering it to the prefix cache; after the rollback,
+// rewrite() puts the accepted tokens in and registers the full block under their hash.
+void TestKvCache::unregistered_append_then_rewrite_registers_the_new_tokens() {
+  KvManager kv(8, 16);
+  QVERIFY(kv.allocate_sequence(1, iota_tokens(10, 0)));
+  const std::vector<TokenId> drafts = iota_tokens(12, 500);  // tokens 10..21: fills block 0
+  QVERIFY(kv.append(1, drafts, false).ok());
+  const BlockId b0 = kv.table(1).blocks()[0];
+  QVERIFY(!kv.pool().record(b0).has_hash);
+  QCOMPARE(kv.table(1).full_block_hashes().size(), size_t{1});
+  kv.truncate(1, 16);  // 6 drafts kept (the accepted path, to be rewritten)
+  std::vector<TokenId> accepted = iota_tokens(6, 900);
+  kv.rewrite(1, 10, accepted);
+  QVERIFY(kv.pool().record(b0).has_hash);
+  std::vector<TokenId> want = iota_tokens(10, 0);
+  want.insert(want.end(), accepted.begin(), accepted.end());
+  QCOMPARE(kv.table(1).tokens(), want);
+  // A new prompt with those 16 tokens (and more) finds the block.
+  std::vector<TokenId> prompt = want;
+  prompt.push_back(7);
+  QVERIFY(kv.allocate_sequence(2, prompt));
+  QCOMPARE(kv.table(2).blocks()[0], b0);
+  QVERIFY_THROWS_EXCEPTION(tokenfab::Error, kv.rewrite(1, 10, iota_tokens(7, 0)));
+  verify_consistent(kv);
+}
+
 void TestKvCache::truncate_releases_blocks_past_n() {
   KvManager kv(8, 16);
   QVERIFY(kv.allocate_sequence(1, iota_tokens(40, 0)));  // blocks b0 b1 full, b2 has 8

@@ -213,6 +213,8 @@ class PagedTest : public QObject {
   void paged_matches_reference();
   void rows_are_batch_invariant_data() { add_rows(); }
   void rows_are_batch_invariant();
+  void tree_rows_equal_their_path_on_a_chain_data() { add_rows(); }
+  void tree_rows_equal_their_path_on_a_chain();
 
  private:
   static void add_rows();
@@ -307,8 +309,9 @@ void PagedTest::rows_are_batch_invariant() {
   const int64_t row_floats = int64_t{b.n_head} * b.head_dim;
   auto same_rows = [&](const std::vector<float>& got, const std::vector<float>& want, int64_t r0,
                        int64_t n) {
-    return std::memcmp(got.data() + r0 * b.out_stride, want.data() + r0 * b.out_stride,
-                       static_cast<size_t>(((n - 1) * b.out_stride + row_floats)) * sizeof(float)) == 0;
+    return std::memcmp(
+               got.data() + r0 * b.out_stride, want.data() + r0 * b.out_stride,
+               static_cast<size_t>(((n - 1) * b.out_stride + row_floats)) * sizeof(float)) == 0;
   };
   const std::vector<float> base = run(b.seqs, 1);
   for (int n_threads : {2, 3})
@@ -327,6 +330,74 @@ void PagedTest::rows_are_batch_invariant() {
       QVERIFY2(same_rows(run({&decode, 1}, 2), base, s.q_row + cut, 1),
                qPrintable(QString("sequence %1 row %2 as a decode differs").arg(i).arg(cut)));
     }
+  }
+}
+
+// Speculative verification of a draft tree: every row of a tree sequence (random parents) gives,
+// bit for bit, what its token gives as a one-row decode on a chain made of the same context and
+// its ancestors' K/V rows in depth order — in a batch with causal sequences, on 2 threads.
+void PagedTest::tree_rows_equal_their_path_on_a_chain() {
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(bool, with_prefill);
+  Q_UNUSED(with_prefill);  // a tree needs multi-row sequences: always a mixed batch
+  Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, true,
+                       13u * block_size + n_head + head_dim);
+  size_t tree_seq = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i)
+    if (b.seqs[i].n_tokens > b.seqs[tree_seq].n_tokens) tree_seq = i;
+  PagedSequence& s = b.seqs[tree_seq];
+  std::mt19937 rng(block_size * 31 + head_dim);
+  std::vector<int32_t> parent(static_cast<size_t>(s.n_tokens), -1);
+  for (int64_t t = 1; t < s.n_tokens; ++t)
+    parent[t] = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(t - 1))(rng);
+  s.parent = parent.data();
+
+  PagedAttentionScratch scratch;
+  ThreadPool pool(2);
+  std::vector<float> tree_out = fresh_out(b);
+  paged_attention(b.kv(), b.seqs, b.q.data(), b.q_stride, tree_out.data(), b.out_stride, b.n_head,
+                  b.scale, pool, scratch);
+
+  const int64_t block_halves = int64_t{n_kv_head} * block_size * head_dim;
+  for (int64_t t = 0; t < s.n_tokens; ++t) {
+    std::vector<int64_t> path;  // rows root … t
+    for (int64_t r = t; r >= 0; r = parent[r]) path.insert(path.begin(), r);
+    QCOMPARE(paged_row_depth(s, t), static_cast<int64_t>(path.size()) - 1);
+    // The chain: fresh blocks after the pool's, holding positions [0, pos0 + depth].
+    const int64_t n_pos = s.pos0 + static_cast<int64_t>(path.size());
+    const int64_t n_new = (n_pos + block_size - 1) / block_size;
+    const int64_t first_new = static_cast<int64_t>(b.k.size()) / block_halves;
+    std::vector<uint16_t> k = b.k, v = b.v;
+    k.resize(k.size() + n_new * block_halves, kNanHalf);
+    v.resize(v.size() + n_new * block_halves, kNanHalf);
+    std::vector<int32_t> table;
+    for (int64_t i = 0; i < n_new; ++i) table.push_back(static_cast<int32_t>(first_new + i));
+    auto at = [&](const int32_t* blocks, int g, int64_t p) {
+      return ((int64_t{blocks[p / block_size]} * n_kv_head + g) * block_size + p % block_size) *
+             head_dim;
+    };
+    for (int g = 0; g < n_kv_head; ++g)
+      for (int64_t p = 0; p < n_pos; ++p) {
+        const int64_t src = p < s.pos0 ? p : s.pos0 + path[p - s.pos0];
+        std::copy_n(b.k.begin() + at(s.blocks, g, src), head_dim,
+                    k.begin() + at(table.data(), g, p));
+        std::copy_n(b.v.begin() + at(s.blocks, g, src), head_dim,
+                    v.begin() + at(table.data(), g, p));
+      }
+    const PagedKv chain_kv{k.data(), v.data(), block_size, n_kv_head, head_dim};
+    const PagedSequence decode{table.data(), 1, n_pos - 1, s.q_row + t};
+    std::vector<float> chain_out = fresh_out(b);
+    paged_attention(chain_kv, {&decode, 1}, b.q.data(), b.q_stride, chain_out.data(), b.out_stride,
+                    b.n_head, b.scale, pool, scratch);
+    const int64_t row = s.q_row + t;
+    QVERIFY2(
+        std::memcmp(tree_out.data() + row * b.out_stride, chain_out.data() + row * b.out_stride,
+                    sizeof(float) * n_head * head_dim) == 0,
+        qPrintable(
+            QString("tree row %1 (depth %2) differs from its chain").arg(t).arg(path.size() - 1)));
   }
 }
 

@@ -21,6 +21,7 @@
 #include "core/runtime/sampler.h"
 #include "core/serving/engine.h"
 #include "core/serving/scheduler.h"
+#include "core/serving/worker.h"
 #include "core/speculative/medusa_head.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/cpu/ops.h"
@@ -39,6 +40,7 @@ class SpeculativeTest : public QObject {
  private slots:
   void initTestCase();
   void greedy_output_is_unchanged_by_any_head();
+  void rejected_drafts_leave_the_kv_as_without_speculation_data();
   void rejected_drafts_leave_the_kv_as_without_speculation();
   void speculative_sampling_keeps_the_target_distribution();
 
@@ -98,10 +100,15 @@ void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
     EngineConfig config;
     std::shared_ptr<const MedusaHead> head;
     int32_t draft_len;
+    std::vector<int32_t> tree_shape;  // empty: a chain
   };
-  const Case cases[] = {{"colocated, zero head", colocated, zero_head(), 4},
-                        {"colocated, random head", colocated, random_head(1), 3},
-                        {"disaggregated, zero head", disaggregated, zero_head(), 4}};
+  const Case cases[] = {
+      {"colocated, zero head", colocated, zero_head(), 4, {}},
+      {"colocated, random head", colocated, random_head(1), 3, {}},
+      {"disaggregated, zero head", disaggregated, zero_head(), 4, {}},
+      {"colocated, zero head, tree 3,2,2,1", colocated, zero_head(), 4, {3, 2, 2, 1}},
+      {"colocated, random head, tree 2,2,2", colocated, random_head(1), 3, {2, 2, 2}},
+      {"disaggregated, zero head, tree 4,2,2", disaggregated, zero_head(), 4, {4, 2, 2}}};
   for (const Case& c : cases) {
     Engine engine(*model_, c.config);
     std::vector<RequestId> ids;
@@ -109,6 +116,7 @@ void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
       GenerationRequest r{p, kMaxTokens};
       r.head = c.head;
       r.draft_len = c.draft_len;
+      r.tree_shape = c.tree_shape;
       ids.push_back(engine.submit(std::move(r)));
     }
     int64_t proposed = 0, accepted = 0;
@@ -132,10 +140,19 @@ void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
   }
 }
 
+void SpeculativeTest::rejected_drafts_leave_the_kv_as_without_speculation_data() {
+  QTest::addColumn<bool>("tree");
+  QTest::newRow("chain") << false;
+  QTest::newRow("tree") << true;
+}
+
 // Scheduler + ModelRunner directly: a sequence decoded with drafts that are right, partly right
 // and wrong (the true continuation with a corrupted position) ends with the same tokens and the
-// same KV rows, bit for bit, as the sequence decoded one token at a time.
+// same KV rows, bit for bit, as the sequence decoded one token at a time. Trees: each level holds
+// the true token among wrong siblings (in a random order), sometimes only wrong ones; the
+// accepted path's KV rows are moved onto the chain's positions as the worker does.
 void SpeculativeTest::rejected_drafts_leave_the_kv_as_without_speculation() {
+  QFETCH(bool, tree);
   const HParams& hp = model_->hparams();
   constexpr int32_t kBlocks = 64, kBlockSize = 16, kTokens = 40;
   kernels::ThreadPool pool(2);
@@ -174,14 +191,38 @@ void SpeculativeTest::rejected_drafts_leave_the_kv_as_without_speculation() {
         b.blocks = tables.back();
         b.want_logits = c.wants_logits;
         b.all_logits = c.n_draft > 0;
+        b.tree_parent = c.tree_parent;
       }
       r.runner.run(batch, logits);
       std::vector<ChunkResult> results;
       size_t row = 0;
-      for (const ScheduledChunk& c : plan.chunks) {
+      for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
+        const ScheduledChunk& c = plan.chunks[ci];
         if (!c.wants_logits) continue;
         const SequenceState& s = r.scheduler.sequence(c.seq);
         ChunkResult& res = results.emplace_back();
+        if (!c.tree_parent.empty()) {
+          int32_t at = 0;
+          for (bool found = true; found;) {
+            found = false;
+            const TokenId want = argmax(logits.data() + (row + at) * hp.n_vocab);
+            for (int32_t child = at + 1; child < c.n_tokens && !found; ++child) {
+              if (c.tree_parent[static_cast<size_t>(child)] != at ||
+                  s.tokens[static_cast<size_t>(c.first_token + child)] != want)
+                continue;
+              res.tokens.push_back(want);
+              res.path.push_back(child);
+              at = child;
+              found = true;
+            }
+            if (!found) res.tokens.push_back(want);
+          }
+          for (size_t j = 0; j < res.path.size(); ++j)
+            r.storage.copy_position(tables[ci], c.first_token + res.path[j],
+                                    c.first_token + 1 + static_cast<int64_t>(j));
+          row += static_cast<size_t>(c.n_tokens);
+          continue;
+        }
         int32_t j = 0;
         for (; j < c.n_draft; ++j) {
           const TokenId want = argmax(logits.data() + (row + j) * hp.n_vocab);
@@ -206,7 +247,21 @@ void SpeculativeTest::rejected_drafts_leave_the_kv_as_without_speculation() {
           draft.push_back((*truth)[n_out + k]);
         std::uniform_int_distribution<int> pick(0, 5);
         if (const int bad = pick(*rng); bad < static_cast<int>(draft.size())) draft[bad] += 1;
-        r.scheduler.set_draft(1, draft);
+        if (!tree) {
+          r.scheduler.set_draft(1, draft);
+        } else {  // two or three candidates per level, the (possibly corrupted) one among them
+          std::vector<std::vector<TokenId>> levels;
+          for (TokenId t : draft) {
+            std::vector<TokenId> level = {t, t + 2};
+            if (levels.size() % 2 == 0) level.push_back(t + 3);
+            std::shuffle(level.begin(), level.end(), *rng);
+            levels.push_back(std::move(level));
+          }
+          std::vector<TokenId> nodes;
+          std::vector<int32_t> parent;
+          build_draft_tree(levels, nodes, parent);
+          r.scheduler.set_draft(1, nodes, parent);
+        }
       }
     }
   };
