@@ -2,10 +2,12 @@
 // contract). Requests are built from the prompt sets written for this project (short chat turns;
 // long documents to summarize), formatted with the model's chat template and cut to their target
 // lengths. Arrivals are closed-loop (--concurrency C requests in flight) or open-loop Poisson
-// (--rate R requests/s). Every figure comes from the engine's own timestamps.
+// (--rate R requests/s). Every figure comes from the engine's own timestamps. Each run is recorded
+// in the database (core/storage/runs.h) for the desktop app's History page unless --no-record.
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -15,6 +17,7 @@
 #include "core/common/error.h"
 #include "core/serving/engine.h"
 #include "core/serving/prompt_sets.h"
+#include "core/storage/runs.h"
 #include "core/tokenizer/chat_template.h"
 #include "head_options.h"
 
@@ -36,6 +39,7 @@ struct ServeBenchCommand {
   double temperature = 0.0;
   std::optional<double> slo_ttft_ms, slo_tpot_ms;
   HeadOptions head;
+  bool record = true;
 };
 
 // Builds prompts: the chat template around content tokens cut to the wanted total length.
@@ -123,6 +127,58 @@ nlohmann::json device_json(const DeviceSnapshot& d) {
   return j;
 }
 
+// The flags that shaped the run (the History page's "config").
+nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
+  const EngineConfig& e = c.engine;
+  nlohmann::json j = {{"requests", c.requests},
+                      {"concurrency", concurrency > 0 ? nlohmann::json(concurrency) : nullptr},
+                      {"rate", c.rate > 0 ? nlohmann::json(c.rate) : nullptr},
+                      {"prompt_len", c.prompt_len},
+                      {"long_every", c.long_every},
+                      {"long_len", c.long_len},
+                      {"max_tokens", c.max_tokens},
+                      {"seed", c.seed},
+                      {"temperature", c.temperature},
+                      {"threads", c.common.threads},
+                      {"devices", e.devices},
+                      {"prefill", e.prefill},
+                      {"decode", e.decode},
+                      {"long_prefill", e.long_prefill},
+                      {"long_prompt_tokens", e.long_prompt_tokens},
+                      {"kv_blocks", e.kv_blocks},
+                      {"kv_mem_mb", e.kv_mem_mb},
+                      {"token_budget", e.token_budget},
+                      {"max_running", e.max_running},
+                      {"chunked_prefill", e.chunked_prefill},
+                      {"connector", e.connector},
+                      {"head", c.head.head},
+                      {"spec", c.head.spec},
+                      {"draft_len", c.head.draft_len},
+                      {"tree_shape", c.head.request_tree()}};
+  if (c.slo_ttft_ms) j["slo_ttft_ms"] = *c.slo_ttft_ms;
+  if (c.slo_tpot_ms) j["slo_tpot_ms"] = *c.slo_tpot_ms;
+  return j;
+}
+
+// Stores the run for the History page. A failure is a warning: the report on stdout and the exit
+// status stay those of the benchmark.
+void record_run(const ServeBenchCommand& c, int concurrency, const nlohmann::json& report) {
+  try {
+    RunRecord run;
+    run.kind = "serve-bench";
+    run.title = "serve-bench " + report.value("mode", std::string("?")) + " " +
+                std::to_string(c.requests) + " req" +
+                (c.head.head != "none" ? " head " + c.head.head : std::string());
+    run.model = std::filesystem::path(report.value("model", std::string())).filename().string();
+    run.config_json = config_json(c, concurrency).dump();
+    run.summary_json = report.dump();
+    const auto db = Database::open_default();
+    RunStore(*db).add(run);
+  } catch (const std::exception& e) {
+    std::cerr << "warning: serve-bench: the run was not recorded for History: " << e.what() << "\n";
+  }
+}
+
 void run_serve_bench(ServeBenchCommand c) {
   const auto [len_min, len_max] = parse_range(c.prompt_len);
   if (c.requests < 1) throw Error("--requests must be >= 1");
@@ -153,6 +209,7 @@ void run_serve_bench(ServeBenchCommand c) {
     r.stop_at_end_of_generation = false;  // every request generates max_tokens (comparable runs)
     r.head = heads.choose(r.prompt);
     r.draft_len = c.head.draft_len;
+    r.tree_shape = c.head.request_tree();
     requests.push_back(std::move(r));
   }
 
@@ -214,6 +271,7 @@ void run_serve_bench(ServeBenchCommand c) {
   }
   j["model"] = m.model->file().name();
   print_report(j, c.common.json);
+  if (c.record) record_run(c, concurrency, j);
 }
 
 }  // namespace
@@ -258,6 +316,8 @@ void register_serve_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--slo-ttft-ms", c->slo_ttft_ms, "goodput: TTFT limit, ms");
   cmd->add_option("--slo-tpot-ms", c->slo_tpot_ms, "goodput: TPOT limit, ms");
+  cmd->add_flag("--record,!--no-record", c->record,
+                "store the run in the database for the desktop app's History page (default on)");
   cmd->callback([c] { run_serve_bench(*c); });
 }
 

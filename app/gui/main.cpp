@@ -1,6 +1,8 @@
-// tokenfab: the desktop application. A main window with the pages (Chat, Live, KV inspector) over
-// the engine bridge; `--screenshot FILE --view VIEW` renders one page after a short real workload
-// and exits (for docs and review).
+// tokenfab: the desktop application. A main window with the pages (Chat, Live, KV inspector, Draft
+// heads, Devices, Demo, History) over the engine bridge; settings (window, last page, device
+// roles, default head) persist in the user data directory; a first run without the default model
+// offers to download it. `--screenshot FILE --view VIEW` renders one page after a short real
+// workload and exits (for docs and review).
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -11,11 +13,15 @@
 #include <map>
 
 #include "core/model/model_files.h"
+#include "model_fetch.h"
 #include "screenshot.h"
 #include "ui/bridge/engine_bridge.h"
+#include "ui/views/app_settings.h"
 #include "ui/views/chat_page.h"
+#include "ui/views/demo_page.h"
 #include "ui/views/devices_page.h"
 #include "ui/views/heads_page.h"
+#include "ui/views/history_page.h"
 #include "ui/views/kv_page.h"
 #include "ui/views/live_page.h"
 #include "ui/views/main_window.h"
@@ -26,11 +32,9 @@ namespace {
 
 // --view name → page title.
 const std::map<QString, QString>& view_titles() {
-  static const std::map<QString, QString> titles = {{"chat", "Chat"},
-                                                    {"live", "Live"},
-                                                    {"kv", "KV inspector"},
-                                                    {"heads", "Draft heads"},
-                                                    {"devices", "Devices"}};
+  static const std::map<QString, QString> titles = {
+      {"chat", "Chat"},       {"live", "Live"}, {"kv", "KV inspector"}, {"heads", "Draft heads"},
+      {"devices", "Devices"}, {"demo", "Demo"}, {"history", "History"}};
   return titles;
 }
 
@@ -72,7 +76,7 @@ int main(int argc, char** argv) {
   const QCommandLineOption screenshot_option(
       "screenshot", "Run a short workload, render the --view page to FILE (PNG) and exit.", "FILE");
   const QCommandLineOption view_option(
-      "view", "The page to show: chat, live, kv, heads or devices.", "VIEW", "chat");
+      "view", "The page to show: chat, live, kv, heads, devices, demo or history.", "VIEW", "chat");
   parser.addOptions({model_option, threads_option, devices_option, prefill_option, decode_option,
                      screenshot_option, view_option});
   parser.process(app);
@@ -80,8 +84,10 @@ int main(int argc, char** argv) {
   const bool headless = parser.isSet(screenshot_option);
   const QString view = parser.value(view_option).toLower();
   if (!view_titles().count(view)) {
-    std::fprintf(stderr, "tokenfab: --view %s: expected one of chat, live, kv, heads, devices\n",
-                 qPrintable(view));
+    std::fprintf(
+        stderr,
+        "tokenfab: --view %s: expected one of chat, live, kv, heads, devices, demo, history\n",
+        qPrintable(view));
     return 2;
   }
   EngineConfig config;
@@ -97,6 +103,11 @@ int main(int argc, char** argv) {
   if (parser.isSet(devices_option)) config.devices = parser.value(devices_option).toStdString();
   config.prefill = parser.value(prefill_option).toStdString();
   config.decode = parser.value(decode_option).toStdString();
+  // Without device flags, the roles last applied on the Devices page (a screenshot always uses
+  // the flags or the defaults, so it does not depend on this machine's settings).
+  const bool device_flags = parser.isSet(devices_option) || parser.isSet(prefill_option) ||
+                            parser.isSet(decode_option);
+  if (!headless && !device_flags) ui::load_device_roles(config);
 
   ui::EngineBridge bridge;  // outlives the window: pages cancel their requests through it
   ui::MainWindow window(&bridge);
@@ -105,7 +116,13 @@ int main(int argc, char** argv) {
   window.add_page(new ui::KvPage);
   window.add_page(new ui::HeadsPage);
   window.add_page(new ui::DevicesPage);
-  const QString page_title = view_titles().at(view);
+  window.add_page(new ui::DemoPage);
+  window.add_page(new ui::HistoryPage);
+  QString page_title = view_titles().at(view);
+  // Without --view, the page shown when the app was last closed.
+  if (!headless && !parser.isSet(view_option) && !ui::MainWindow::saved_page().isEmpty() &&
+      window.page(ui::MainWindow::saved_page()))
+    page_title = ui::MainWindow::saved_page();
   if (!window.show_page(page_title)) {
     std::fprintf(stderr, "tokenfab: this build has no %s page\n", qPrintable(view));
     return 2;
@@ -124,13 +141,29 @@ int main(int argc, char** argv) {
   window.show();
 
   const QString model = parser.value(model_option);
+  const QString missing =
+      QStringLiteral("The default model is not installed (expected %1).\n\nRun "
+                     "`tokenfab-cli fetch` to download it once, or start Tokenfab with "
+                     "--model PATH to use a GGUF file you have.")
+          .arg(QString::fromStdString(default_model_path().string()));
+  app::ModelFetch fetch(&window);
   if (model.isEmpty() && !std::filesystem::exists(default_model_path())) {
-    report_error(headless, QStringLiteral("Tokenfab: no model"),
-                 QStringLiteral("The default model is not installed (expected %1).\n\nRun "
-                                "`tokenfab-cli fetch` to download it once, or start Tokenfab with "
-                                "--model PATH to use a GGUF file you have.")
-                     .arg(QString::fromStdString(default_model_path().string())));
-    if (headless) return 1;
+    // First run: offer the download (with progress and Cancel); a screenshot just says why not.
+    if (headless) {
+      report_error(true, QStringLiteral("Tokenfab: no model"), missing);
+      return 1;
+    }
+    QObject::connect(&fetch, &app::ModelFetch::finished, &window,
+                     [&bridge, &window, config, missing](bool ok, const QString& message) {
+                       if (ok) {
+                         bridge.load(QString(), config);
+                       } else {
+                         QMessageBox::warning(&window, QStringLiteral("Tokenfab: no model"),
+                                              message + QStringLiteral("\n\n") + missing);
+                       }
+                     });
+    if (!fetch.ask_and_start())
+      report_error(false, QStringLiteral("Tokenfab: no model"), missing);
   } else {
     bridge.load(model, config);
   }

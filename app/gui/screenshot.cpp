@@ -4,12 +4,18 @@
 #include <QPixmap>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/metrics/percentiles.h"
 #include "core/storage/conversations.h"
+#include "core/storage/runs.h"
 #include "core/tokenizer/chat_template.h"
 #include "ui/models/conversation_list_model.h"
 #include "ui/views/chat_page.h"
+#include "ui/views/demo_page.h"
+#include "ui/views/history_page.h"
 #include "ui/views/main_window.h"
 
 namespace tokenfab::app {
@@ -52,6 +58,10 @@ void ScreenshotRun::start() {
   window_->show_page(page_title_);
   if (view_ == QLatin1String("chat"))
     start_chat(page);
+  else if (view_ == QLatin1String("demo"))
+    start_demo(page);
+  else if (view_ == QLatin1String("history"))
+    start_history(page);
   else
     start_requests();
 }
@@ -76,6 +86,19 @@ void ScreenshotRun::start_chat(ui::Page* page) {
   if (!chat->generating()) fail(QStringLiteral("the chat page did not send the message"));
 }
 
+void ScreenshotRun::start_demo(ui::Page* page) {
+  auto* demo = qobject_cast<ui::DemoPage*>(page);
+  if (!demo) return fail(QStringLiteral("the demo page is not a DemoPage"));
+  connect(demo, &ui::DemoPage::finished, this, [this](const ui::DemoSummary& s) {
+    if (s.finished != s.agents)
+      return fail(QStringLiteral("%1 of %2 agents finished").arg(s.finished).arg(s.agents));
+    std::fprintf(stderr, "tokenfab: demo finished: %s\n", s.to_json().dump().c_str());
+    grab_soon();
+  });
+  if (!demo->start(kDemoAgents, QStringLiteral("chat_turns"), kDemoTokens))
+    fail(QStringLiteral("the demo did not start: %1").arg(demo->status_text()));
+}
+
 void ScreenshotRun::start_requests() {
   connect(bridge_, &ui::EngineBridge::streamed, this, &ScreenshotRun::on_streamed);
   const Tokenizer& tokenizer = *bridge_->tokenizer();
@@ -98,6 +121,123 @@ void ScreenshotRun::start_requests() {
     return fail(QStringLiteral("a request was refused: %1").arg(e.what()));
   }
   QTimer::singleShot(kStreamMs, this, &ScreenshotRun::grab_soon);
+}
+
+void ScreenshotRun::start_history(ui::Page* page) {
+  if (!qobject_cast<ui::HistoryPage*>(page))
+    return fail(QStringLiteral("the history page is not a HistoryPage"));
+  try {
+    const auto db = Database::open_default();
+    if (RunStore(*db).list({}, 2).size() >= 2) return show_history();
+  } catch (const std::exception& e) {
+    return fail(QStringLiteral("the run history could not be read: %1").arg(e.what()));
+  }
+  connect(bridge_, &ui::EngineBridge::streamed, this, &ScreenshotRun::on_history_streamed);
+  start_history_batch();
+}
+
+void ScreenshotRun::start_history_batch() {
+  const int n = kHistoryBatches[history_batches_.size()];
+  const Tokenizer& tokenizer = *bridge_->tokenizer();
+  std::optional<ChatTemplate> chat_template;
+  try {
+    chat_template = ChatTemplate::from_gguf(bridge_->model()->file());
+  } catch (const std::exception&) {
+    // A model without a chat template gets the questions as plain text.
+  }
+  std::vector<RequestId> batch;
+  try {
+    for (int i = 0; i < n; ++i) {
+      const char* question = kQuestions[i % std::size(kQuestions)];
+      const std::string text =
+          chat_template ? chat_template->apply({{"user", question}}, true) : std::string(question);
+      GenerationRequest request;
+      request.prompt = tokenizer.encode(text, tokenizer.add_bos_token(), true);
+      request.max_tokens = kHistoryTokens;
+      request.stop_at_end_of_generation = false;  // every request generates kHistoryTokens
+      batch.push_back(bridge_->submit(std::move(request)));
+      history_pending_.insert(batch.back());
+    }
+  } catch (const std::exception& e) {
+    return fail(QStringLiteral("a request was refused: %1").arg(e.what()));
+  }
+  history_batches_.push_back(std::move(batch));
+}
+
+void ScreenshotRun::on_history_streamed(const QVector<ui::StreamUpdate>& updates) {
+  for (const ui::StreamUpdate& u : updates) {
+    if (!u.ended() || !history_pending_.erase(u.id)) continue;
+    if (u.state != RequestState::kFinished)
+      return fail(QStringLiteral("request %1 ended without finishing: %2").arg(u.id).arg(u.error));
+    if (!history_pending_.empty()) continue;
+    record_history_batch();
+    if (history_batches_.size() < std::size(kHistoryBatches))
+      start_history_batch();
+    else
+      show_history();
+  }
+}
+
+void ScreenshotRun::record_history_batch() {
+  const std::vector<RequestId>& batch = history_batches_.back();
+  std::vector<double> ttft_ms, itl_ms, e2e_ms;
+  int64_t tokens = 0;
+  std::optional<MetricsTime> first_submit, last_end;
+  for (RequestId id : batch) {
+    const RequestInfo info = bridge_->engine()->request(id);
+    const auto& submitted = info.entered[static_cast<size_t>(RequestState::kQueued)];
+    const auto& finished = info.entered[static_cast<size_t>(RequestState::kFinished)];
+    if (submitted && (!first_submit || *submitted < *first_submit)) first_submit = submitted;
+    if (finished && (!last_end || *finished > *last_end)) last_end = finished;
+    if (!info.metrics) continue;
+    tokens += info.metrics->output_tokens;
+    if (info.metrics->ttft_s) ttft_ms.push_back(*info.metrics->ttft_s * 1e3);
+    if (info.metrics->e2e_s) e2e_ms.push_back(*info.metrics->e2e_s * 1e3);
+    for (double gap : info.metrics->itl_s) itl_ms.push_back(gap * 1e3);
+  }
+  const auto percentiles = [](std::vector<double> values) {
+    const PercentileSummary p = summarize_percentiles(std::move(values));
+    const auto value = [](const std::optional<double>& v) {
+      return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+    };
+    return nlohmann::json{{"p50", value(p.p50)}, {"p99", value(p.p99)}};
+  };
+  nlohmann::json summary = {{"requests", batch.size()},
+                            {"output_tokens", tokens},
+                            {"ttft_ms", percentiles(ttft_ms)},
+                            {"itl_ms", percentiles(itl_ms)},
+                            {"e2e_ms", percentiles(e2e_ms)}};
+  if (first_submit && last_end && *last_end > *first_submit) {
+    const double seconds = std::chrono::duration<double>(*last_end - *first_submit).count();
+    summary["duration_s"] = seconds;
+    summary["throughput_tok_s"] = static_cast<double>(tokens) / seconds;
+  }
+  const EngineConfig& config = bridge_->config();
+  RunRecord run;
+  run.kind = "screenshot-workload";
+  run.title = "screenshot workload " + std::to_string(batch.size()) + " req x " +
+              std::to_string(kHistoryTokens) + " tok";
+  run.model = std::filesystem::path(bridge_->model()->file().name()).filename().string();
+  run.config_json = nlohmann::json{{"requests", batch.size()},  {"max_tokens", kHistoryTokens},
+                                   {"devices", config.devices}, {"prefill", config.prefill},
+                                   {"decode", config.decode},   {"threads", config.threads}}
+                        .dump();
+  run.summary_json = summary.dump();
+  try {
+    const auto db = Database::open_default();
+    RunStore(*db).add(run);
+  } catch (const std::exception& e) {
+    return fail(QStringLiteral("the run could not be recorded: %1").arg(e.what()));
+  }
+  std::fprintf(stderr, "tokenfab: recorded %s: %s\n", run.title.c_str(), run.summary_json.c_str());
+}
+
+void ScreenshotRun::show_history() {
+  auto* history = qobject_cast<ui::HistoryPage*>(window_->page(page_title_));
+  history->refresh();
+  if (!history->error().isEmpty()) return fail(history->error());
+  history->select_rows({0, 1});  // newest first: the two latest runs
+  grab_soon();
 }
 
 void ScreenshotRun::on_streamed(const QVector<ui::StreamUpdate>& updates) {

@@ -1,6 +1,9 @@
 #pragma once
 // `tokenfab --screenshot FILE --view VIEW`: once the model has loaded, runs a short real workload
-// suited to the view (chat: one message; live, kv: 8 short requests streamed for up to ~3 s),
+// suited to the view (chat: one message; live, kv: 8 short requests streamed for up to ~3 s;
+// demo: a 16-agent run of kDemoTokens tokens each, to its end; history: with fewer than two runs
+// recorded, kHistoryBatches batches of short requests, each recorded as a "screenshot-workload" run
+// with its measured figures, then the two newest runs selected for comparison),
 // renders the view's page to FILE as PNG and quits the application with 0 — or prints why it
 // could not and quits with 1.
 
@@ -9,6 +12,7 @@
 #include <QString>
 #include <QTimer>
 #include <set>
+#include <vector>
 
 #include "ui/bridge/engine_bridge.h"
 
@@ -25,6 +29,10 @@ class ScreenshotRun : public QObject {
  public:
   static constexpr int kTimeoutS = 300;   // the whole workload
   static constexpr int kStreamMs = 3000;  // live / kv: how long requests stream at most
+  static constexpr int kDemoAgents = 16;
+  static constexpr int kDemoTokens = 48;
+  static constexpr int kHistoryBatches[] = {4, 8};  // history: requests per recorded batch
+  static constexpr int kHistoryTokens = 32;         // history: tokens generated per request
 
   // `page_title` is the page to show and render; `view` is the --view name.
   ScreenshotRun(ui::MainWindow* window, ui::EngineBridge* bridge, QString view, QString page_title,
@@ -33,7 +41,13 @@ class ScreenshotRun : public QObject {
  private:
   void start();
   void start_chat(ui::Page* page);
+  void start_demo(ui::Page* page);
   void start_requests();
+  void start_history(ui::Page* page);
+  void start_history_batch();
+  void on_history_streamed(const QVector<ui::StreamUpdate>& updates);
+  void record_history_batch();  // the ended batch's figures → one RunRecord
+  void show_history();          // refresh, select the two newest rows, grab
   void on_streamed(const QVector<ui::StreamUpdate>& updates);
   void grab_soon();  // after one more snapshot, so the page shows the latest figures
   void grab();
@@ -46,6 +60,10 @@ class ScreenshotRun : public QObject {
   QTimer timeout_;
   bool grabbing_ = false;
   int64_t conversation_id_ = 0;  // chat: the conversation made for the screenshot (deleted after)
+  // history: the requests of each batch (batch i has kHistoryBatches[i] requests), and those of
+  // the running batch that have not ended.
+  std::vector<std::vector<RequestId>> history_batches_;
+  std::set<RequestId> history_pending_;
 };
 
 }  // namespace tokenfab::app

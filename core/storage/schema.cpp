@@ -80,9 +80,27 @@ CREATE TABLE messages (
 CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
 )sql";
 
+// Version 3: past runs for the desktop app's History page (serve-bench, demo, ...). config_json is
+// the run's settings and summary_json its measured figures, both JSON objects; created_ms is unix
+// milliseconds (runs started within one second still order by time).
+constexpr const char* kVersion3 = R"sql(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL CHECK (kind <> ''),
+  title TEXT NOT NULL,
+  model TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  summary_json TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE INDEX runs_by_kind_created ON runs (kind, created_ms);
+CREATE INDEX runs_by_created ON runs (created_ms);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
     {2, kVersion2},
+    {3, kVersion3},
 };
 
 static_assert(kApplicationId == 1416316514, "migration 1 writes kApplicationId in decimal");

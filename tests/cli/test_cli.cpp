@@ -212,7 +212,7 @@ void CliTest::serve_bench_json() {
     const QJsonObject j =
         run_json(QStringList{"serve-bench", "--requests", "6", "--concurrency", "3", "--prompt-len",
                              "40:80", "--long-every", "3", "--long-len", "200", "--max-tokens", "6",
-                             "--threads", "2", "--seed", "3"} +
+                             "--threads", "2", "--seed", "3", "--no-record"} +
                  mode);
     RETURN_IF_FAILED();
     for (const char* key : {"requests", "completed", "failed", "preemptions", "duration_s",
