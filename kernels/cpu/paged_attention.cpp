@@ -112,30 +112,40 @@ void attend_row(const Call& c, const float* q, const float* k32, const float* v3
   }
 }
 
+// An item's scratch for rows [0, n_rows) of its kv head, the first n_gather of them gathered.
+struct RowBuffers {
+  float* k32;     // (n_rows, head_dim)
+  float* v32;     // (n_rows, head_dim)
+  float* scores;  // n_rows
+};
+RowBuffers gather_rows(const Call& c, const PagedSequence& s, int kv_head, int64_t n_rows,
+                       int64_t n_gather, float* scratch) {
+  const PagedKv& kv = c.kv;
+  RowBuffers b{scratch, scratch + n_rows * kv.head_dim, scratch + 2 * n_rows * kv.head_dim};
+  if (c.avx2) {
+    paged_gather_rows_avx2(kv, s.blocks, kv_head, n_gather, b.k32, b.v32);
+  } else {
+    paged_gather_rows_scalar(kv, s.blocks, kv_head, n_gather, b.k32, b.v32);
+  }
+  return b;
+}
+
 // A draft tree: the context [0, pos0) is gathered once; for each row, its ancestors' rows and its
 // own are placed after it in depth order (overwriting the previous row's path) and attended.
 void run_tree_item(const Call& c, const WorkItem& w, float* scratch) {
   const PagedKv& kv = c.kv;
   const PagedSequence& s = c.seqs[w.seq];
   const int group = c.n_head / kv.n_kv_head;
-  const int64_t n_rows = s.pos0 + s.n_tokens;
-  float* k32 = scratch;                        // (n_rows, head_dim)
-  float* v32 = k32 + n_rows * kv.head_dim;     // (n_rows, head_dim)
-  float* scores = v32 + n_rows * kv.head_dim;  // n_rows
-  if (c.avx2) {
-    paged_gather_rows_avx2(kv, s.blocks, w.kv_head, s.pos0, k32, v32);
-  } else {
-    paged_gather_rows_scalar(kv, s.blocks, w.kv_head, s.pos0, k32, v32);
-  }
+  const RowBuffers b = gather_rows(c, s, w.kv_head, s.pos0 + s.n_tokens, s.pos0, scratch);
   for (int64_t t = w.begin; t < w.end; ++t) {
     const int64_t depth = paged_row_depth(s, t);
     for (int64_t r = t, d = depth; r >= 0; r = s.parent[r], --d)
-      gather_position(kv, s.blocks, w.kv_head, s.pos0 + r, k32 + (s.pos0 + d) * kv.head_dim,
-                      v32 + (s.pos0 + d) * kv.head_dim);
+      gather_position(kv, s.blocks, w.kv_head, s.pos0 + r, b.k32 + (s.pos0 + d) * kv.head_dim,
+                      b.v32 + (s.pos0 + d) * kv.head_dim);
     for (int g = 0; g < group; ++g) {
       const int64_t h = int64_t{w.kv_head} * group + g;
-      attend_row(c, c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim, k32, v32,
-                 s.pos0 + depth + 1, scores,
+      attend_row(c, c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim, b.k32, b.v32,
+                 s.pos0 + depth + 1, b.scores,
                  c.out + (s.q_row + t) * c.out_stride + h * kv.head_dim);
     }
   }
@@ -148,24 +158,12 @@ void run_item(const Call& c, const WorkItem& w, float* scratch) {
   if (s.parent) return run_tree_item(c, w, scratch);
   const int group = c.n_head / kv.n_kv_head;
   const int64_t n_rows = s.pos0 + w.end;
-  float* k32 = scratch;                        // (n_rows, head_dim)
-  float* v32 = k32 + n_rows * kv.head_dim;     // (n_rows, head_dim)
-  float* scores = v32 + n_rows * kv.head_dim;  // n_rows
-  if (c.avx2) {
-    paged_gather_rows_avx2(kv, s.blocks, w.kv_head, n_rows, k32, v32);
-  } else {
-    paged_gather_rows_scalar(kv, s.blocks, w.kv_head, n_rows, k32, v32);
-  }
+  const auto [k32, v32, scores] = gather_rows(c, s, w.kv_head, n_rows, n_rows, scratch);
   for (int g = 0; g < group; ++g) {
     const int64_t h = int64_t{w.kv_head} * group + g;
     for (int64_t t = w.begin; t < w.end; ++t) {
-      const float* qt = c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim;
-      float* ot = c.out + (s.q_row + t) * c.out_stride + h * kv.head_dim;
-      if (c.avx2) {
-        attend_rows_f32_avx2(qt, k32, v32, s.pos0 + t + 1, kv.head_dim, c.scale, scores, ot);
-      } else {
-        attend_rows_f32_scalar(qt, k32, v32, s.pos0 + t + 1, kv.head_dim, c.scale, scores, ot);
-      }
+      attend_row(c, c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim, k32, v32, s.pos0 + t + 1,
+                 scores, c.out + (s.q_row + t) * c.out_stride + h * kv.head_dim);
     }
   }
 }

@@ -9,13 +9,27 @@
 #include "core/model/model_files.h"
 #include "core/tokenizer/tokenizer.h"
 
+// For suites that keep their data in a temporary TOKENFAB_HOME: path_out (QString) ← the default
+// model's file, resolved before TOKENFAB_HOME moves (the model stays where it was fetched), or the
+// test fails naming it; then TOKENFAB_HOME ← home_dir (a valid QTemporaryDir).
+#define TOKENFAB_DEFAULT_MODEL_WITH_HOME(path_out, home_dir)                                  \
+  do {                                                                                        \
+    const std::filesystem::path tokenfab_model_path_ = tokenfab::default_model_path();        \
+    if (!std::filesystem::exists(tokenfab_model_path_))                                       \
+      QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`") \
+                           .arg(QString::fromStdString(tokenfab_model_path_.string()))));     \
+    (path_out) = QString::fromStdString(tokenfab_model_path_.string());                       \
+    QVERIFY((home_dir).isValid());                                                            \
+    qputenv("TOKENFAB_HOME", (home_dir).path().toUtf8());                                     \
+  } while (0)
+
 // model: std::unique_ptr<LlamaModel>; tokenizer: std::optional<Tokenizer>.
-#define TOKENFAB_LOAD_DEFAULT_MODEL(model, tokenizer)                                             \
-  do {                                                                                            \
-    const std::filesystem::path tokenfab_model_path_ = tokenfab::default_model_path();            \
-    if (!std::filesystem::exists(tokenfab_model_path_))                                           \
-      QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")     \
-                           .arg(QString::fromStdString(tokenfab_model_path_.string()))));         \
-    (model) = tokenfab::LlamaModel::load(tokenfab_model_path_);                                   \
-    (tokenizer).emplace(tokenfab::Tokenizer::from_gguf((model)->file()));                         \
+#define TOKENFAB_LOAD_DEFAULT_MODEL(model, tokenizer)                                         \
+  do {                                                                                        \
+    const std::filesystem::path tokenfab_model_path_ = tokenfab::default_model_path();        \
+    if (!std::filesystem::exists(tokenfab_model_path_))                                       \
+      QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`") \
+                           .arg(QString::fromStdString(tokenfab_model_path_.string()))));     \
+    (model) = tokenfab::LlamaModel::load(tokenfab_model_path_);                               \
+    (tokenizer).emplace(tokenfab::Tokenizer::from_gguf((model)->file()));                     \
   } while (0)

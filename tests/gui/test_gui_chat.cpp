@@ -16,6 +16,7 @@
 #include "core/model/model_files.h"
 #include "core/storage/conversations.h"
 #include "core/storage/database.h"
+#include "tests/common/default_model.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/models/conversation_list_model.h"
 #include "ui/views/app_settings.h"
@@ -61,14 +62,7 @@ class GuiChatTest : public QObject {
 };
 
 void GuiChatTest::initTestCase() {
-  // Resolved before TOKENFAB_HOME moves: the model stays where it was fetched.
-  const auto path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_path_ = QString::fromStdString(path.string());
-  QVERIFY(home_.isValid());
-  qputenv("TOKENFAB_HOME", home_.path().toUtf8());
+  TOKENFAB_DEFAULT_MODEL_WITH_HOME(model_path_, home_);
 }
 
 std::unique_ptr<EngineBridge> GuiChatTest::loaded_bridge() {

@@ -14,6 +14,7 @@
 #include "core/model/model_files.h"
 #include "core/storage/database.h"
 #include "core/storage/runs.h"
+#include "tests/common/default_model.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/demo_page.h"
 
@@ -43,18 +44,14 @@ class GuiDemoTest : public QObject {
 };
 
 void GuiDemoTest::initTestCase() {
-  const auto path = default_model_path();  // resolved before TOKENFAB_HOME moves
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  QVERIFY(home_.isValid());
-  qputenv("TOKENFAB_HOME", home_.path().toUtf8());
+  QString path;
+  TOKENFAB_DEFAULT_MODEL_WITH_HOME(path, home_);
   bridge_ = std::make_unique<EngineBridge>();
   QSignalSpy loaded(bridge_.get(), &EngineBridge::loaded);
   QSignalSpy failed(bridge_.get(), &EngineBridge::failed);
   EngineConfig config;
   config.threads = 2;
-  bridge_->load(QString::fromStdString(path.string()), config);
+  bridge_->load(path, config);
   QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, kLoadTimeoutMs);
   QVERIFY2(failed.isEmpty(), qPrintable(failed.isEmpty() ? "" : failed.first().first().toString()));
   QVERIFY(bridge_->ready());

@@ -12,6 +12,7 @@
 #include "core/model/model_files.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
+#include "tests/common/default_model.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/app_settings.h"
 #include "ui/views/heads_page.h"
@@ -73,13 +74,7 @@ class GuiHeadsTest : public QObject {
 };
 
 void GuiHeadsTest::initTestCase() {
-  const auto path = default_model_path();  // resolved before TOKENFAB_HOME moves
-  if (!std::filesystem::exists(path))
-    QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`")
-                         .arg(QString::fromStdString(path.string()))));
-  model_path_ = QString::fromStdString(path.string());
-  QVERIFY(home_.isValid());
-  qputenv("TOKENFAB_HOME", home_.path().toUtf8());
+  TOKENFAB_DEFAULT_MODEL_WITH_HOME(model_path_, home_);
   bridge_ = std::make_unique<EngineBridge>();
   QSignalSpy loaded(bridge_.get(), &EngineBridge::loaded);
   QSignalSpy failed(bridge_.get(), &EngineBridge::failed);

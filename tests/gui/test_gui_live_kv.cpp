@@ -16,11 +16,11 @@
 #include <mutex>
 #include <optional>
 
-#include "tests/common/default_model.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
 #include "core/serving/engine.h"
 #include "core/tokenizer/tokenizer.h"
+#include "tests/common/default_model.h"
 #include "ui/views/kv_block_tokens.h"
 #include "ui/views/kv_page.h"
 #include "ui/views/live_page.h"
