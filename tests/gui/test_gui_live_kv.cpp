@@ -138,6 +138,7 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   // Block tokens the inspector derived while requests were live: checked against the real
   // sequences once they are complete.
   std::vector<BlockTokens> derived;
+  std::vector<bool> ttft_seen;  // per snapshot fed: whether it had a TTFT p50
   int snapshots = 0;
   auto feed = [&](const SnapshotPtr& snapshot) {
     std::vector<TokenEvent> drained;
@@ -149,6 +150,7 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
     for (const TokenEvent& e : drained) updates.push_back(to_update(e));
     live.on_streamed(updates);
     live.on_snapshot(snapshot);
+    ttft_seen.push_back(snapshot->summary.ttft_ms.p50.has_value());
     kv.on_snapshot(snapshot);
     ++snapshots;
     for (const DeviceSnapshot& d : snapshot->devices) {
@@ -193,6 +195,12 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   QCOMPARE(live.points("decode_tps"), window);
   QCOMPARE(live.points("kv:cpu:0"), window);
   QCOMPARE(live.points("kv:cpu:1"), window);
+  QCOMPARE(
+      live.points("ttft_p50"), window - [&] {  // a point once a request has completed
+        int before_first = 0;
+        for (const auto& snapshot_ttft : ttft_seen) before_first += snapshot_ttft ? 0 : 1;
+        return before_first;
+      }());
   QCOMPARE(live.points("no such series"), -1);
   // Per-request lines: requests seen decoding in a snapshot have one (the newest kept).
   int request_lines = 0;

@@ -119,6 +119,22 @@ void ChatPage::build_ui() {
   temperature_->setDecimals(2);
   temperature_->setValue(kDefaultTemperature);
   temperature_->setToolTip(tr("0 is greedy"));
+  const SamplingParams defaults;
+  top_k_ = new QSpinBox;
+  top_k_->setRange(0, 1000);
+  top_k_->setValue(defaults.top_k);
+  top_k_->setToolTip(tr("Sample among the k likeliest tokens (0: all)"));
+  top_p_ = new QDoubleSpinBox;
+  top_p_->setRange(0.01, 1.0);
+  top_p_->setSingleStep(0.05);
+  top_p_->setValue(defaults.top_p);
+  top_p_->setToolTip(
+      tr("Sample among the likeliest tokens whose probabilities add up to p (1: all)"));
+  min_p_ = new QDoubleSpinBox;
+  min_p_->setRange(0.0, 1.0);
+  min_p_->setSingleStep(0.01);
+  min_p_->setValue(defaults.min_p);
+  min_p_->setToolTip(tr("Drop tokens less likely than min-p × the likeliest one (0: none)"));
   head_ = new QComboBox;
   head_->setToolTip(
       tr("Speculative decoding: a draft head trained for this model proposes tokens the model "
@@ -134,6 +150,12 @@ void ChatPage::build_ui() {
   settings->addWidget(max_tokens_);
   settings->addWidget(new QLabel(tr("Temperature")));
   settings->addWidget(temperature_);
+  settings->addWidget(new QLabel(tr("Top-k")));
+  settings->addWidget(top_k_);
+  settings->addWidget(new QLabel(tr("Top-p")));
+  settings->addWidget(top_p_);
+  settings->addWidget(new QLabel(tr("Min-p")));
+  settings->addWidget(min_p_);
   settings->addWidget(new QLabel(tr("Draft head")));
   settings->addWidget(head_);
   settings->addStretch(1);
@@ -183,6 +205,9 @@ void ChatPage::build_ui() {
   connect(max_tokens_, &QSpinBox::valueChanged, this, &ChatPage::save_settings);
   connect(temperature_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
   connect(head_, &QComboBox::currentIndexChanged, this, &ChatPage::save_settings);
+  connect(top_k_, &QSpinBox::valueChanged, this, &ChatPage::save_settings);
+  connect(top_p_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
+  connect(min_p_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
   if (!model_) {
     left->setEnabled(false);
     right->setEnabled(false);
@@ -251,17 +276,23 @@ void ChatPage::load_settings() {
   const QSignalBlocker block_max(max_tokens_);
   const QSignalBlocker block_temperature(temperature_);
   const QSignalBlocker block_head(head_);
+  const QSignalBlocker block_top_k(top_k_), block_top_p(top_p_), block_min_p(min_p_);
+  const SamplingParams defaults;
   max_tokens_->setValue(j.value("max_tokens", kDefaultMaxTokens));
   temperature_->setValue(j.value("temperature", kDefaultTemperature));
+  top_k_->setValue(j.value("top_k", defaults.top_k));
+  top_p_->setValue(j.value("top_p", static_cast<double>(defaults.top_p)));
+  min_p_->setValue(j.value("min_p", static_cast<double>(defaults.min_p)));
   // A head that is no longer registered (or belongs to another model) falls back to none.
   if (!set_head_choice(QString::fromStdString(j.value("head", std::string("none")))))
     set_head_choice(QStringLiteral("none"));
 }
 
 std::string ChatPage::settings_json() const {
-  return nlohmann::json{{"max_tokens", max_tokens_->value()},
-                        {"temperature", temperature_->value()},
-                        {"head", head_choice().toStdString()}}
+  return nlohmann::json{
+      {"max_tokens", max_tokens_->value()}, {"temperature", temperature_->value()},
+      {"top_k", top_k_->value()},           {"top_p", top_p_->value()},
+      {"min_p", min_p_->value()},           {"head", head_choice().toStdString()}}
       .dump();
 }
 
@@ -370,6 +401,9 @@ void ChatPage::send_message(const QString& text) {
   request.max_tokens = max_tokens_->value();
   request.sampling = SamplingParams{};
   request.sampling.temperature = static_cast<float>(temperature_->value());
+  request.sampling.top_k = top_k_->value();
+  request.sampling.top_p = static_cast<float>(top_p_->value());
+  request.sampling.min_p = static_cast<float>(min_p_->value());
   request.sampling.seed = QRandomGenerator::global()->generate64();
   RequestId id = 0;
   try {

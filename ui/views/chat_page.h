@@ -113,6 +113,9 @@ class ChatPage : public Page {
   QPushButton* delete_button_ = nullptr;
   QSpinBox* max_tokens_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
+  QSpinBox* top_k_ = nullptr;
+  QDoubleSpinBox* top_p_ = nullptr;
+  QDoubleSpinBox* min_p_ = nullptr;
   QComboBox* head_ = nullptr;
   QCheckBox* colour_drafted_ = nullptr;
   QTextBrowser* messages_ = nullptr;

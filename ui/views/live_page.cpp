@@ -58,6 +58,9 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
   itl_chart_ = new TimeChart("Inter-token latency (completed requests)", "ms", this);
   itl_chart_->ensure_series("itl_p50", "ITL p50");
   itl_chart_->ensure_series("itl_p99", "ITL p99");
+  ttft_chart_ = new TimeChart("Time to first token (completed requests)", "ms", this);
+  ttft_chart_->ensure_series("ttft_p50", "TTFT p50");
+  ttft_chart_->ensure_series("ttft_p99", "TTFT p99");
   kv_chart_ = new TimeChart("KV cache owned per device", "% of blocks", this);
   transfer_chart_ = new TimeChart("KV transfer (transfers ended per interval)", "GB/s", this);
   transfer_chart_->ensure_series("transfer_gb_s", "GB/s over copy time");
@@ -71,6 +74,7 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
   charts->addWidget(transfer_chart_, 1, 2);
   charts->addWidget(accept_length_chart_, 2, 0);
   charts->addWidget(position_chart_, 2, 1);
+  charts->addWidget(ttft_chart_, 2, 2);
 
   auto* layout = new QVBoxLayout(this);
   layout->addWidget(make_hud());
@@ -131,6 +135,7 @@ void LivePage::on_snapshot(const SnapshotPtr& snapshot) {
   sample.itl_p50_ms = s.summary.itl_ms.p50;
   sample.itl_p99_ms = s.summary.itl_ms.p99;
   sample.ttft_p50_ms = s.summary.ttft_ms.p50;
+  sample.ttft_p99_ms = s.summary.ttft_ms.p99;
   for (const DeviceSnapshot& d : s.devices) {
     if (d.kv.n_blocks <= 0) continue;
     sample.kv_used_pct[d.name] = 100.0 * d.kv.n_owned / d.kv.n_blocks;
@@ -225,13 +230,15 @@ void LivePage::update_hud(const EngineSnapshot* s) {
 }
 
 void LivePage::update_charts() {
-  QList<QPointF> tps, accept, p50, p99, gb_s;
+  QList<QPointF> tps, accept, p50, p99, ttft50, ttft99, gb_s;
   std::map<std::string, QList<QPointF>> kv;
   for (const Sample& x : samples_) {
     tps.append({x.t_s, x.decode_tok_s});
     if (x.accept_per_step) accept.append({x.t_s, *x.accept_per_step});
     if (x.itl_p50_ms) p50.append({x.t_s, *x.itl_p50_ms});
     if (x.itl_p99_ms) p99.append({x.t_s, *x.itl_p99_ms});
+    if (x.ttft_p50_ms) ttft50.append({x.t_s, *x.ttft_p50_ms});
+    if (x.ttft_p99_ms) ttft99.append({x.t_s, *x.ttft_p99_ms});
     if (x.transfer_gb_s) gb_s.append({x.t_s, *x.transfer_gb_s});
     for (const auto& [device, pct] : x.kv_used_pct) kv[device].append({x.t_s, pct});
   }
@@ -240,6 +247,8 @@ void LivePage::update_charts() {
   accept_chart_->set_points("accept_per_step", accept);
   itl_chart_->set_points("itl_p50", p50);
   itl_chart_->set_points("itl_p99", p99);
+  ttft_chart_->set_points("ttft_p50", ttft50);
+  ttft_chart_->set_points("ttft_p99", ttft99);
   transfer_chart_->set_points("transfer_gb_s", gb_s);
   for (const auto& [device, points] : kv) {
     const QString key = "kv:" + QString::fromStdString(device);
@@ -248,14 +257,14 @@ void LivePage::update_charts() {
   }
   const double x_max = samples_.empty() ? 60.0 : samples_.back().t_s;
   const double x_min = samples_.empty() ? 0.0 : samples_.front().t_s;
-  for (TimeChart* chart :
-       {tps_chart_, request_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+  for (TimeChart* chart : {tps_chart_, request_chart_, accept_chart_, itl_chart_, ttft_chart_,
+                           kv_chart_, transfer_chart_})
     chart->fit_axes(x_min, x_max);
 }
 
 int LivePage::points(const QString& series) const {
-  for (const TimeChart* chart :
-       {tps_chart_, request_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+  for (const TimeChart* chart : {tps_chart_, request_chart_, accept_chart_, itl_chart_, ttft_chart_,
+                                 kv_chart_, transfer_chart_})
     if (chart->has_series(series)) return chart->points(series);
   return -1;
 }
@@ -278,7 +287,8 @@ void LivePage::reset() {
   origin_.reset();
   last_transfer_.reset();
   tokens_seen_ = 0;
-  for (TimeChart* chart : {tps_chart_, accept_chart_, itl_chart_, kv_chart_, transfer_chart_})
+  for (TimeChart* chart :
+       {tps_chart_, accept_chart_, itl_chart_, ttft_chart_, kv_chart_, transfer_chart_})
     chart->clear_points();
   for (const QString& key : request_chart_->series_keys()) request_chart_->remove_series(key);
   // The bars count from here on: what the engine had counted so far becomes the baseline.
@@ -292,7 +302,8 @@ bool LivePage::export_csv(const QString& path) const {
   QSaveFile file(path);  // written to a temporary name, renamed on commit
   if (!file.open(QIODevice::WriteOnly | QIODevice::Text)) return false;
   QTextStream out(&file);
-  out << "t_s,decode_tok_s,accept_per_step,itl_p50_ms,itl_p99_ms,ttft_p50_ms,transfer_gb_s";
+  out << "t_s,decode_tok_s,accept_per_step,itl_p50_ms,itl_p99_ms,ttft_p50_ms,ttft_p99_ms,"
+         "transfer_gb_s";
   for (const std::string& device : devices_)
     out << ",kv_owned_pct:" << QString::fromStdString(device);
   out << "\n";
@@ -300,7 +311,7 @@ bool LivePage::export_csv(const QString& path) const {
     out << QString::number(x.t_s, 'f', 3) << ',' << QString::number(x.decode_tok_s, 'g', 8) << ','
         << csv_cell(x.accept_per_step) << ',' << csv_cell(x.itl_p50_ms) << ','
         << csv_cell(x.itl_p99_ms) << ',' << csv_cell(x.ttft_p50_ms) << ','
-        << csv_cell(x.transfer_gb_s);
+        << csv_cell(x.ttft_p99_ms) << ',' << csv_cell(x.transfer_gb_s);
     for (const std::string& device : devices_) {
       const auto it = x.kv_used_pct.find(device);
       out << ',' << (it == x.kv_used_pct.end() ? QString() : QString::number(it->second, 'g', 6));

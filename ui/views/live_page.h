@@ -2,7 +2,8 @@
 // LivePage ("Live"): a HUD of big numbers — DECODE TPS, ACCEPT/STEP, TOKENS, TTFT p50 — over
 // charts that follow the engine at the snapshot rate (~10 Hz): decode tok/s (all requests, and
 // per running request: its tokens after the first over the time since its first), ACCEPT/STEP,
-// ITL p50/p99, KV usage per device, KV transfer GB/s, and two bar charts of completed requests:
+// ITL and TTFT p50/p99, KV usage per device, KV transfer GB/s, and two bar charts of completed
+// requests:
 // the accept-length histogram (steps by tokens emitted) and the acceptance rate per draft
 // position. Every figure comes from an EngineSnapshot or from streamed token updates; nothing is
 // interpolated or smoothed.
@@ -53,7 +54,7 @@ class LivePage : public Page {
   size_t samples() const { return samples_.size(); }
   bool paused() const { return paused_; }
   // Points of a chart series: "decode_tps", "req:<id>", "accept_per_step", "itl_p50", "itl_p99",
-  // "transfer_gb_s", "kv:<device>"; -1 for an unknown series.
+  // "ttft_p50", "ttft_p99", "transfer_gb_s", "kv:<device>"; -1 for an unknown series.
   int points(const QString& series) const;
   // Bars now shown: "accept_length" (share of steps, %, by tokens per step 1, 2, …) and
   // "position_acceptance" (% of drafts accepted at position +1, +2, …).
@@ -72,7 +73,7 @@ class LivePage : public Page {
     double t_s = 0;           // since the first sample of the window's run
     double decode_tok_s = 0;  // output tokens/s over the engine's rate window
     std::optional<double> accept_per_step;
-    std::optional<double> itl_p50_ms, itl_p99_ms, ttft_p50_ms;
+    std::optional<double> itl_p50_ms, itl_p99_ms, ttft_p50_ms, ttft_p99_ms;
     std::map<std::string, double> kv_used_pct;  // device → owned blocks / blocks × 100
     // KV transfers that ended since the previous sample: their bytes over their own copy time.
     std::optional<double> transfer_gb_s;
@@ -110,6 +111,7 @@ class LivePage : public Page {
   BarChart* position_chart_ = nullptr;
   TimeChart* accept_chart_ = nullptr;
   TimeChart* itl_chart_ = nullptr;
+  TimeChart* ttft_chart_ = nullptr;
   TimeChart* kv_chart_ = nullptr;
   TimeChart* transfer_chart_ = nullptr;
   QPushButton* pause_button_ = nullptr;
