@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/model/model_files.h"
+#include "core/training/head_selection.h"
 
 namespace tokenfab::ui {
 
@@ -85,6 +86,9 @@ void EngineBridge::LoadResult::load(const std::string& model_path,
     out.engine =
         std::make_unique<Engine>(*out.model, engine_config, end_of_generation(out.tokenizer.get()));
     out.config = engine_config;
+    // Draft heads are matched to the model by its file's SHA-256: computed here, off the GUI
+    // thread, once per process (the chat's head picker and the heads page then find it cached).
+    model_sha256(*out.model);
   } catch (const std::exception& e) {
     out.engine.reset();
     out.error = QString::fromStdString(e.what());
