@@ -48,6 +48,7 @@ class GuiChatTest : public QObject {
   void conversation_model_passes_tester();
   void reply_streams_and_is_saved();
   void head_choice_is_kept_per_conversation_and_defaults_from_settings();
+  void model_and_device_mode_per_conversation();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
 
@@ -137,6 +138,49 @@ void GuiChatTest::head_choice_is_kept_per_conversation_and_defaults_from_setting
   page.create_conversation("head c");
   QCOMPARE(page.head_choice(), QString("auto"));
   AppSettings().remove(settings_keys::kDefaultHead);
+}
+
+// A conversation set to disaggregated switches the engine's mode when it sends; one naming another
+// model file (the same model copied under another name) loads it first, the message waiting for
+// the load; each conversation keeps its choices.
+void GuiChatTest::model_and_device_mode_per_conversation() {
+  auto bridge = loaded_bridge();
+  if (QTest::currentTestFailed()) return;
+  MainWindow window(bridge.get());
+  auto* page = new ChatPage;
+  window.add_page(page);
+  QSignalSpy ended(page, &ChatPage::replyEnded);
+  const int64_t a = page->create_conversation("disaggregated chat");
+  QVERIFY(page->set_mode_choice("disaggregated"));
+  QVERIFY(!bridge->config().disaggregated());
+  page->send_message("Say hello.");
+  QVERIFY(bridge->config().disaggregated());
+  QTRY_VERIFY_WITH_TIMEOUT(ended.count() == 1, kReplyTimeoutMs);
+  QCOMPARE(ended.first().at(2).toString(), QString("finished"));
+
+  const QString copy = home_.filePath("copy.gguf");
+  QVERIFY(QFile::copy(model_path_, copy));
+  const int64_t b = page->create_conversation("copied model");
+  page->set_model_choice(copy);
+  QVERIFY(page->set_mode_choice("colocated"));
+  QSignalSpy loaded(bridge.get(), &EngineBridge::loaded);
+  page->send_message("Say hello again.");
+  QVERIFY(!page->generating());  // waiting for the load
+  QTRY_VERIFY_WITH_TIMEOUT(ended.count() == 2, kLoadTimeoutMs + kReplyTimeoutMs);
+  QCOMPARE(loaded.count(), 1);
+  QCOMPARE(QFileInfo(QString::fromStdString(bridge->model()->file().name())).fileName(),
+           QString("copy.gguf"));
+  QVERIFY(!bridge->config().disaggregated());
+
+  page->select_conversation(a);
+  QCOMPARE(page->mode_choice(), QString("disaggregated"));
+  QVERIFY(page->model_choice().isEmpty());
+  page->select_conversation(b);
+  QCOMPARE(page->model_choice(), copy);
+  QCOMPARE(page->mode_choice(), QString("colocated"));
+  // New conversations start from the shown settings: leave none naming the copy behind.
+  QVERIFY(page->conversation_model()->remove(a));
+  QVERIFY(page->conversation_model()->remove(b));
 }
 
 void GuiChatTest::reply_streams_and_is_saved() {

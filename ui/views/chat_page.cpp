@@ -3,6 +3,8 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QItemSelectionModel>
 #include <QLabel>
@@ -142,6 +144,17 @@ void ChatPage::build_ui() {
          "recorded ACCEPT/STEP on the message's domain."));
   head_->addItem(tr("No draft head"), QStringLiteral("none"));
   head_->addItem(tr("auto"), QStringLiteral("auto"));
+  model_button_ = new QPushButton;
+  model_button_->setToolTip(tr("The model this conversation uses (loaded when it sends)"));
+  model_reset_ = new QPushButton(tr("Use the loaded model"));
+  mode_ = new QComboBox;
+  mode_->addItem(tr("The engine's mode"), QString());
+  mode_->addItem(tr("Colocated"), QStringLiteral("colocated"));
+  mode_->addItem(tr("Disaggregated"), QStringLiteral("disaggregated"));
+  mode_->setToolTip(
+      tr("Colocated: every device prefills and decodes. Disaggregated: the first device "
+         "prefills, the others decode, the KV cache moving between them."));
+  show_model(QString());
   colour_drafted_ = new QCheckBox(tr("Colour drafted tokens"));
   colour_drafted_->setToolTip(
       tr("Tokens the draft head proposed and the target accepted are shown in green"));
@@ -160,6 +173,13 @@ void ChatPage::build_ui() {
   settings->addWidget(head_);
   settings->addStretch(1);
   settings->addWidget(colour_drafted_);
+  auto* engine_settings = new QHBoxLayout;
+  engine_settings->addWidget(new QLabel(tr("Model")));
+  engine_settings->addWidget(model_button_);
+  engine_settings->addWidget(model_reset_);
+  engine_settings->addWidget(new QLabel(tr("Devices")));
+  engine_settings->addWidget(mode_);
+  engine_settings->addStretch(1);
 
   messages_ = new QTextBrowser;
   messages_->setOpenExternalLinks(false);
@@ -182,6 +202,7 @@ void ChatPage::build_ui() {
   auto* right_layout = new QVBoxLayout(right);
   right_layout->setContentsMargins(0, 0, 0, 0);
   right_layout->addLayout(settings);
+  right_layout->addLayout(engine_settings);
   right_layout->addWidget(messages_, 1);
   right_layout->addLayout(input_row);
   right_layout->addWidget(status_);
@@ -208,6 +229,11 @@ void ChatPage::build_ui() {
   connect(top_k_, &QSpinBox::valueChanged, this, &ChatPage::save_settings);
   connect(top_p_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
   connect(min_p_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
+  connect(mode_, &QComboBox::currentIndexChanged, this, &ChatPage::save_settings);
+  connect(model_button_, &QPushButton::clicked, this, &ChatPage::choose_model_file);
+  connect(model_reset_, &QPushButton::clicked, this, [this] {
+    set_model_choice(QString());
+  });
   if (!model_) {
     left->setEnabled(false);
     right->setEnabled(false);
@@ -244,11 +270,23 @@ void ChatPage::attach(EngineBridge* bridge) {
       show_status(QStringLiteral("This model has no usable chat template: %1").arg(e.what()));
     }
     update_buttons();
+    if (!pending_message_.isEmpty()) {  // the conversation's model is in: send what waited
+      const QString text = pending_message_;
+      pending_message_.clear();
+      if (template_) {
+        send_message(text);
+      } else if (input_->toPlainText().isEmpty()) {
+        input_->setPlainText(text);  // not sendable with this model: keep it
+      }
+    }
   };
   connect(bridge, &EngineBridge::loaded, this, on_loaded);
   if (bridge->ready()) on_loaded();
   connect(bridge, &EngineBridge::failed, this, [this](const QString& message) {
     show_status(QStringLiteral("No model: %1").arg(message));
+    if (!pending_message_.isEmpty() && input_->toPlainText().isEmpty())
+      input_->setPlainText(pending_message_);  // the message that waited is not lost
+    pending_message_.clear();
     update_buttons();
   });
   update_buttons();
@@ -277,6 +315,10 @@ void ChatPage::load_settings() {
   const QSignalBlocker block_temperature(temperature_);
   const QSignalBlocker block_head(head_);
   const QSignalBlocker block_top_k(top_k_), block_top_p(top_p_), block_min_p(min_p_);
+  const QSignalBlocker block_mode(mode_);
+  show_model(QString::fromStdString(j.value("model", std::string())));
+  if (!set_mode_choice(QString::fromStdString(j.value("mode", std::string()))))
+    set_mode_choice(QString());
   const SamplingParams defaults;
   max_tokens_->setValue(j.value("max_tokens", kDefaultMaxTokens));
   temperature_->setValue(j.value("temperature", kDefaultTemperature));
@@ -292,7 +334,8 @@ std::string ChatPage::settings_json() const {
   return nlohmann::json{
       {"max_tokens", max_tokens_->value()}, {"temperature", temperature_->value()},
       {"top_k", top_k_->value()},           {"top_p", top_p_->value()},
-      {"min_p", min_p_->value()},           {"head", head_choice().toStdString()}}
+      {"min_p", min_p_->value()},           {"head", head_choice().toStdString()},
+      {"model", model_path_.toStdString()}, {"mode", mode_choice().toStdString()}}
       .dump();
 }
 
@@ -309,6 +352,95 @@ bool ChatPage::set_head_choice(const QString& choice) {
   const int index = head_->findData(choice);
   if (index < 0) return false;
   head_->setCurrentIndex(index);
+  return true;
+}
+
+void ChatPage::set_model_choice(const QString& path) {
+  show_model(path);
+  save_settings();
+}
+
+void ChatPage::show_model(const QString& path) {
+  model_path_ = path;
+  model_button_->setText(path.isEmpty() ? tr("(the loaded model)") : QFileInfo(path).fileName());
+  model_button_->setToolTip(path.isEmpty() ? tr("This conversation uses whatever model is loaded")
+                                           : path);
+  model_reset_->setEnabled(!path.isEmpty());
+}
+
+void ChatPage::choose_model_file() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Model for this conversation"),
+                                                    QFileInfo(model_path_).absolutePath(),
+                                                    tr("GGUF models (*.gguf);;All files (*)"));
+  if (path.isEmpty()) return;
+  set_model_choice(path);
+}
+
+QString ChatPage::mode_choice() const {
+  return mode_->currentData().toString();
+}
+
+bool ChatPage::set_mode_choice(const QString& mode) {
+  const int index = mode_->findData(mode);
+  if (index < 0) return false;
+  mode_->setCurrentIndex(index);
+  return true;
+}
+
+// The devices of `c` in order: colocated devices, or prefill devices then decode devices.
+static QStringList devices_of(const EngineConfig& c) {
+  QStringList devices;
+  const std::vector<std::string> lists = c.disaggregated()
+                                             ? std::vector<std::string>{c.prefill, c.decode}
+                                             : std::vector<std::string>{c.devices};
+  for (const std::string& list : lists)
+    for (const QString& d : QString::fromStdString(list).split(',', Qt::SkipEmptyParts))
+      if (!devices.contains(d.trimmed())) devices << d.trimmed();
+  return devices;
+}
+
+EngineConfig ChatPage::config_for_mode(const EngineConfig& current, const QString& mode) {
+  EngineConfig config = current;
+  QStringList devices = devices_of(current);
+  if (mode == QStringLiteral("colocated") && current.disaggregated()) {
+    config.devices = devices.join(',').toStdString();
+    config.prefill.clear();
+    config.decode.clear();
+    config.long_prefill.clear();
+  } else if (mode == QStringLiteral("disaggregated") && !current.disaggregated()) {
+    if (devices.size() < 2) devices = {QStringLiteral("cpu:0"), QStringLiteral("cpu:1")};
+    config.prefill = devices.first().toStdString();
+    config.decode = devices.mid(1).join(',').toStdString();
+  }
+  return config;
+}
+
+bool ChatPage::engine_ready_for(const QString& text) {
+  const EngineConfig wanted = config_for_mode(bridge_->config(), mode_choice());
+  const bool other_model =
+      !model_path_.isEmpty() &&
+      QFileInfo(model_path_).canonicalFilePath() !=
+          QFileInfo(QString::fromStdString(bridge_->model()->file().name())).canonicalFilePath();
+  if (other_model) {
+    if (!QFileInfo::exists(model_path_)) {
+      show_status(tr("Not sent: this conversation's model %1 does not exist").arg(model_path_));
+      return false;
+    }
+    pending_message_ = text;
+    show_status(tr("Loading %1 for this conversation…").arg(QFileInfo(model_path_).fileName()));
+    bridge_->load(model_path_, wanted);
+    update_buttons();
+    return false;
+  }
+  if (wanted.disaggregated() != bridge_->config().disaggregated()) {
+    try {
+      bridge_->reconfigure(wanted);
+    } catch (const std::exception& e) {
+      show_status(QStringLiteral("Not sent: the engine could not switch to %1 mode: %2")
+                      .arg(mode_choice(), QString::fromUtf8(e.what())));
+      return false;
+    }
+  }
   return true;
 }
 
@@ -389,6 +521,7 @@ void ChatPage::send_message(const QString& text) {
     return;
   }
   if (conversation_id_ == 0) create_conversation(text.simplified().left(48));
+  if (!engine_ready_for(text)) return;
   std::vector<ChatMessage> history;
   for (const MessageView& m : shown_)
     history.push_back({m.role.toStdString(), m.content.toStdString()});

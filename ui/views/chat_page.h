@@ -1,7 +1,9 @@
 #pragma once
 // ChatPage: conversations persisted in SQLite (create, rename, delete, search), the reply
-// streaming as the engine emits it, Stop, sampling settings and the draft head (none, auto or a
-// registered head of the loaded model) per conversation, and under each
+// streaming as the engine emits it, Stop, sampling settings, the draft head (none, auto or a
+// registered head of the loaded model), the model and the device mode per conversation (a
+// conversation that names another model or mode loads it / reconfigures the engine when it
+// sends; until then the engine keeps what it runs), and under each
 // assistant message the figures the engine measured for it (TTFT, tok/s, tokens, ACCEPT/STEP).
 // The prompt is the whole conversation in the model's chat template; the engine's prefix cache
 // makes earlier turns cheap.
@@ -63,6 +65,16 @@ class ChatPage : public Page {
   bool set_head_choice(const QString& choice);
   // Reloads the picker's heads from the registry (those made for the loaded model).
   void refresh_heads();
+  // The conversation's model file ("" : whatever the engine has loaded) and device mode ("" :
+  // the engine's, "colocated" or "disaggregated"); saved with the conversation.
+  QString model_choice() const { return model_path_; }
+  void set_model_choice(const QString& path);  // shows and saves it
+  QString mode_choice() const;
+  bool set_mode_choice(const QString& mode);
+  // The engine configuration `mode` asks for, from `current`: colocated runs every device of
+  // `current` as a full worker; disaggregated prefills on the first device and decodes on the
+  // others (cpu:0 → cpu:1 when there is one device). "" keeps `current`.
+  static EngineConfig config_for_mode(const EngineConfig& current, const QString& mode);
 
  protected:
   void showEvent(QShowEvent* event) override;  // heads may have been trained or deleted meanwhile
@@ -89,6 +101,11 @@ class ChatPage : public Page {
   void load_settings();
   void save_settings();
   std::string settings_json() const;  // the settings shown now
+  // Loads the conversation's model or switches the engine's mode when they differ from what runs;
+  // true when the message can be sent now (false: it waits for the load, or failed).
+  bool engine_ready_for(const QString& text);
+  void choose_model_file();
+  void show_model(const QString& path);
   void rename_conversation();
   void delete_conversation();
   void update_buttons();
@@ -117,6 +134,13 @@ class ChatPage : public Page {
   QDoubleSpinBox* top_p_ = nullptr;
   QDoubleSpinBox* min_p_ = nullptr;
   QComboBox* head_ = nullptr;
+  QPushButton* model_button_ = nullptr;
+  QPushButton* model_reset_ = nullptr;
+  QComboBox* mode_ = nullptr;
+  QString model_path_;
+  // A message waiting for the conversation's model to load (sent on loaded(); put back in the
+  // input box if the load fails, so nothing is lost).
+  QString pending_message_;
   QCheckBox* colour_drafted_ = nullptr;
   QTextBrowser* messages_ = nullptr;
   QPlainTextEdit* input_ = nullptr;
