@@ -1,9 +1,5 @@
 #include "ui/views/chat_page.h"
 
-#include <QCheckBox>
-#include <QComboBox>
-#include <QDoubleSpinBox>
-#include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QItemSelectionModel>
@@ -15,7 +11,6 @@
 #include <QPushButton>
 #include <QRandomGenerator>
 #include <QScrollBar>
-#include <QSpinBox>
 #include <QSplitter>
 #include <QTextBrowser>
 #include <QVBoxLayout>
@@ -27,13 +22,11 @@
 #include "core/storage/registry.h"
 #include "ui/models/conversation_list_model.h"
 #include "ui/views/app_settings.h"
+#include "ui/views/chat_settings_bar.h"
 
 namespace tokenfab::ui {
 
 namespace {
-
-constexpr int kDefaultMaxTokens = 256;
-constexpr double kDefaultTemperature = 0.7;
 
 QString from_std(const std::string& s) {
   return QString::fromStdString(s);
@@ -112,74 +105,7 @@ void ChatPage::build_ui() {
   left_layout->addWidget(list_, 1);
   left_layout->addLayout(buttons);
 
-  max_tokens_ = new QSpinBox;
-  max_tokens_->setRange(1, 8192);
-  max_tokens_->setValue(kDefaultMaxTokens);
-  temperature_ = new QDoubleSpinBox;
-  temperature_->setRange(0.0, 2.0);
-  temperature_->setSingleStep(0.1);
-  temperature_->setDecimals(2);
-  temperature_->setValue(kDefaultTemperature);
-  temperature_->setToolTip(tr("0 is greedy"));
-  const SamplingParams defaults;
-  top_k_ = new QSpinBox;
-  top_k_->setRange(0, 1000);
-  top_k_->setValue(defaults.top_k);
-  top_k_->setToolTip(tr("Sample among the k likeliest tokens (0: all)"));
-  top_p_ = new QDoubleSpinBox;
-  top_p_->setRange(0.01, 1.0);
-  top_p_->setSingleStep(0.05);
-  top_p_->setValue(defaults.top_p);
-  top_p_->setToolTip(
-      tr("Sample among the likeliest tokens whose probabilities add up to p (1: all)"));
-  min_p_ = new QDoubleSpinBox;
-  min_p_->setRange(0.0, 1.0);
-  min_p_->setSingleStep(0.01);
-  min_p_->setValue(defaults.min_p);
-  min_p_->setToolTip(tr("Drop tokens less likely than min-p × the likeliest one (0: none)"));
-  head_ = new QComboBox;
-  head_->setToolTip(
-      tr("Speculative decoding: a draft head trained for this model proposes tokens the model "
-         "verifies (greedy output is unchanged). auto picks, per message, the head with the best "
-         "recorded ACCEPT/STEP on the message's domain."));
-  head_->addItem(tr("No draft head"), QStringLiteral("none"));
-  head_->addItem(tr("auto"), QStringLiteral("auto"));
-  model_button_ = new QPushButton;
-  model_button_->setToolTip(tr("The model this conversation uses (loaded when it sends)"));
-  model_reset_ = new QPushButton(tr("Use the loaded model"));
-  mode_ = new QComboBox;
-  mode_->addItem(tr("The engine's mode"), QString());
-  mode_->addItem(tr("Colocated"), QStringLiteral("colocated"));
-  mode_->addItem(tr("Disaggregated"), QStringLiteral("disaggregated"));
-  mode_->setToolTip(
-      tr("Colocated: every device prefills and decodes. Disaggregated: the first device "
-         "prefills, the others decode, the KV cache moving between them."));
-  show_model(QString());
-  colour_drafted_ = new QCheckBox(tr("Colour drafted tokens"));
-  colour_drafted_->setToolTip(
-      tr("Tokens the draft head proposed and the target accepted are shown in green"));
-  auto* settings = new QHBoxLayout;
-  settings->addWidget(new QLabel(tr("Max tokens")));
-  settings->addWidget(max_tokens_);
-  settings->addWidget(new QLabel(tr("Temperature")));
-  settings->addWidget(temperature_);
-  settings->addWidget(new QLabel(tr("Top-k")));
-  settings->addWidget(top_k_);
-  settings->addWidget(new QLabel(tr("Top-p")));
-  settings->addWidget(top_p_);
-  settings->addWidget(new QLabel(tr("Min-p")));
-  settings->addWidget(min_p_);
-  settings->addWidget(new QLabel(tr("Draft head")));
-  settings->addWidget(head_);
-  settings->addStretch(1);
-  settings->addWidget(colour_drafted_);
-  auto* engine_settings = new QHBoxLayout;
-  engine_settings->addWidget(new QLabel(tr("Model")));
-  engine_settings->addWidget(model_button_);
-  engine_settings->addWidget(model_reset_);
-  engine_settings->addWidget(new QLabel(tr("Devices")));
-  engine_settings->addWidget(mode_);
-  engine_settings->addStretch(1);
+  settings_ = new ChatSettingsBar;
 
   messages_ = new QTextBrowser;
   messages_->setOpenExternalLinks(false);
@@ -201,8 +127,7 @@ void ChatPage::build_ui() {
   auto* right = new QWidget;
   auto* right_layout = new QVBoxLayout(right);
   right_layout->setContentsMargins(0, 0, 0, 0);
-  right_layout->addLayout(settings);
-  right_layout->addLayout(engine_settings);
+  right_layout->addWidget(settings_);
   right_layout->addWidget(messages_, 1);
   right_layout->addLayout(input_row);
   right_layout->addWidget(status_);
@@ -222,18 +147,8 @@ void ChatPage::build_ui() {
     send_message(text);
   });
   connect(stop_button_, &QPushButton::clicked, this, &ChatPage::stop);
-  connect(colour_drafted_, &QCheckBox::toggled, this, &ChatPage::render);
-  connect(max_tokens_, &QSpinBox::valueChanged, this, &ChatPage::save_settings);
-  connect(temperature_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
-  connect(head_, &QComboBox::currentIndexChanged, this, &ChatPage::save_settings);
-  connect(top_k_, &QSpinBox::valueChanged, this, &ChatPage::save_settings);
-  connect(top_p_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
-  connect(min_p_, &QDoubleSpinBox::valueChanged, this, &ChatPage::save_settings);
-  connect(mode_, &QComboBox::currentIndexChanged, this, &ChatPage::save_settings);
-  connect(model_button_, &QPushButton::clicked, this, &ChatPage::choose_model_file);
-  connect(model_reset_, &QPushButton::clicked, this, [this] {
-    set_model_choice(QString());
-  });
+  connect(settings_, &ChatSettingsBar::colourToggled, this, &ChatPage::render);
+  connect(settings_, &ChatSettingsBar::changed, this, &ChatPage::save_settings);
   if (!model_) {
     left->setEnabled(false);
     right->setEnabled(false);
@@ -308,127 +223,30 @@ void ChatPage::select_conversation(int64_t id) {
 
 void ChatPage::load_settings() {
   const auto record = store_->find(conversation_id_);
-  nlohmann::json j = record ? nlohmann::json::parse(record->settings_json, nullptr, false)
-                            : nlohmann::json::object();
-  if (!j.is_object()) j = nlohmann::json::object();
-  const QSignalBlocker block_max(max_tokens_);
-  const QSignalBlocker block_temperature(temperature_);
-  const QSignalBlocker block_head(head_);
-  const QSignalBlocker block_top_k(top_k_), block_top_p(top_p_), block_min_p(min_p_);
-  const QSignalBlocker block_mode(mode_);
-  show_model(QString::fromStdString(j.value("model", std::string())));
-  if (!set_mode_choice(QString::fromStdString(j.value("mode", std::string()))))
-    set_mode_choice(QString());
-  const SamplingParams defaults;
-  max_tokens_->setValue(j.value("max_tokens", kDefaultMaxTokens));
-  temperature_->setValue(j.value("temperature", kDefaultTemperature));
-  top_k_->setValue(j.value("top_k", defaults.top_k));
-  top_p_->setValue(j.value("top_p", static_cast<double>(defaults.top_p)));
-  min_p_->setValue(j.value("min_p", static_cast<double>(defaults.min_p)));
-  // A head that is no longer registered (or belongs to another model) falls back to none.
-  if (!set_head_choice(QString::fromStdString(j.value("head", std::string("none")))))
-    set_head_choice(QStringLiteral("none"));
-}
-
-std::string ChatPage::settings_json() const {
-  return nlohmann::json{
-      {"max_tokens", max_tokens_->value()}, {"temperature", temperature_->value()},
-      {"top_k", top_k_->value()},           {"top_p", top_p_->value()},
-      {"min_p", min_p_->value()},           {"head", head_choice().toStdString()},
-      {"model", model_path_.toStdString()}, {"mode", mode_choice().toStdString()}}
-      .dump();
+  settings_->load(record ? record->settings_json : std::string("{}"));
 }
 
 void ChatPage::save_settings() {
   if (!store_ || conversation_id_ == 0) return;
-  store_->set_settings(conversation_id_, settings_json());
-}
-
-QString ChatPage::head_choice() const {
-  return head_->currentData().toString();
-}
-
-bool ChatPage::set_head_choice(const QString& choice) {
-  const int index = head_->findData(choice);
-  if (index < 0) return false;
-  head_->setCurrentIndex(index);
-  return true;
-}
-
-void ChatPage::set_model_choice(const QString& path) {
-  show_model(path);
-  save_settings();
-}
-
-void ChatPage::show_model(const QString& path) {
-  model_path_ = path;
-  model_button_->setText(path.isEmpty() ? tr("(the loaded model)") : QFileInfo(path).fileName());
-  model_button_->setToolTip(path.isEmpty() ? tr("This conversation uses whatever model is loaded")
-                                           : path);
-  model_reset_->setEnabled(!path.isEmpty());
-}
-
-void ChatPage::choose_model_file() {
-  const QString path = QFileDialog::getOpenFileName(this, tr("Model for this conversation"),
-                                                    QFileInfo(model_path_).absolutePath(),
-                                                    tr("GGUF models (*.gguf);;All files (*)"));
-  if (path.isEmpty()) return;
-  set_model_choice(path);
-}
-
-QString ChatPage::mode_choice() const {
-  return mode_->currentData().toString();
-}
-
-bool ChatPage::set_mode_choice(const QString& mode) {
-  const int index = mode_->findData(mode);
-  if (index < 0) return false;
-  mode_->setCurrentIndex(index);
-  return true;
-}
-
-// The devices of `c` in order: colocated devices, or prefill devices then decode devices.
-static QStringList devices_of(const EngineConfig& c) {
-  QStringList devices;
-  const std::vector<std::string> lists = c.disaggregated()
-                                             ? std::vector<std::string>{c.prefill, c.decode}
-                                             : std::vector<std::string>{c.devices};
-  for (const std::string& list : lists)
-    for (const QString& d : QString::fromStdString(list).split(',', Qt::SkipEmptyParts))
-      if (!devices.contains(d.trimmed())) devices << d.trimmed();
-  return devices;
-}
-
-EngineConfig ChatPage::config_for_mode(const EngineConfig& current, const QString& mode) {
-  EngineConfig config = current;
-  QStringList devices = devices_of(current);
-  if (mode == QStringLiteral("colocated") && current.disaggregated()) {
-    config.devices = devices.join(',').toStdString();
-    config.prefill.clear();
-    config.decode.clear();
-    config.long_prefill.clear();
-  } else if (mode == QStringLiteral("disaggregated") && !current.disaggregated()) {
-    if (devices.size() < 2) devices = {QStringLiteral("cpu:0"), QStringLiteral("cpu:1")};
-    config.prefill = devices.first().toStdString();
-    config.decode = devices.mid(1).join(',').toStdString();
-  }
-  return config;
+  store_->set_settings(conversation_id_, settings_->to_json());
 }
 
 bool ChatPage::engine_ready_for(const QString& text) {
-  const EngineConfig wanted = config_for_mode(bridge_->config(), mode_choice());
+  const QString model = settings_->model_choice();
+  const EngineConfig wanted =
+      ChatSettingsBar::config_for_mode(bridge_->config(), settings_->mode_choice());
   const bool other_model =
-      !model_path_.isEmpty() &&
-      QFileInfo(model_path_).canonicalFilePath() !=
+      !model.isEmpty() &&
+      QFileInfo(model).canonicalFilePath() !=
           QFileInfo(QString::fromStdString(bridge_->model()->file().name())).canonicalFilePath();
   if (other_model) {
-    if (!QFileInfo::exists(model_path_)) {
-      show_status(tr("Not sent: this conversation's model %1 does not exist").arg(model_path_));
+    if (!QFileInfo::exists(model)) {
+      show_status(tr("Not sent: this conversation's model %1 does not exist").arg(model));
       return false;
     }
     pending_message_ = text;
-    show_status(tr("Loading %1 for this conversation…").arg(QFileInfo(model_path_).fileName()));
-    bridge_->load(model_path_, wanted);
+    show_status(tr("Loading %1 for this conversation…").arg(QFileInfo(model).fileName()));
+    bridge_->load(model, wanted);
     update_buttons();
     return false;
   }
@@ -437,7 +255,7 @@ bool ChatPage::engine_ready_for(const QString& text) {
       bridge_->reconfigure(wanted);
     } catch (const std::exception& e) {
       show_status(QStringLiteral("Not sent: the engine could not switch to %1 mode: %2")
-                      .arg(mode_choice(), QString::fromUtf8(e.what())));
+                      .arg(settings_->mode_choice(), QString::fromUtf8(e.what())));
       return false;
     }
   }
@@ -450,10 +268,8 @@ void ChatPage::showEvent(QShowEvent* event) {
 }
 
 void ChatPage::refresh_heads() {
-  choosers_.clear();  // a head of the same name may have been replaced
-  const QString shown = head_choice();
-  const QSignalBlocker block(head_);
-  while (head_->count() > 2) head_->removeItem(2);  // keep "none" and "auto"
+  choosers_.clear();                               // a head of the same name may have been replaced
+  std::vector<std::pair<QString, QString>> heads;  // name, label
   if (bridge_ && bridge_->ready()) {
     try {
       const std::string sha = model_sha256(*bridge_->model());
@@ -461,13 +277,13 @@ void ChatPage::refresh_heads() {
       for (const HeadRecord& h : Registry(*db).heads()) {
         if (h.base_model_sha256 != sha) continue;
         const QString name = from_std(h.name);
-        head_->addItem(QStringLiteral("%1 (%2)").arg(name, from_std(h.domain)), name);
+        heads.emplace_back(name, QStringLiteral("%1 (%2)").arg(name, from_std(h.domain)));
       }
     } catch (const std::exception& e) {
       show_status(QStringLiteral("Draft heads could not be listed: %1").arg(e.what()));
     }
   }
-  if (!set_head_choice(shown)) set_head_choice(QStringLiteral("none"));
+  settings_->set_heads(heads);
 }
 
 int64_t ChatPage::create_conversation(const QString& title) {
@@ -476,10 +292,10 @@ int64_t ChatPage::create_conversation(const QString& title) {
   // The settings shown now become the new conversation's, with the default head when one is set.
   const QString default_head = AppSettings().value(settings_keys::kDefaultHead).toString();
   if (!default_head.isEmpty()) {
-    const QSignalBlocker block(head_);
-    set_head_choice(default_head);
+    const QSignalBlocker block(settings_);  // not a change of the conversation shown before
+    settings_->set_head_choice(default_head);
   }
-  store_->set_settings(id, settings_json());
+  store_->set_settings(id, settings_->to_json());
   select_conversation(id);
   return id;
 }
@@ -531,16 +347,12 @@ void ChatPage::send_message(const QString& text) {
   const Tokenizer& tokenizer = *bridge_->tokenizer();
   request.prompt =
       tokenizer.encode(template_->apply(history, true), tokenizer.add_bos_token(), true);
-  request.max_tokens = max_tokens_->value();
-  request.sampling = SamplingParams{};
-  request.sampling.temperature = static_cast<float>(temperature_->value());
-  request.sampling.top_k = top_k_->value();
-  request.sampling.top_p = static_cast<float>(top_p_->value());
-  request.sampling.min_p = static_cast<float>(min_p_->value());
+  request.max_tokens = settings_->max_tokens();
+  request.sampling = settings_->sampling();
   request.sampling.seed = QRandomGenerator::global()->generate64();
   RequestId id = 0;
   try {
-    const QString choice = head_choice();
+    const QString choice = settings_->head_choice();
     auto& chooser = choosers_[choice];
     if (!chooser) {
       HeadOptions options;
@@ -664,7 +476,7 @@ void ChatPage::render() {
   const bool at_bottom = bar->value() >= bar->maximum() - 4;
   const int old_value = bar->value();
   QString html;
-  const bool colour = colour_drafted_->isChecked();
+  const bool colour = settings_->colour_drafted();
   for (const MessageView& m : shown_) html += message_html(m, colour);
   if (active_ && active_->conversation_id == conversation_id_)
     html += message_html(active_->view, colour);

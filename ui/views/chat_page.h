@@ -18,18 +18,15 @@
 #include "core/tokenizer/chat_template.h"
 #include "core/training/head_selection.h"
 #include "ui/bridge/engine_bridge.h"
+#include "ui/views/chat_settings_bar.h"
 #include "ui/views/message_html.h"
 #include "ui/views/page.h"
 
-class QCheckBox;
-class QComboBox;
-class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QListView;
 class QPlainTextEdit;
 class QPushButton;
-class QSpinBox;
 class QTextBrowser;
 
 namespace tokenfab::ui {
@@ -59,22 +56,17 @@ class ChatPage : public Page {
   int64_t current_conversation() const { return conversation_id_; }
   ConversationListModel* conversation_model() const { return model_.get(); }
   Database* database() const { return db_.get(); }
-  // The head choice shown now: "none", "auto" or a registered head's name.
-  QString head_choice() const;
-  // Shows `choice` when the picker offers it (false otherwise); saved with the conversation.
-  bool set_head_choice(const QString& choice);
+  // The conversation's settings (ChatSettingsBar): head "none" / "auto" / a registered head's
+  // name, model file ("": the loaded one), device mode ("", "colocated", "disaggregated"); each
+  // setter shows the value and saves it with the conversation (false: not offered).
+  QString head_choice() const { return settings_->head_choice(); }
+  bool set_head_choice(const QString& choice) { return settings_->set_head_choice(choice); }
+  QString model_choice() const { return settings_->model_choice(); }
+  void set_model_choice(const QString& path) { settings_->set_model_choice(path); }
+  QString mode_choice() const { return settings_->mode_choice(); }
+  bool set_mode_choice(const QString& mode) { return settings_->set_mode_choice(mode); }
   // Reloads the picker's heads from the registry (those made for the loaded model).
   void refresh_heads();
-  // The conversation's model file ("" : whatever the engine has loaded) and device mode ("" :
-  // the engine's, "colocated" or "disaggregated"); saved with the conversation.
-  QString model_choice() const { return model_path_; }
-  void set_model_choice(const QString& path);  // shows and saves it
-  QString mode_choice() const;
-  bool set_mode_choice(const QString& mode);
-  // The engine configuration `mode` asks for, from `current`: colocated runs every device of
-  // `current` as a full worker; disaggregated prefills on the first device and decodes on the
-  // others (cpu:0 → cpu:1 when there is one device). "" keeps `current`.
-  static EngineConfig config_for_mode(const EngineConfig& current, const QString& mode);
 
  protected:
   void showEvent(QShowEvent* event) override;  // heads may have been trained or deleted meanwhile
@@ -100,12 +92,9 @@ class ChatPage : public Page {
   void render();
   void load_settings();
   void save_settings();
-  std::string settings_json() const;  // the settings shown now
   // Loads the conversation's model or switches the engine's mode when they differ from what runs;
   // true when the message can be sent now (false: it waits for the load, or failed).
   bool engine_ready_for(const QString& text);
-  void choose_model_file();
-  void show_model(const QString& path);
   void rename_conversation();
   void delete_conversation();
   void update_buttons();
@@ -128,20 +117,10 @@ class ChatPage : public Page {
   QPushButton* new_button_ = nullptr;
   QPushButton* rename_button_ = nullptr;
   QPushButton* delete_button_ = nullptr;
-  QSpinBox* max_tokens_ = nullptr;
-  QDoubleSpinBox* temperature_ = nullptr;
-  QSpinBox* top_k_ = nullptr;
-  QDoubleSpinBox* top_p_ = nullptr;
-  QDoubleSpinBox* min_p_ = nullptr;
-  QComboBox* head_ = nullptr;
-  QPushButton* model_button_ = nullptr;
-  QPushButton* model_reset_ = nullptr;
-  QComboBox* mode_ = nullptr;
-  QString model_path_;
+  ChatSettingsBar* settings_ = nullptr;
   // A message waiting for the conversation's model to load (sent on loaded(); put back in the
   // input box if the load fails, so nothing is lost).
   QString pending_message_;
-  QCheckBox* colour_drafted_ = nullptr;
   QTextBrowser* messages_ = nullptr;
   QPlainTextEdit* input_ = nullptr;
   QPushButton* send_button_ = nullptr;
