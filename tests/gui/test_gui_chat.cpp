@@ -49,6 +49,7 @@ class GuiChatTest : public QObject {
   void reply_streams_and_is_saved();
   void head_choice_is_kept_per_conversation_and_defaults_from_settings();
   void model_and_device_mode_per_conversation();
+  void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
 
@@ -181,6 +182,28 @@ void GuiChatTest::model_and_device_mode_per_conversation() {
   // New conversations start from the shown settings: leave none naming the copy behind.
   QVERIFY(page->conversation_model()->remove(a));
   QVERIFY(page->conversation_model()->remove(b));
+}
+
+// Cancel while the model loads: loadCancelled at once, the status bar says so, and the loader's
+// result, when it arrives, is dropped; a later load works.
+void GuiChatTest::cancelled_load_leaves_no_model_and_the_next_load_works() {
+  EngineBridge bridge;
+  MainWindow window(&bridge);
+  QSignalSpy started(&bridge, &EngineBridge::loadStarted);
+  QSignalSpy cancelled(&bridge, &EngineBridge::loadCancelled);
+  QSignalSpy loaded(&bridge, &EngineBridge::loaded);
+  bridge.load(model_path_, test_config());
+  QCOMPARE(started.count(), 1);
+  QVERIFY(bridge.loading());
+  bridge.cancel_load();
+  QCOMPARE(cancelled.count(), 1);
+  QVERIFY(!bridge.loading());
+  QTest::qWait(3000);  // long enough for the loader to finish here; its result is dropped
+  QCOMPARE(loaded.count(), 0);
+  QVERIFY(!bridge.ready());
+  bridge.load(model_path_, test_config());
+  QTRY_VERIFY_WITH_TIMEOUT(loaded.count() == 1, kLoadTimeoutMs);
+  QVERIFY(bridge.ready());
 }
 
 void GuiChatTest::reply_streams_and_is_saved() {

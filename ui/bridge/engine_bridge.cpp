@@ -62,6 +62,8 @@ void EngineBridge::load(const QString& model_path, const EngineConfig& config) {
   model_.reset();
   tokenizer_.reset();
   const uint64_t generation = ++load_generation_;
+  loading_ = true;
+  emit loadStarted(model_path);
   loader_ = std::thread([this, path = model_path.toStdString(), config, generation] {
     auto result = std::make_shared<LoadResult>();
     result->load(path, config);
@@ -98,7 +100,8 @@ void EngineBridge::LoadResult::load(const std::string& model_path,
 void EngineBridge::on_load_finished(const std::shared_ptr<LoadResult>& result,
                                     uint64_t generation) {
   join_loader();
-  if (generation != load_generation_) return;  // a later load() superseded this one
+  if (generation != load_generation_) return;  // superseded by a later load() or cancelled
+  loading_ = false;
   if (!result->engine) {
     emit failed(result->error);
     return;
@@ -108,6 +111,13 @@ void EngineBridge::on_load_finished(const std::shared_ptr<LoadResult>& result,
   config_ = result->config;
   start_engine(std::move(result->engine));
   emit loaded();
+}
+
+void EngineBridge::cancel_load() {
+  if (!loading_) return;
+  ++load_generation_;  // the loader's result will not match
+  loading_ = false;
+  emit loadCancelled();
 }
 
 void EngineBridge::start_engine(std::unique_ptr<Engine> engine) {

@@ -61,6 +61,10 @@ class EngineBridge : public QObject {
   void reconfigure(const EngineConfig& config);
 
   bool ready() const { return engine_ != nullptr; }
+  bool loading() const { return loading_; }
+  // Abandons the load in progress: its result, when the loader thread finishes, is dropped (the
+  // thread itself cannot be interrupted mid-read), and loadCancelled() follows at once.
+  void cancel_load();
   const LlamaModel* model() const { return model_.get(); }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const EngineConfig& config() const { return config_; }
@@ -72,8 +76,10 @@ class EngineBridge : public QObject {
   SnapshotPtr last_snapshot() const { return last_snapshot_; }
 
  signals:
+  void loadStarted(const QString& model_path);  // "" : the embedded default
   void loaded();
   void failed(const QString& message);
+  void loadCancelled();  // cancel_load(): no model is loaded
   void streamed(const QVector<tokenfab::ui::StreamUpdate>& updates);  // ~30 Hz, GUI thread
   void snapshotTaken(const tokenfab::ui::SnapshotPtr& snapshot);      // ~10 Hz, GUI thread
 
@@ -96,6 +102,7 @@ class EngineBridge : public QObject {
 
   std::thread loader_;
   uint64_t load_generation_ = 0;  // a load's result is applied only if no later load() began
+  bool loading_ = false;          // a load() whose result is still awaited
 
   std::mutex events_mutex_;         // guards events_ (filled on engine worker threads)
   std::vector<TokenEvent> events_;  // in arrival order

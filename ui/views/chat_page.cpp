@@ -197,6 +197,13 @@ void ChatPage::attach(EngineBridge* bridge) {
   };
   connect(bridge, &EngineBridge::loaded, this, on_loaded);
   if (bridge->ready()) on_loaded();
+  connect(bridge, &EngineBridge::loadCancelled, this, [this] {
+    show_status(tr("No model: loading was cancelled"));
+    if (!pending_message_.isEmpty() && input_->toPlainText().isEmpty())
+      input_->setPlainText(pending_message_);  // the message that waited is not lost
+    pending_message_.clear();
+    update_buttons();
+  });
   connect(bridge, &EngineBridge::failed, this, [this](const QString& message) {
     show_status(QStringLiteral("No model: %1").arg(message));
     if (!pending_message_.isEmpty() && input_->toPlainText().isEmpty())

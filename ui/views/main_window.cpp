@@ -4,6 +4,8 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QListWidget>
+#include <QProgressBar>
+#include <QPushButton>
 #include <QStackedWidget>
 #include <QStatusBar>
 
@@ -35,10 +37,30 @@ MainWindow::MainWindow(EngineBridge* bridge, QWidget* parent)
   statusBar()->addWidget(mode_label_);
   statusBar()->addWidget(devices_label_, 1);
   statusBar()->addPermanentWidget(rate_label_);
+  // While a model loads: a busy bar (the load reports no fraction) and Cancel.
+  load_progress_ = new QProgressBar;
+  load_progress_->setRange(0, 0);
+  load_progress_->setMaximumWidth(160);
+  load_cancel_ = new QPushButton(tr("Cancel"));
+  statusBar()->addWidget(load_progress_);
+  statusBar()->addWidget(load_cancel_);
+  show_loading(bridge && bridge->loading());
+  connect(load_cancel_, &QPushButton::clicked, bridge, &EngineBridge::cancel_load);
 
+  connect(bridge, &EngineBridge::loadStarted, this, [this](const QString& path) {
+    model_label_->setText(path.isEmpty() ? tr("Loading the default model…")
+                                         : tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    show_loading(true);
+  });
   connect(bridge, &EngineBridge::loaded, this, &MainWindow::on_loaded);
-  connect(bridge, &EngineBridge::failed, this,
-          [this](const QString&) { model_label_->setText(tr("No model loaded")); });
+  connect(bridge, &EngineBridge::failed, this, [this](const QString&) {
+    model_label_->setText(tr("No model loaded"));
+    show_loading(false);
+  });
+  connect(bridge, &EngineBridge::loadCancelled, this, [this] {
+    model_label_->setText(tr("No model loaded (loading was cancelled)"));
+    show_loading(false);
+  });
   connect(bridge, &EngineBridge::snapshotTaken, this, &MainWindow::on_snapshot);
   if (bridge->ready()) on_loaded();  // a window made after the load
   resize(1200, 800);
@@ -82,7 +104,13 @@ Page* MainWindow::page(const QString& title) const {
   return nullptr;
 }
 
+void MainWindow::show_loading(bool loading) {
+  load_progress_->setVisible(loading);
+  load_cancel_->setVisible(loading);
+}
+
 void MainWindow::on_loaded() {
+  show_loading(false);
   const QString file = QString::fromStdString(bridge_->model()->file().name());
   model_label_->setText(QFileInfo(file).fileName());
   model_label_->setToolTip(file);

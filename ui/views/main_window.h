@@ -12,6 +12,8 @@
 
 class QLabel;
 class QListWidget;
+class QProgressBar;
+class QPushButton;
 class QStackedWidget;
 
 namespace tokenfab::ui {
@@ -41,6 +43,7 @@ class MainWindow : public QMainWindow {
  private:
   void on_snapshot(const SnapshotPtr& snapshot);
   void on_loaded();
+  void show_loading(bool loading);
 
   QPointer<EngineBridge> bridge_;
   std::vector<Page*> pages_;
@@ -50,6 +53,8 @@ class MainWindow : public QMainWindow {
   QLabel* mode_label_ = nullptr;
   QLabel* devices_label_ = nullptr;
   QLabel* rate_label_ = nullptr;
+  QProgressBar* load_progress_ = nullptr;
+  QPushButton* load_cancel_ = nullptr;
 };
 
 }  // namespace tokenfab::ui
