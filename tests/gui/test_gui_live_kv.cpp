@@ -202,6 +202,8 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
         return before_first;
       }());
   QCOMPARE(live.points("no such series"), -1);
+  // The KV inspector's usage over time: one point per snapshot fed, for the device it shows.
+  QCOMPARE(kv.usage_points(), std::min(snapshots, static_cast<int>(KvPage::kUsagePoints)));
   // Per-request lines: requests seen decoding in a snapshot have one (the newest kept).
   int request_lines = 0;
   for (const auto& [id, prompt] : prompts)

@@ -5,10 +5,12 @@
 #include <QSplitter>
 #include <QTabWidget>
 #include <QVBoxLayout>
+#include <chrono>
 #include <map>
 
 #include "core/tokenizer/tokenizer.h"
 #include "ui/views/kv_block_tokens.h"
+#include "ui/widgets/time_chart.h"
 
 namespace tokenfab::ui {
 
@@ -86,9 +88,13 @@ KvPage::KvPage(QWidget* parent) : Page(parent) {
                            "Output tokens", "Preemptions", "Blocks held"},
                           this);
   transfers_ = make_table({"Request", "Src → dst", "Blocks", "Bytes", "ms", "GB/s", "State"}, this);
+  usage_chart_ = new TimeChart("KV blocks of the shown device over time", "% of blocks", this);
+  usage_chart_->ensure_series("owned", "owned by sequences");
+  usage_chart_->ensure_series("cached", "prefix-cached, unreferenced");
   auto* tabs = new QTabWidget(this);
   tabs->addTab(sequences_, "Live sequences");
   tabs->addTab(transfers_, "Transfer log");
+  tabs->addTab(usage_chart_, "Usage over time");
 
   auto* split = new QSplitter(Qt::Vertical, this);
   split->addWidget(upper);
@@ -108,6 +114,7 @@ KvPage::KvPage(QWidget* parent) : Page(parent) {
     block_ = -1;
     map_->set_selected(-1);
     show_device();
+    show_usage();
     update_details();
   });
   connect(map_, &BlockMap::blockClicked, this, &KvPage::select_block);
@@ -127,10 +134,43 @@ void KvPage::on_snapshot(const SnapshotPtr& snapshot) {
   if (!snapshot) return;
   snapshot_ = snapshot;
   sync_device_list();
+  record_usage();
   show_device();
+  show_usage();
   update_details();
   update_sequences();
   update_transfers();
+}
+
+void KvPage::record_usage() {
+  if (!origin_) origin_ = snapshot_->time;
+  const double t = std::chrono::duration<double>(snapshot_->time - *origin_).count();
+  for (const DeviceSnapshot& d : snapshot_->devices) {
+    if (d.kv.n_blocks <= 0) continue;
+    auto& history = usage_history_[d.name];
+    history.push_back(
+        {t, 100.0 * d.kv.n_owned / d.kv.n_blocks, 100.0 * d.kv.n_cached / d.kv.n_blocks});
+    while (history.size() > kUsagePoints) history.pop_front();
+  }
+}
+
+void KvPage::show_usage() {
+  QList<QPointF> owned, cached;
+  const auto it = usage_history_.find(device_);
+  if (it != usage_history_.end()) {
+    for (const UsagePoint& p : it->second) {
+      owned.append({p.t_s, p.owned_pct});
+      cached.append({p.t_s, p.cached_pct});
+    }
+  }
+  usage_chart_->set_points("owned", owned);
+  usage_chart_->set_points("cached", cached);
+  usage_chart_->fit_axes(owned.isEmpty() ? 0.0 : owned.front().x(),
+                         owned.isEmpty() ? 60.0 : owned.back().x());
+}
+
+int KvPage::usage_points() const {
+  return usage_chart_->points("owned");
 }
 
 const DeviceSnapshot* KvPage::shown_device() const {

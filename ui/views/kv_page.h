@@ -1,7 +1,8 @@
 #pragma once
 // KvPage ("KV inspector"): one device's paged KV cache block by block (BlockMap), the clicked
 // block's record and — where the snapshot allows — its tokens as text, the live sequences with
-// the blocks they hold per device, the KV transfer log and the prefix-cache figures.
+// the blocks they hold per device, the KV transfer log, the prefix-cache figures, and the shown
+// device's blocks owned and prefix-cached over time (the last kUsagePoints snapshots).
 //
 // Everything shown comes from the latest EngineSnapshot (~10 Hz through the bridge, or fed
 // directly by tests): on_snapshot() updates the selected device's map and the tables; the clicked
@@ -11,6 +12,9 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QTableWidget>
+#include <deque>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "ui/bridge/engine_bridge.h"
@@ -22,6 +26,8 @@ class Tokenizer;
 }
 
 namespace tokenfab::ui {
+
+class TimeChart;
 
 class KvPage : public Page {
   Q_OBJECT
@@ -44,6 +50,8 @@ class KvPage : public Page {
   QString block_details() const { return details_->text(); }
   QString block_tokens() const { return tokens_->toPlainText(); }
   QString usage_text() const { return usage_->text(); }
+  int usage_points() const;  // points of the shown device's "owned" series over time
+  static constexpr size_t kUsagePoints = 600;
 
  public slots:
   void on_snapshot(const tokenfab::ui::SnapshotPtr& snapshot);
@@ -55,6 +63,8 @@ class KvPage : public Page {
   void update_details();
   void update_sequences();
   void update_transfers();
+  void record_usage();  // every device's owned / cached share at this snapshot
+  void show_usage();    // the shown device's history in the chart
   const Tokenizer* tokenizer() const;
 
   EngineBridge* bridge_ = nullptr;
@@ -70,6 +80,12 @@ class KvPage : public Page {
   QPlainTextEdit* tokens_ = nullptr;
   QTableWidget* sequences_ = nullptr;
   QTableWidget* transfers_ = nullptr;
+  TimeChart* usage_chart_ = nullptr;
+  struct UsagePoint {
+    double t_s, owned_pct, cached_pct;
+  };
+  std::map<std::string, std::deque<UsagePoint>> usage_history_;  // by device
+  std::optional<MetricsTime> origin_;                            // the first snapshot's time
 };
 
 }  // namespace tokenfab::ui
