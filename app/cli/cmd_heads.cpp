@@ -208,7 +208,6 @@ void run_eval(const EvalCommand& c) {
   if (requantized) native = std::make_unique<Engine>(*m.model, config, is_end);
   std::signal(SIGINT, on_sigint);
   DecodeTotals with, without, native_totals;
-  std::vector<int64_t> proposed, accepted;
   bool lossless = true;
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < texts.size() && !g_cancel.load(); ++i) {
@@ -228,13 +227,6 @@ void run_eval(const EvalCommand& c) {
     }
     without.add(base);
     with.add(spec);
-    const SpeculationStats& st = spec.speculation;
-    proposed.resize(std::max(proposed.size(), st.proposed_at.size()));
-    accepted.resize(proposed.size());
-    for (size_t p = 0; p < st.proposed_at.size(); ++p) {
-      proposed[p] += st.proposed_at[p];
-      accepted[p] += st.accepted_at[p];
-    }
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cerr << "\rprompt " << i + 1 << "/" << texts.size() << "  ACCEPT/STEP "
@@ -246,9 +238,7 @@ void run_eval(const EvalCommand& c) {
   }
   std::cerr << std::endl;
   if (g_cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
-  std::vector<double> per_position;
-  for (size_t p = 0; p < proposed.size(); ++p)
-    per_position.push_back(proposed[p] ? static_cast<double>(accepted[p]) / proposed[p] : 0.0);
+  const std::vector<double> per_position = with.per_position();
   const double accept = with.accept_per_step();
   nlohmann::json out = {{"accept_per_step", accept},
                         {"per_position", per_position},

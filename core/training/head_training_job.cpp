@@ -88,6 +88,13 @@ void validate_head_training(const HeadTrainingRequest& r) {
 }
 
 void DecodeTotals::add(const RequestInfo& info) {
+  const SpeculationStats& st = info.speculation;
+  proposed_at.resize(std::max(proposed_at.size(), st.proposed_at.size()));
+  accepted_at.resize(proposed_at.size());
+  for (size_t p = 0; p < st.proposed_at.size(); ++p) {
+    proposed_at[p] += st.proposed_at[p];
+    accepted_at[p] += st.accepted_at[p];
+  }
   if (!info.metrics) return;
   tokens += info.metrics->output_tokens;
   for (const int32_t n : info.metrics->tokens_per_step) {
@@ -96,6 +103,15 @@ void DecodeTotals::add(const RequestInfo& info) {
   }
   if (info.metrics->e2e_s && info.metrics->ttft_s)
     decode_s += *info.metrics->e2e_s - *info.metrics->ttft_s;
+}
+
+std::vector<double> DecodeTotals::per_position() const {
+  std::vector<double> rates;
+  for (size_t p = 0; p < proposed_at.size(); ++p)
+    rates.push_back(proposed_at[p]
+                        ? static_cast<double>(accepted_at[p]) / static_cast<double>(proposed_at[p])
+                        : 0.0);
+  return rates;
 }
 
 namespace {

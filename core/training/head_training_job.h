@@ -63,7 +63,10 @@ void validate_head_training(const HeadTrainingRequest& request);
 struct DecodeTotals {
   int64_t decode_tokens = 0, steps = 0, tokens = 0;
   double decode_s = 0;
+  std::vector<int64_t> proposed_at, accepted_at;  // per draft position, summed over requests
   void add(const RequestInfo& info);
+  // Per draft position: accepted / proposed (0 where nothing was proposed).
+  std::vector<double> per_position() const;
   double tok_s() const {
     return decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0.0;
   }

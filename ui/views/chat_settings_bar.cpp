@@ -146,11 +146,16 @@ QString ChatSettingsBar::head_choice() const {
   return head_->currentData().toString();
 }
 
-bool ChatSettingsBar::set_head_choice(const QString& choice) {
-  const int index = head_->findData(choice);
+// Shows the item whose data is `data`; false when the combo has none.
+static bool select_by_data(QComboBox* combo, const QString& data) {
+  const int index = combo->findData(data);
   if (index < 0) return false;
-  head_->setCurrentIndex(index);
+  combo->setCurrentIndex(index);
   return true;
+}
+
+bool ChatSettingsBar::set_head_choice(const QString& choice) {
+  return select_by_data(head_, choice);
 }
 
 void ChatSettingsBar::set_heads(const std::vector<std::pair<QString, QString>>& heads) {
@@ -186,10 +191,7 @@ QString ChatSettingsBar::mode_choice() const {
 }
 
 bool ChatSettingsBar::set_mode_choice(const QString& mode) {
-  const int index = mode_->findData(mode);
-  if (index < 0) return false;
-  mode_->setCurrentIndex(index);
-  return true;
+  return select_by_data(mode_, mode);
 }
 
 // The devices of `c` in order: the colocated ones, or the prefill devices then the decode ones.

@@ -134,7 +134,6 @@ EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenize
                          const std::atomic<bool>& cancel) {
   const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
   DecodeTotals with, without;
-  std::vector<int64_t> proposed, accepted;
   for (const std::string& text : texts) {
     if (cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
     GenerationRequest r{
@@ -148,20 +147,12 @@ EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenize
       throw Error("a prompt failed: " + (base.error.empty() ? spec.error : base.error));
     without.add(base);
     with.add(spec);
-    const SpeculationStats& st = spec.speculation;
-    proposed.resize(std::max(proposed.size(), st.proposed_at.size()));
-    accepted.resize(proposed.size());
-    for (size_t p = 0; p < st.proposed_at.size(); ++p) {
-      proposed[p] += st.proposed_at[p];
-      accepted[p] += st.accepted_at[p];
-    }
   }
   EvaluationRecord e;
   e.spec = "chain";
   e.target_quant = "native";
   e.accept_per_step = with.accept_per_step();
-  for (size_t p = 0; p < proposed.size(); ++p)
-    e.per_position.push_back(proposed[p] ? static_cast<double>(accepted[p]) / proposed[p] : 0.0);
+  e.per_position = with.per_position();
   e.decode_tok_s = with.tok_s();
   e.baseline_decode_tok_s = without.tok_s();
   e.prompts = static_cast<int64_t>(texts.size());
