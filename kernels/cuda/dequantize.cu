@@ -1,7 +1,5 @@
 #include "kernels/cuda/dequantize.cuh"
 
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -9,22 +7,20 @@
 
 #include "kernels/cpu/quant_types.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dequantize_device.cuh"
 
 namespace tokenfab::kernels {
 
 namespace {
+
+using cuda_detail::bf16_bits_to_float;
+using cuda_detail::half_bits_to_float;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover any size beyond this
 
 // Rows are packed back to back and n is a multiple of kQK for block types, so `rows` rows of n
 // elements are one run of rows·n elements (rows·n/kQK blocks): every kernel sees a flat array.
-
-__device__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
-
-__device__ float bf16_bits_to_float(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
 
 // One thread per element. src: (total) f32 / f16 / bf16 bits.
 template <WeightType kType>
@@ -60,14 +56,12 @@ __global__ void dequantize_q4_kernel(const void* src, float* y, int64_t total) {
     const int hi = block.qs[j] >> 4;
     float* out = y + b * kQK;  // (kQK)
     if constexpr (kType == WeightType::Q4_0) {
-      out[j] = __fmul_rn(d, static_cast<float>(lo - 8));
-      out[j + kQK / 2] = __fmul_rn(d, static_cast<float>(hi - 8));
+      out[j] = cuda_detail::q4_0_value(d, lo);
+      out[j + kQK / 2] = cuda_detail::q4_0_value(d, hi);
     } else {
-      // Explicit rounding steps: a contracted fma(d, q, m) would differ from the CPU reference,
-      // which rounds d·q before adding m.
       const float m = half_bits_to_float(block.m);
-      out[j] = __fadd_rn(__fmul_rn(d, static_cast<float>(lo)), m);
-      out[j + kQK / 2] = __fadd_rn(__fmul_rn(d, static_cast<float>(hi)), m);
+      out[j] = cuda_detail::q4_1_value(d, m, lo);
+      out[j + kQK / 2] = cuda_detail::q4_1_value(d, m, hi);
     }
   }
 }
@@ -78,7 +72,7 @@ __global__ void dequantize_q8_0_kernel(const BlockQ8_0* blocks, float* y, int64_
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const BlockQ8_0& block = blocks[i / kQK];
-    y[i] = __fmul_rn(half_bits_to_float(block.d), static_cast<float>(block.qs[i % kQK]));
+    y[i] = cuda_detail::q8_0_value(half_bits_to_float(block.d), block.qs[i % kQK]);
   }
 }
 
@@ -91,7 +85,8 @@ unsigned grid_for(int64_t work_items) {
 void launch_dequantize_rows(int type, const void* src, float* y, int64_t rows, int64_t n,
                             cudaStream_t stream) {
   if (type < static_cast<int>(WeightType::F32) || type > static_cast<int>(WeightType::Q8_0))
-    throw std::invalid_argument("launch_dequantize_rows: unknown weight type " + std::to_string(type));
+    throw std::invalid_argument("launch_dequantize_rows: unknown weight type " +
+                                std::to_string(type));
   const auto wtype = static_cast<WeightType>(type);
   if (rows < 0 || n < 0)
     throw std::invalid_argument("launch_dequantize_rows: negative shape (" + std::to_string(rows) +
@@ -108,19 +103,24 @@ void launch_dequantize_rows(int type, const void* src, float* y, int64_t rows, i
 
   switch (wtype) {
     case WeightType::F32:
-      dequantize_float_kernel<WeightType::F32><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+      dequantize_float_kernel<WeightType::F32>
+          <<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
       break;
     case WeightType::F16:
-      dequantize_float_kernel<WeightType::F16><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+      dequantize_float_kernel<WeightType::F16>
+          <<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
       break;
     case WeightType::BF16:
-      dequantize_float_kernel<WeightType::BF16><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+      dequantize_float_kernel<WeightType::BF16>
+          <<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
       break;
     case WeightType::Q4_0:
-      dequantize_q4_kernel<WeightType::Q4_0><<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
+      dequantize_q4_kernel<WeightType::Q4_0>
+          <<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
       break;
     case WeightType::Q4_1:
-      dequantize_q4_kernel<WeightType::Q4_1><<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
+      dequantize_q4_kernel<WeightType::Q4_1>
+          <<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
       break;
     case WeightType::Q8_0:
       dequantize_q8_0_kernel<<<grid_for(total), kThreads, 0, stream>>>(

@@ -1,14 +1,18 @@
 // Each CUDA op against its CPU reference op on random inputs of model-like shapes (odd row
 // counts; n = 32, 576, 1536, 4096 — SmolLM2 uses 576 and 1536). Skips when no CUDA device exists.
+// Paged attention has its own file (test_cuda_paged_attention.cpp).
 
 #include <QtTest/QtTest>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -16,91 +20,70 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_types.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cuda/add_inplace.cuh"
+#include "kernels/cuda/argmax.cuh"
+#include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dequantize.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/kv_blocks_pack.cuh"
 #include "kernels/cuda/rms_norm.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/silu_mul.cuh"
+#include "tests/gpu/cuda_test_support.h"
 
 namespace {
 
 using namespace tokenfab::kernels;
+using namespace tokenfab::kernels::testing;
 
 // Tolerances. rms_norm: the GPU sums squares in f32 in a different order than the CPU's f64 sum,
 // which moves the row scale by a few ulp — relative 1e-5 per element. silu_mul: CUDA's expf is
 // within 2 ulp of the true exp and everything else is IEEE-rounded — relative 1e-5 per element.
 // dequantize: the same IEEE operations in the same order — bit-exact (NaN payloads aside).
+// embedding, add_inplace, argmax, KV pack/unpack: the same IEEE operations (or plain copies and
+// comparisons) — bit-exact. rope: both sides compute the angle's cos/sin in double and round to
+// f32, but CUDA's double pow/sin/cos are within 2 ulp of the true value where glibc's are within
+// 1, so a table entry can land one f32 ulp (≤ 2^-24 for |c| < 1) away at a rounding boundary; the
+// rotation's two products and sum are then rounded as on the CPU, which puts the output within a
+// few ulp of |a| + |b| — allowed: 1e-6·(|a| + |b|). GEMM: products of bf16 values are exact in
+// f32, but cuBLAS sums the k products in f32 in its own order (tensor-core partial sums) where
+// the CPU loop sums in double; f32 summation of k terms is off by at most k·2^-24·Σ|a·b|, so
+// each element is allowed 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
 constexpr float kRmsNormRel = 1e-5f;
 constexpr float kSiluMulRel = 1e-5f;
+constexpr float kRopeRel = 1e-6f;
+constexpr double kGemmUlps = 2.0;
 constexpr float kEps = 1e-5f;
 
-// Device memory for `count` values of T, freed when the buffer goes out of scope.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    TOKENFAB_CUDA_CHECK(cudaMalloc(&data_, bytes()));
+// A random quantized matrix (rows, n) of `type`, rows of different magnitudes so the block scales
+// span a wide range; 16-bit types get random bit patterns (subnormals, infinities and NaNs too).
+std::vector<uint8_t> random_weight_rows(std::mt19937& rng, WeightType type, int64_t rows,
+                                        int64_t n) {
+  const size_t stride = row_bytes(type, static_cast<uint64_t>(n));
+  std::vector<uint8_t> src(stride * rows);
+  if (type == WeightType::F16 || type == WeightType::BF16) {
+    std::uniform_int_distribution<int> bits(0, 0xffff);
+    for (size_t i = 0; i + 1 < src.size(); i += 2) {
+      const auto v = static_cast<uint16_t>(bits(rng));
+      std::memcpy(src.data() + i, &v, sizeof v);
+    }
+    return src;
   }
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return data_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-  void upload(const std::vector<T>& host) {
-    TOKENFAB_CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(r % 13) - 6);
+    const std::vector<float> x = random_floats(rng, n, -scale, scale);
+    quantize_row(type, x.data(), src.data() + r * stride, n);
   }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    TOKENFAB_CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  size_t count_;
-};
-
-std::vector<float> random_floats(std::mt19937& rng, size_t count, float lo, float hi) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(count);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Index of the first element outside |got - want| <= rel·|want|, or -1 when all are within.
-int64_t first_relative_mismatch(const std::vector<float>& got, const std::vector<float>& want,
-                                float rel) {
-  for (size_t i = 0; i < want.size(); ++i)
-    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]))) return static_cast<int64_t>(i);
-  return -1;
-}
-
-// Index of the first element whose bits differ (two NaNs count as equal), or -1.
-int64_t first_bit_mismatch(const std::vector<float>& got, const std::vector<float>& want) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
-      return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
-QByteArray mismatch_message(const char* what, int64_t index, int64_t n, const std::vector<float>& got,
-                            const std::vector<float>& want) {
-  return QStringLiteral("%1: row %2 col %3: gpu %4, cpu %5")
-      .arg(what)
-      .arg(index / n)
-      .arg(index % n)
-      .arg(static_cast<double>(got[index]), 0, 'g', 9)
-      .arg(static_cast<double>(want[index]), 0, 'g', 9)
-      .toUtf8();
+  return src;
 }
 
 // Shapes (rows, n) every op runs on; odd row counts so no kernel can rely on pairs of rows.
 void add_shape_rows() {
   QTest::addColumn<qint64>("rows");
   QTest::addColumn<qint64>("n");
-  const qint64 shapes[][2] = {{1, 32}, {7, 32}, {3, 576}, {33, 576}, {5, 1536}, {1, 4096}, {9, 4096}};
+  const qint64 shapes[][2] = {{1, 32},   {7, 32},   {3, 576}, {33, 576},
+                              {5, 1536}, {1, 4096}, {9, 4096}};
   for (const auto& s : shapes)
     QTest::addRow("%lldx%lld", static_cast<long long>(s[0]), static_cast<long long>(s[1]))
         << s[0] << s[1];
@@ -121,6 +104,18 @@ class TestCudaOps : public QObject {
   void dequantize_matches_cpu_exactly_data();
   void dequantize_matches_cpu_exactly();
   void dequantize_rejects_bad_arguments();
+  void embedding_matches_cpu_exactly_data();
+  void embedding_matches_cpu_exactly();
+  void rope_matches_cpu_data();
+  void rope_matches_cpu();
+  void add_inplace_matches_cpu_exactly_data() { add_shape_rows(); }
+  void add_inplace_matches_cpu_exactly();
+  void argmax_matches_cpu_data();
+  void argmax_matches_cpu();
+  void kv_pack_unpack_round_trip_data();
+  void kv_pack_unpack_round_trip();
+  void gemm_bf16_matches_cpu_loop_data();
+  void gemm_bf16_matches_cpu_loop();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -149,7 +144,8 @@ void TestCudaOps::rms_norm_matches_cpu() {
   const std::vector<float> x = random_floats(rng, rows * n, -3.0f, 3.0f);
   const std::vector<float> w = random_floats(rng, n, 0.25f, 2.0f);
   std::vector<float> want(rows * n);  // (rows, n)
-  for (int64_t r = 0; r < rows; ++r) rms_norm(x.data() + r * n, w.data(), want.data() + r * n, n, kEps);
+  for (int64_t r = 0; r < rows; ++r)
+    rms_norm(x.data() + r * n, w.data(), want.data() + r * n, n, kEps);
 
   DeviceBuffer<float> dx(x.size()), dw(w.size()), dy(want.size());
   dx.upload(x);
@@ -210,25 +206,11 @@ void TestCudaOps::dequantize_matches_cpu_exactly() {
   const auto wtype = static_cast<WeightType>(type);
   std::mt19937 rng(static_cast<uint32_t>(type * 31337 + rows * 101 + n));
   const size_t stride = row_bytes(wtype, static_cast<uint64_t>(n));
-  std::vector<uint8_t> src(stride * rows);  // rows of n elements of `type`, back to back
-
-  if (wtype == WeightType::F16 || wtype == WeightType::BF16) {
-    // Every 16-bit pattern is a value: random bits reach subnormals, infinities and NaNs.
-    std::uniform_int_distribution<int> bits(0, 0xffff);
-    for (size_t i = 0; i + 1 < src.size(); i += 2) {
-      const auto v = static_cast<uint16_t>(bits(rng));
-      std::memcpy(src.data() + i, &v, sizeof v);
-    }
-  } else {
-    // Rows of different magnitudes, so the block scales span a wide range.
-    for (int64_t r = 0; r < rows; ++r) {
-      const float scale = std::ldexp(1.0f, static_cast<int>(r % 13) - 6);
-      const std::vector<float> x = random_floats(rng, n, -scale, scale);
-      quantize_row(wtype, x.data(), src.data() + r * stride, n);
-    }
-  }
-  std::vector<float> want(rows * n);  // (rows, n)
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(wtype, src.data() + r * stride, want.data() + r * n, n);
+  const std::vector<uint8_t> src =
+      random_weight_rows(rng, wtype, rows, n);  // (rows) of stride bytes
+  std::vector<float> want(rows * n);            // (rows, n)
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(wtype, src.data() + r * stride, want.data() + r * n, n);
 
   DeviceBuffer<uint8_t> dsrc(src.size());
   DeviceBuffer<float> dy(want.size());
@@ -244,9 +226,320 @@ void TestCudaOps::dequantize_rejects_bad_arguments() {
   DeviceBuffer<float> dy(64);
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            launch_dequantize_rows(99, dy.get(), dy.get(), 1, 32, stream_));
-  QVERIFY_THROWS_EXCEPTION(
-      std::invalid_argument,
-      launch_dequantize_rows(static_cast<int>(WeightType::Q4_0), dy.get(), dy.get(), 1, 48, stream_));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           launch_dequantize_rows(static_cast<int>(WeightType::Q4_0), dy.get(),
+                                                  dy.get(), 1, 48, stream_));
+}
+
+void TestCudaOps::embedding_matches_cpu_exactly_data() {
+  QTest::addColumn<int>("type");
+  QTest::addColumn<qint64>("n_vocab");
+  QTest::addColumn<qint64>("n_embd");
+  QTest::addColumn<qint64>("n_tokens");
+  const WeightType types[] = {WeightType::F32,  WeightType::F16,  WeightType::BF16,
+                              WeightType::Q4_0, WeightType::Q4_1, WeightType::Q8_0};
+  const qint64 shapes[][3] = {
+      {1, 32, 1}, {37, 64, 5}, {101, 576, 33}, {53, 1536, 7}, {7, 4096, 300}};
+  for (WeightType type : types)
+    for (const auto& s : shapes)
+      QTest::addRow("%s vocab %lld embd %lld tokens %lld", weight_type_name(type),
+                    static_cast<long long>(s[0]), static_cast<long long>(s[1]),
+                    static_cast<long long>(s[2]))
+          << static_cast<int>(type) << s[0] << s[1] << s[2];
+}
+
+void TestCudaOps::embedding_matches_cpu_exactly() {
+  QFETCH(int, type);
+  QFETCH(qint64, n_vocab);
+  QFETCH(qint64, n_embd);
+  QFETCH(qint64, n_tokens);
+  const auto wtype = static_cast<WeightType>(type);
+  std::mt19937 rng(static_cast<uint32_t>(type * 7 + n_vocab * 131 + n_embd + n_tokens));
+  const size_t stride = row_bytes(wtype, static_cast<uint64_t>(n_embd));
+  const std::vector<uint8_t> table = random_weight_rows(rng, wtype, n_vocab, n_embd);
+  // tokens: (n_tokens), random ids with repeats, the first and last ids always among them.
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(n_vocab - 1));
+  std::vector<int32_t> tokens(n_tokens);
+  for (int32_t& t : tokens) t = id(rng);
+  tokens.front() = static_cast<int32_t>(n_vocab - 1);
+  tokens.back() = 0;
+  std::vector<float> want(n_tokens * n_embd);  // (n_tokens, n_embd)
+  for (int64_t t = 0; t < n_tokens; ++t)
+    dequantize_row(wtype, table.data() + tokens[t] * stride, want.data() + t * n_embd, n_embd);
+
+  DeviceBuffer<uint8_t> dtable(table.size());
+  DeviceBuffer<int32_t> dtokens(tokens.size());
+  DeviceBuffer<float> dy(want.size());
+  dtable.upload(table);
+  dtokens.upload(tokens);
+  launch_embedding(type, dtable.get(), dtokens.get(), dy.get(), n_tokens, n_embd, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dy.download();
+  const int64_t bad = first_bit_mismatch(got, want);
+  QVERIFY2(bad < 0, mismatch_message("embedding", bad, n_embd, got, want).constData());
+}
+
+void TestCudaOps::rope_matches_cpu_data() {
+  QTest::addColumn<qint64>("rows");
+  QTest::addColumn<int>("n_heads");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("rot_dim");
+  QTest::addColumn<float>("base");
+  // SmolLM2-135M's q (9 × 64) and k (3 × 64), Llama-8B's (32 × 128), a partial rotation, and
+  // an odd head count.
+  QTest::newRow("1 row 9x64") << qint64{1} << 9 << 64 << 64 << 100000.0f;
+  QTest::newRow("7 rows 3x64") << qint64{7} << 3 << 64 << 64 << 100000.0f;
+  QTest::newRow("5 rows 32x128") << qint64{5} << 32 << 128 << 128 << 500000.0f;
+  QTest::newRow("3 rows 2x96 rot 64") << qint64{3} << 2 << 96 << 64 << 10000.0f;
+  QTest::newRow("33 rows 15x64") << qint64{33} << 15 << 64 << 64 << 10000.0f;
+}
+
+void TestCudaOps::rope_matches_cpu() {
+  QFETCH(qint64, rows);
+  QFETCH(int, n_heads);
+  QFETCH(int, head_dim);
+  QFETCH(int, rot_dim);
+  QFETCH(float, base);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 17 + n_heads * 3 + head_dim + rot_dim));
+  // x: rows of (n_heads, head_dim) with 5 floats of padding after each, which must stay as they
+  // are.
+  const int64_t row_floats = int64_t{n_heads} * head_dim;
+  const int64_t row_stride = row_floats + 5;
+  const std::vector<float> x = random_floats(rng, rows * row_stride, -4.0f, 4.0f);
+  // positions: (rows), 0 and long-context ones among them.
+  std::uniform_int_distribution<int32_t> pos(0, 40000);
+  std::vector<int32_t> positions(rows);
+  for (int32_t& p : positions) p = pos(rng);
+  positions.front() = 0;
+  std::vector<float> want = x;
+  std::vector<float> cos_t(rot_dim / 2), sin_t(rot_dim / 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    rope_table(positions[r], rot_dim, base, cos_t.data(), sin_t.data());
+    rope(want.data() + r * row_stride, n_heads, head_dim, rot_dim, cos_t.data(), sin_t.data());
+  }
+
+  DeviceBuffer<float> dx(x.size());
+  DeviceBuffer<int32_t> dpos(positions.size());
+  dx.upload(x);
+  dpos.upload(positions);
+  launch_rope(dx.get(), dpos.get(), rows, row_stride, n_heads, head_dim, rot_dim, base, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dx.download();
+  for (int64_t i = 0; i < static_cast<int64_t>(want.size()); ++i) {
+    const int64_t col = i % row_stride;
+    // Padding and the unrotated tail of each head are left as they are, bit for bit; a rotated
+    // element is compared against the size of the pair (a, b) it came from.
+    const bool rotated = col < row_floats && col % head_dim < rot_dim;
+    const int64_t pair = i - col % 2;
+    const float bound = rotated ? kRopeRel * (std::fabs(x[pair]) + std::fabs(x[pair + 1])) : 0.0f;
+    QVERIFY2(std::fabs(got[i] - want[i]) <= bound,
+             mismatch_message("rope", i, row_stride, got, want).constData());
+  }
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           launch_rope(dx.get(), dpos.get(), rows, row_stride, n_heads, head_dim,
+                                       head_dim + 2, base, stream_));
+}
+
+void TestCudaOps::add_inplace_matches_cpu_exactly() {
+  QFETCH(qint64, rows);
+  QFETCH(qint64, n);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 65537 + n));
+  const std::vector<float> y = random_floats(rng, rows * n, -100.0f, 100.0f);  // (rows, n)
+  const std::vector<float> x = random_floats(rng, rows * n, -1.0f, 1.0f);      // (rows, n)
+  std::vector<float> want = y;
+  add_inplace(want.data(), x.data(), rows * n);
+
+  DeviceBuffer<float> dy(y.size()), dx(x.size());
+  dy.upload(y);
+  dx.upload(x);
+  launch_add_inplace(dy.get(), dx.get(), rows * n, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dy.download();
+  const int64_t bad = first_bit_mismatch(got, want);
+  QVERIFY2(bad < 0, mismatch_message("add_inplace", bad, n, got, want).constData());
+}
+
+void TestCudaOps::argmax_matches_cpu_data() {
+  QTest::addColumn<qint64>("rows");
+  QTest::addColumn<qint64>("n");
+  // SmolLM2's vocabulary (49152), Llama-3's (128256), an odd one, and tiny rows.
+  const qint64 shapes[][2] = {{1, 1}, {7, 5}, {3, 49152}, {9, 49157}, {2, 128256}};
+  for (const auto& s : shapes)
+    QTest::addRow("%lldx%lld", static_cast<long long>(s[0]), static_cast<long long>(s[1]))
+        << s[0] << s[1];
+}
+
+void TestCudaOps::argmax_matches_cpu() {
+  QFETCH(qint64, rows);
+  QFETCH(qint64, n);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 31 + n));
+  // x: (rows, n) logits. Row r gets a case by r % 4: 0 plain random; 1 the maximum repeated at
+  // several random places (the lowest must win); 2 NaNs scattered, one at the front; 3 every value
+  // NaN except a −inf at the end (all NaN when n == 1: the answer is then 0).
+  std::vector<float> x = random_floats(rng, rows * n, -30.0f, 30.0f);
+  std::uniform_int_distribution<int64_t> col(0, n - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * n;
+    switch (r % 4) {
+      case 1:
+        for (int i = 0; i < 4; ++i) row[col(rng)] = 31.0f;
+        break;
+      case 2:
+        row[0] = std::nanf("");
+        for (int i = 0; i < 8; ++i) row[col(rng)] = std::nanf("");
+        break;
+      case 3:
+        for (int64_t i = 0; i < n; ++i) row[i] = std::nanf("");
+        if (n > 1) row[n - 1] = -std::numeric_limits<float>::infinity();
+        break;
+      default:
+        break;
+    }
+  }
+  std::vector<int32_t> want(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    want[r] = static_cast<int32_t>(argmax_scalar(x.data() + r * n, n));
+
+  DeviceBuffer<float> dx(x.size());
+  DeviceBuffer<int32_t> dout(rows);
+  dx.upload(x);
+  launch_argmax_rows(dx.get(), dout.get(), rows, n, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<int32_t> got = dout.download();
+  for (int64_t r = 0; r < rows; ++r)
+    QVERIFY2(got[r] == want[r],
+             qPrintable(
+                 QStringLiteral("argmax row %1: gpu %2, cpu %3").arg(r).arg(got[r]).arg(want[r])));
+}
+
+void TestCudaOps::kv_pack_unpack_round_trip_data() {
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<int>("block_size");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("n_ids");
+  // SmolLM2's layer (3 kv heads × 16 × 64: 16-byte copies), Llama-8B's (8 × 16 × 128), and an odd
+  // head_dim that forces the 2-byte copy path.
+  QTest::newRow("3x16x64, 5 blocks") << 3 << 16 << 64 << 5;
+  QTest::newRow("8x16x128, 37 blocks") << 8 << 16 << 128 << 37;
+  QTest::newRow("1x7x5, 3 blocks") << 1 << 7 << 5 << 3;
+}
+
+void TestCudaOps::kv_pack_unpack_round_trip() {
+  QFETCH(int, n_kv_head);
+  QFETCH(int, block_size);
+  QFETCH(int, head_dim);
+  QFETCH(int, n_ids);
+  const int n_blocks = 2 * n_ids + 3;
+  const int64_t block_halves = int64_t{n_kv_head} * block_size * head_dim;
+  std::mt19937 rng(static_cast<uint32_t>(n_kv_head * 1000 + block_size * 10 + head_dim + n_ids));
+  // k, v: (n_blocks, n_kv_head, block_size, head_dim) random bits.
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  std::vector<uint16_t> k(n_blocks * block_halves), v(k.size());
+  for (uint16_t& h : k) h = static_cast<uint16_t>(bits(rng));
+  for (uint16_t& h : v) h = static_cast<uint16_t>(bits(rng));
+  // ids: n_ids distinct blocks in shuffled order.
+  std::vector<int32_t> ids(n_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(n_ids);
+  std::vector<uint16_t> want(n_ids * 2 * block_halves);  // (n_ids, 2, block_halves)
+  for (int i = 0; i < n_ids; ++i) {
+    std::copy_n(k.begin() + ids[i] * block_halves, block_halves,
+                want.begin() + (2 * i) * block_halves);
+    std::copy_n(v.begin() + ids[i] * block_halves, block_halves,
+                want.begin() + (2 * i + 1) * block_halves);
+  }
+
+  DeviceBuffer<uint16_t> dk(k.size()), dv(v.size()), dpacked(want.size());
+  DeviceBuffer<int32_t> dids(ids.size());
+  dk.upload(k);
+  dv.upload(v);
+  dids.upload(ids);
+  launch_kv_pack_blocks(dk.get(), dv.get(), dids.get(), n_ids, block_halves, dpacked.get(),
+                        stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  QVERIFY2(dpacked.download() == want, "packed blocks differ from the listed blocks of the pool");
+
+  // Scattered into a zeroed pool, the listed blocks come back and every other block stays zero.
+  TOKENFAB_CUDA_CHECK(cudaMemset(dk.get(), 0, dk.bytes()));
+  TOKENFAB_CUDA_CHECK(cudaMemset(dv.get(), 0, dv.bytes()));
+  launch_kv_unpack_blocks(dpacked.get(), dids.get(), n_ids, block_halves, dk.get(), dv.get(),
+                          stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<uint16_t> want_k(k.size(), 0), want_v(v.size(), 0);
+  for (int32_t id : ids) {
+    std::copy_n(k.begin() + id * block_halves, block_halves, want_k.begin() + id * block_halves);
+    std::copy_n(v.begin() + id * block_halves, block_halves, want_v.begin() + id * block_halves);
+  }
+  QVERIFY2(dk.download() == want_k, "unpacked K pool differs");
+  QVERIFY2(dv.download() == want_v, "unpacked V pool differs");
+}
+
+void TestCudaOps::gemm_bf16_matches_cpu_loop_data() {
+  QTest::addColumn<qint64>("m");
+  QTest::addColumn<qint64>("n");
+  QTest::addColumn<qint64>("k");
+  // Decode (m = 1) and prefill-like m; SmolLM2's projections (576 → 192/576/1536, 1536 → 576),
+  // odd n, and a Llama-8B-width k.
+  const qint64 shapes[][3] = {{1, 192, 576},  {1, 1536, 576}, {3, 576, 1536}, {17, 7, 64},
+                              {64, 577, 576}, {5, 33, 4096},  {1, 1, 8}};
+  for (const auto& s : shapes)
+    QTest::addRow("%lldx%lldx%lld", static_cast<long long>(s[0]), static_cast<long long>(s[1]),
+                  static_cast<long long>(s[2]))
+        << s[0] << s[1] << s[2];
+}
+
+void TestCudaOps::gemm_bf16_matches_cpu_loop() {
+  QFETCH(qint64, m);
+  QFETCH(qint64, n);
+  QFETCH(qint64, k);
+  std::mt19937 rng(static_cast<uint32_t>(m * 7 + n * 131 + k));
+  // a: (m, k), b: (n, k) as bf16 bits, and their exact f32 values.
+  auto random_bf16 = [&](int64_t count, std::vector<uint16_t>& bits, std::vector<float>& values) {
+    const std::vector<float> x = random_floats(rng, count, -2.0f, 2.0f);
+    bits.resize(count);
+    values.resize(count);
+    for (int64_t i = 0; i < count; ++i) {
+      bits[i] = fp32_to_bf16(x[i]);
+      values[i] = bf16_to_fp32(bits[i]);
+    }
+  };
+  std::vector<uint16_t> a_bits, b_bits;
+  std::vector<float> a, b;
+  random_bf16(m * k, a_bits, a);
+  random_bf16(n * k, b_bits, b);
+  std::vector<float> want(m * n);    // (m, n)
+  std::vector<double> bound(m * n);  // allowed |gpu − cpu| per element
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0.0, magnitude = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double prod = double{a[i * k + p]} * b[j * k + p];
+        sum += prod;
+        magnitude += std::fabs(prod);
+      }
+      want[i * n + j] = static_cast<float>(sum);
+      bound[i * n + j] = kGemmUlps * static_cast<double>(std::max<int64_t>(k, 16)) *
+                         std::ldexp(1.0, -24) * magnitude;
+    }
+  }
+
+  CublasGemm gemm;
+  DeviceBuffer<uint16_t> da(a_bits.size()), db(b_bits.size());
+  DeviceBuffer<float> dc(want.size());
+  da.upload(a_bits);
+  db.upload(b_bits);
+  for (int call = 0; call < 2; ++call) {  // the second call reuses the shape's cached plan
+    TOKENFAB_CUDA_CHECK(cudaMemset(dc.get(), 0xff, dc.bytes()));
+    gemm.bf16_nt(da.get(), db.get(), dc.get(), m, n, k, stream_);
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<float> got = dc.download();
+    for (int64_t i = 0; i < m * n; ++i)
+      QVERIFY2(std::fabs(double{got[i]} - want[i]) <= bound[i],
+               mismatch_message("gemm", i, n, got, want).constData());
+  }
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           gemm.bf16_nt(da.get(), db.get(), dc.get(), m, n, 12, stream_));
 }
 
 QTEST_APPLESS_MAIN(TestCudaOps)

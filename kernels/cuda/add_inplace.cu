@@ -1,0 +1,29 @@
+#include "kernels/cuda/add_inplace.cuh"
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;  // the grid-stride loop covers any n beyond this
+
+__global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] += x[i];
+}
+
+}  // namespace
+
+void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min((n + kThreads - 1) / kThreads, kMaxBlocks);
+  add_inplace_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(y, x, n);
+  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tokenfab::kernels

@@ -1,0 +1,99 @@
+#include "kernels/cuda/embedding.cuh"
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/quant_types.h"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dequantize_device.cuh"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGridY = 65535;  // the row loop strides by gridDim.y beyond this
+
+// Bytes of one row of n elements (kernels::row_bytes, which this library does not link).
+int64_t embedding_row_bytes(WeightType type, int64_t n) {
+  switch (type) {
+    case WeightType::F32:
+      return n * 4;
+    case WeightType::F16:
+    case WeightType::BF16:
+      return n * 2;
+    case WeightType::Q4_0:
+      return n / kQK * static_cast<int64_t>(sizeof(BlockQ4_0));
+    case WeightType::Q4_1:
+      return n / kQK * static_cast<int64_t>(sizeof(BlockQ4_1));
+    case WeightType::Q8_0:
+      return n / kQK * static_cast<int64_t>(sizeof(BlockQ8_0));
+  }
+  return 0;
+}
+
+// Grid (x: column chunks of kThreads, y: token rows). table: (n_vocab) rows of row_bytes;
+// y: (n_tokens, n_embd).
+template <WeightType kType>
+__global__ void embedding_kernel(const uint8_t* table, const int32_t* tokens, float* y,
+                                 int64_t n_tokens, int64_t n_embd, int64_t row_bytes) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_embd) return;
+  for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) {
+    const uint8_t* row = table + static_cast<int64_t>(tokens[t]) * row_bytes;
+    y[t * n_embd + i] = cuda_detail::dequantize_element<kType>(row, i);
+  }
+}
+
+template <WeightType kType>
+void launch_typed(const void* table, const int32_t* tokens, float* y, int64_t n_tokens,
+                  int64_t n_embd, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((n_embd + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(n_tokens < kMaxGridY ? n_tokens : kMaxGridY));
+  embedding_kernel<kType><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(table), tokens,
+                                                         y, n_tokens, n_embd,
+                                                         embedding_row_bytes(kType, n_embd));
+}
+
+}  // namespace
+
+void launch_embedding(int type, const void* table, const int32_t* tokens, float* y,
+                      int64_t n_tokens, int64_t n_embd, cudaStream_t stream) {
+  if (type < static_cast<int>(WeightType::F32) || type > static_cast<int>(WeightType::Q8_0))
+    throw std::invalid_argument("launch_embedding: unknown weight type " + std::to_string(type));
+  const auto wtype = static_cast<WeightType>(type);
+  if (n_tokens < 0 || n_embd < 0)
+    throw std::invalid_argument("launch_embedding: negative shape (" + std::to_string(n_tokens) +
+                                ", " + std::to_string(n_embd) + ")");
+  const bool block_type =
+      wtype == WeightType::Q4_0 || wtype == WeightType::Q4_1 || wtype == WeightType::Q8_0;
+  if (block_type && n_embd % kQK != 0)
+    throw std::invalid_argument("launch_embedding: n_embd = " + std::to_string(n_embd) +
+                                " is not a multiple of " + std::to_string(kQK) +
+                                " for block type " + std::to_string(type));
+  if (n_tokens == 0 || n_embd == 0) return;
+
+  switch (wtype) {
+    case WeightType::F32:
+      launch_typed<WeightType::F32>(table, tokens, y, n_tokens, n_embd, stream);
+      break;
+    case WeightType::F16:
+      launch_typed<WeightType::F16>(table, tokens, y, n_tokens, n_embd, stream);
+      break;
+    case WeightType::BF16:
+      launch_typed<WeightType::BF16>(table, tokens, y, n_tokens, n_embd, stream);
+      break;
+    case WeightType::Q4_0:
+      launch_typed<WeightType::Q4_0>(table, tokens, y, n_tokens, n_embd, stream);
+      break;
+    case WeightType::Q4_1:
+      launch_typed<WeightType::Q4_1>(table, tokens, y, n_tokens, n_embd, stream);
+      break;
+    case WeightType::Q8_0:
+      launch_typed<WeightType::Q8_0>(table, tokens, y, n_tokens, n_embd, stream);
+      break;
+  }
+  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tokenfab::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Token embedding lookup on the GPU: rows of a (possibly quantized) embedding matrix gathered to
+// f32. Each row is bit-identical to kernels::dequantize_row of the same row (kernels/cpu).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tokenfab::kernels {
+
+// `type` is a kernels::WeightType as int: F32, F16, BF16, Q4_0, Q4_1 or Q8_0.
+// table: (n_vocab, n_embd) in that type's GGUF layout, rows back to back, device memory.
+// tokens: (n_tokens) device int32 ids; each must be in [0, n_vocab) (not checked on the device:
+//         the ids come from the tokenizer or the sampler, already bounded by the vocabulary).
+// y: (n_tokens, n_embd) device f32.
+// n_embd must be a multiple of kQK (32) for the block types. Asynchronous on `stream`.
+// Throws std::invalid_argument for an unknown type or a bad shape, std::runtime_error if the
+// launch fails.
+void launch_embedding(int type, const void* table, const int32_t* tokens, float* y,
+                      int64_t n_tokens, int64_t n_embd, cudaStream_t stream);
+
+}  // namespace tokenfab::kernels

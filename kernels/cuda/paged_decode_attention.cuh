@@ -1,0 +1,60 @@
+#pragma once
+// Attention over the fp16 paged KV pool on the GPU, for decode rows (and any row whose keys are a
+// list of positions: causal chunk rows, draft-tree rows). Flash-decoding: each row's keys are cut
+// into splits of kPagedDecodeSplitKeys; one block per (split, head, row) computes a partial
+// softmax (its max, its sum of exponentials, its weighted sum of V), and a second kernel combines
+// the splits. A long context therefore spreads over many SMs even at batch 1.
+// Mirrors kernels::paged_attention (kernels/cpu/paged_attention.h) to f32 rounding.
+//
+// Declared with host-safe types only; the rows of a call are built on the host by
+// flatten_paged_rows (kernels/cuda/paged_rows.h) from the same PagedSequence list the CPU takes.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tokenfab::kernels {
+
+inline constexpr int kPagedDecodeSplitKeys = 256;  // keys per split (one partial softmax)
+inline constexpr int kPagedDecodeMaxHeadDim = 256;
+
+// One layer of a device's KV pool: fp16 bits, layout (n_blocks, n_kv_head, block_size, head_dim)
+// for k and v, device memory (kernels::PagedKv's layout).
+struct CudaPagedKv {
+  const uint16_t* k;
+  const uint16_t* v;
+  int block_size;
+  int n_kv_head;
+  int head_dim;
+};
+
+// One query row, device memory. Its keys are positions [0, n_ctx) followed by
+// paths[path_begin, path_begin + path_len) (a draft-tree row's ancestors and itself, root first;
+// path_len 0 for causal rows, whose n_ctx is pos0 + t + 1).
+struct CudaPagedRow {
+  const int32_t* blocks;  // the sequence's block table, device memory
+  int64_t q_row;          // row of q and out
+  int32_t n_ctx;
+  int32_t path_begin;
+  int32_t path_len;
+  int32_t reserved = 0;  // keeps the struct's size a multiple of 8 on host and device alike
+};
+
+// Floats of workspace a call needs: (n_rows, n_head, n_splits) maxima and sums plus
+// (n_rows, n_head, n_splits, head_dim) partial outputs, n_splits = ⌈max_keys / split keys⌉.
+int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys);
+
+// q: (q rows, n_head, head_dim) device f32, q_stride floats between rows; out: same layout,
+// out_stride. rows: (n_rows) device CudaPagedRow; paths: device int32 (may be null when no row
+// has a path); max_keys: the largest n_ctx + path_len over the rows. Query head h reads kv head
+// h / (n_head / kv.n_kv_head). workspace: paged_decode_workspace_floats(…) device floats.
+// Asynchronous on `stream`. Throws std::invalid_argument for a bad shape (head_dim above
+// kPagedDecodeMaxHeadDim, n_head not a multiple of n_kv_head, a short workspace, more than 65535
+// rows or n_head above 65535), std::runtime_error if a launch fails.
+void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* rows, int64_t n_rows,
+                                   const int32_t* paths, int32_t max_keys, const float* q,
+                                   int64_t q_stride, float* out, int64_t out_stride, int n_head,
+                                   float scale, float* workspace, int64_t workspace_floats,
+                                   cudaStream_t stream);
+
+}  // namespace tokenfab::kernels

@@ -1,0 +1,212 @@
+// The CUDA paged decode attention (kernels/cuda/paged_decode_attention.cuh) against the CPU's
+// kernels::paged_attention on one random pool, for a batch that mixes decode rows (contexts of
+// 1 key up to several splits, split boundaries included), a causal prefill chunk and a draft tree,
+// over several GQA shapes. Skips when no CUDA device exists.
+//
+// Tolerance: every output is a softmax-weighted mean of V rows with |v| ≤ 1. The CPU sums the
+// weighted V rows in f32 position by position, the GPU per warp, per split, then across splits;
+// f32 summation of n terms of total weight 1 differs by at most n·2^-24 between two orders, and
+// the exponentials (std::exp vs CUDA's expf, ≤ 2 ulp) and the dot products (≤ 256 f32 terms) add
+// about 1e-6. Allowed per element: 4e-6 + n_keys·2^-24. Rows with few keys are held to about
+// 1e-5, so a wrong or missing key (which moves an output by ~1/n_keys) cannot pass there.
+
+#include <QtTest/QtTest>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quant_types.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/paged_decode_attention.cuh"
+#include "kernels/cuda/paged_rows.h"
+#include "tests/gpu/cuda_test_support.h"
+
+namespace {
+
+using namespace tokenfab::kernels;
+using namespace tokenfab::kernels::testing;
+
+constexpr double kAttentionAbs = 4e-6;
+
+// One sequence of the batch: its tokens, first position and (for a tree) parents.
+struct SequenceShape {
+  int64_t n_tokens;
+  int64_t pos0;
+  std::vector<int32_t> parent;  // empty: causal rows
+};
+
+// Decode rows around the split size (kPagedDecodeSplitKeys = 256): 1, 5, 256, 257 and 3001 keys;
+// a causal chunk of 5 tokens after 37; a 7-row draft tree after 300 positions.
+std::vector<SequenceShape> batch_shapes() {
+  return {{1, 0, {}},
+          {1, 4, {}},
+          {1, 255, {}},
+          {1, 256, {}},
+          {1, 3000, {}},
+          {5, 37, {}},
+          {7, 300, {-1, 0, 0, 1, 1, 2, 5}}};
+}
+
+}  // namespace
+
+class TestCudaPagedAttention : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void cleanupTestCase();
+  void decode_attention_matches_cpu_data();
+  void decode_attention_matches_cpu();
+  void decode_attention_rejects_bad_shapes();
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+void TestCudaPagedAttention::initTestCase() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    QSKIP(qPrintable(QStringLiteral("no CUDA device: cudaGetDeviceCount failed: %1")
+                         .arg(QString::fromUtf8(cudaGetErrorString(err)))));
+  if (count == 0) QSKIP("no CUDA device: cudaGetDeviceCount returned 0");
+  TOKENFAB_CUDA_CHECK(cudaStreamCreate(&stream_));
+}
+
+void TestCudaPagedAttention::cleanupTestCase() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void TestCudaPagedAttention::decode_attention_matches_cpu_data() {
+  QTest::addColumn<int>("n_head");
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("block_size");
+  // SmolLM2-135M (9/3 × 64), Llama-8B (32/8 × 128), multi-head without GQA, one kv head for all,
+  // the largest head, and a head_dim that is no multiple of 32.
+  QTest::newRow("9/3 x64 bs16") << 9 << 3 << 64 << 16;
+  QTest::newRow("32/8 x128 bs16") << 32 << 8 << 128 << 16;
+  QTest::newRow("4/4 x128 bs32") << 4 << 4 << 128 << 32;
+  QTest::newRow("6/1 x96 bs8") << 6 << 1 << 96 << 8;
+  QTest::newRow("2/1 x256 bs16") << 2 << 1 << 256 << 16;
+  QTest::newRow("3/3 x40 bs4") << 3 << 3 << 40 << 4;
+}
+
+void TestCudaPagedAttention::decode_attention_matches_cpu() {
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  std::mt19937 rng(static_cast<uint32_t>(n_head * 1009 + n_kv_head * 101 + head_dim + block_size));
+  const std::vector<SequenceShape> shapes = batch_shapes();
+
+  // Block tables: every sequence's blocks drawn from one shuffled pool, so tables interleave.
+  std::vector<int64_t> n_seq_blocks;
+  int64_t n_blocks = 0, n_rows = 0;
+  for (const SequenceShape& s : shapes) {
+    n_seq_blocks.push_back((s.pos0 + s.n_tokens + block_size - 1) / block_size);
+    n_blocks += n_seq_blocks.back();
+    n_rows += s.n_tokens;
+  }
+  std::vector<int32_t> order(n_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+
+  // Pool k, v: (n_blocks, n_kv_head, block_size, head_dim) fp16 in [-1, 1].
+  const int64_t pool_halves = n_blocks * n_kv_head * block_size * head_dim;
+  std::vector<uint16_t> k(pool_halves), v(pool_halves);
+  for (std::vector<uint16_t>* pool_part : {&k, &v}) {
+    const std::vector<float> values = random_floats(rng, pool_halves, -1.0f, 1.0f);
+    std::transform(values.begin(), values.end(), pool_part->begin(), fp32_to_fp16);
+  }
+  // q, out: (n_rows, n_head, head_dim) with 3 floats of padding per row.
+  const int64_t stride = int64_t{n_head} * head_dim + 3;
+  const std::vector<float> q = random_floats(rng, n_rows * stride, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+  DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
+  DeviceBuffer<int32_t> dtables(order.size());
+  dk.upload(k);
+  dv.upload(v);
+  dtables.upload(order);
+  // The same sequences twice: host tables for the CPU, device tables for the GPU rows.
+  std::vector<PagedSequence> cpu_seqs, gpu_seqs;
+  int64_t block0 = 0, q_row = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const SequenceShape& s = shapes[i];
+    const int32_t* parent = s.parent.empty() ? nullptr : s.parent.data();
+    cpu_seqs.push_back({order.data() + block0, s.n_tokens, s.pos0, q_row, parent});
+    gpu_seqs.push_back({dtables.get() + block0, s.n_tokens, s.pos0, q_row, parent});
+    block0 += n_seq_blocks[i];
+    q_row += s.n_tokens;
+  }
+
+  std::vector<float> want(q.size(), 0.0f);
+  const PagedKv cpu_kv{k.data(), v.data(), block_size, n_kv_head, head_dim};
+  ThreadPool pool(1);
+  PagedAttentionScratch scratch;
+  paged_attention(cpu_kv, cpu_seqs, q.data(), stride, want.data(), stride, n_head, scale, pool,
+                  scratch);
+
+  const CudaPagedRows rows = flatten_paged_rows(gpu_seqs);
+  QCOMPARE(static_cast<int64_t>(rows.rows.size()), n_rows);
+  DeviceBuffer<CudaPagedRow> drows(rows.rows.size());
+  DeviceBuffer<int32_t> dpaths(rows.paths.size());
+  drows.upload(rows.rows);
+  dpaths.upload(rows.paths);
+  DeviceBuffer<float> dq(q.size()), dout(q.size());
+  dq.upload(q);
+  TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
+  const int64_t ws_floats = paged_decode_workspace_floats(n_rows, n_head, head_dim, rows.max_keys);
+  DeviceBuffer<float> dws(ws_floats);
+  const CudaPagedKv gpu_kv{dk.get(), dv.get(), block_size, n_kv_head, head_dim};
+  launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
+                                stride, dout.get(), stride, n_head, scale, dws.get(), ws_floats,
+                                stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dout.download();
+
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const CudaPagedRow& row = rows.rows[r];
+    const double bound = kAttentionAbs + (row.n_ctx + row.path_len) * std::ldexp(1.0, -24);
+    for (int64_t c = 0; c < stride; ++c) {
+      const int64_t i = row.q_row * stride + c;
+      QVERIFY2(std::fabs(double{got[i]} - want[i]) <= bound,
+               qPrintable(QStringLiteral("row %1 (%2 keys) col %3: gpu %4, cpu %5")
+                              .arg(r)
+                              .arg(row.n_ctx + row.path_len)
+                              .arg(c)
+                              .arg(static_cast<double>(got[i]), 0, 'g', 9)
+                              .arg(static_cast<double>(want[i]), 0, 'g', 9)));
+    }
+  }
+}
+
+void TestCudaPagedAttention::decode_attention_rejects_bad_shapes() {
+  const CudaPagedKv too_wide{nullptr, nullptr, 16, 1, kPagedDecodeMaxHeadDim + 32};
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, launch_paged_decode_attention(
+                                                      too_wide, nullptr, 1, nullptr, 1, nullptr, 0,
+                                                      nullptr, 0, 2, 1.0f, nullptr, 0, stream_));
+  const CudaPagedKv kv{nullptr, nullptr, 16, 3, 64};
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,  // 8 query heads over 3 kv heads
+                           launch_paged_decode_attention(kv, nullptr, 1, nullptr, 1, nullptr, 0,
+                                                         nullptr, 0, 8, 1.0f, nullptr, 0, stream_));
+  QVERIFY_THROWS_EXCEPTION(
+      std::invalid_argument,  // a workspace too short
+      launch_paged_decode_attention(kv, nullptr, 1, nullptr, 300, nullptr, 0, nullptr, 0, 9, 1.0f,
+                                    nullptr, 10, stream_));
+  const int32_t parent[] = {-1, 1};  // row 1 names itself
+  const PagedSequence bad_tree{nullptr, 2, 0, 0, parent};
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, flatten_paged_rows({&bad_tree, 1}));
+}
+
+QTEST_APPLESS_MAIN(TestCudaPagedAttention)
+#include "test_cuda_paged_attention.moc"
