@@ -56,6 +56,7 @@ void register_batch_bench(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_serve_bench(CLI::App& app);
 void register_heads(CLI::App& app);
+void register_devices(CLI::App& app);
 
 }  // namespace tokenfab::cli
 

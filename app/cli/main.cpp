@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   tokenfab::cli::register_serve_bench(app);
   tokenfab::cli::register_heads(app);
   tokenfab::cli::register_synth(app);
+  tokenfab::cli::register_devices(app);
 
   try {
     app.parse(argc, argv);

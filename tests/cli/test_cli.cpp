@@ -66,6 +66,7 @@ class CliTest : public QObject {
   void batch_bench_json();
   void perplexity_json();
   void synth_json();
+  void devices_json();
 
   void bad_input_data();
   void bad_input();
@@ -298,6 +299,31 @@ void CliTest::synth_json() {
                                     "0", "--max-tokens", "3", "--threads", "2"});
   RETURN_IF_FAILED();
   QVERIFY(gen["prompt_tokens"].toInt() > 0);
+}
+
+// `devices --json`: the CPU and a GPU list, on any machine — with no GPU (or a build without
+// CUDA) the list is empty and the cuda object says why.
+void CliTest::devices_json() {
+  const QJsonObject j = run_json({"devices"});
+  RETURN_IF_FAILED();
+  const QJsonObject cpu = j["cpu"].toObject();
+  QVERIFY2(cpu["logical_cores"].toInt() > 0, "cpu.logical_cores");
+  QVERIFY(cpu["simd"].isObject());
+  QVERIFY(cpu["memory_total_bytes"].toDouble() > 0);
+  QVERIFY(j["gpus"].isArray());
+  QVERIFY(j["peer_access"].isArray());
+  const QJsonArray gpus = j["gpus"].toArray();
+  QCOMPARE(j["peer_access"].toArray().size(), gpus.size());
+  const QJsonObject cuda = j["cuda"].toObject();
+  QVERIFY(cuda["built"].isBool());
+  if (gpus.isEmpty()) {
+    QVERIFY2(!cuda["reason"].toString().isEmpty(), "an empty GPU list must say why");
+  } else {
+    for (const QJsonValue& g : gpus) {
+      QVERIFY(g.toObject()["memory_total_bytes"].toDouble() > 0);
+      QVERIFY(g.toObject()["sm_count"].toInt() > 0);
+    }
+  }
 }
 
 void CliTest::bad_input_data() {
