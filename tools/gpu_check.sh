@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# GPU machine, from the repository root: runs the `gpu`-labelled tests and `tokenfab-cli devices
+# --json` from gpu-bundle/ (made by tools/gpu_package.sh on the build machine) and prints ONE JSON
+# object on stdout:
+#   {"tests":{"passed":…,"failed":…,"skipped":…,"suites":[{"name":…,"exit":…,"passed":…,
+#    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"cublas":"…","elapsed_s":…}
+# Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
+# libraries come from the bundle. Progress goes to stderr. Each suite is cut off after
+# SUITE_TIMEOUT_S seconds (default 150), so the whole check ends in well under 8 minutes.
+# gpu-bundle/ is git-ignored: name it among the paths carried to the GPU machine.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bundle="$root/gpu-bundle"
+suite_timeout="${SUITE_TIMEOUT_S:-150}"
+start=$(date +%s)
+
+# A JSON string literal of $1 (control characters other than tab and newline dropped).
+json_string() {
+  printf '"'
+  printf '%s' "$1" | tr -d '\000-\010\013\014\016-\037' |
+    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/\\t/g' | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'
+  printf '"'
+}
+
+fail() {  # one JSON summary even when the check cannot run
+  printf '{"error":%s,"tests":{"passed":0,"failed":0,"skipped":0,"suites":[],"output":""},"devices":null}\n' \
+    "$(json_string "$1")"
+  exit 1
+}
+
+[ -d "$bundle/bin" ] && [ -f "$bundle/lib.tar.gz" ] ||
+  fail "no gpu-bundle/ here: run tools/gpu_package.sh on the build machine and carry gpu-bundle"
+libs="$(mktemp -d)"
+trap 'rm -rf "$libs"' EXIT
+tar -C "$libs" -xzf "$bundle/lib.tar.gz" || fail "cannot unpack gpu-bundle/lib.tar.gz"
+
+# cuBLAS(Lt) is not in the bundle (~500 MB): the CUDA toolkit's, else a pip-installed copy.
+cublas_dir=""
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+  /usr/lib/x86_64-linux-gnu; do
+  if [ -e "$dir/libcublasLt.so.13" ]; then
+    cublas_dir="$dir"
+    break
+  fi
+done
+if [ -z "$cublas_dir" ]; then
+  found="$(find /opt /usr/local /usr/lib -maxdepth 8 -name libcublasLt.so.13 2>/dev/null | head -n 1)"
+  [ -n "$found" ] && cublas_dir="$(dirname "$found")"
+fi
+export LD_LIBRARY_PATH="$libs/lib${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export QT_QPA_PLATFORM=offscreen
+
+suites_json=""
+output=""
+passed=0
+failed=0
+skipped=0
+for exe in "$bundle"/bin/test_*; do
+  name="$(basename "$exe")"
+  echo "gpu_check: $name" >&2
+  missing="$(ldd "$exe" 2>&1 | grep 'not found')"
+  text="$(timeout "$suite_timeout" "$exe" 2>&1)"
+  rc=$?
+  [ "$rc" -eq 124 ] && text="$text
+gpu_check: $name killed after ${suite_timeout} s"
+  [ -n "$missing" ] && text="gpu_check: missing libraries:
+$missing
+$text"
+  # Qt Test's last line of counts: "Totals: 3 passed, 1 failed, 0 skipped, …".
+  totals="$(printf '%s\n' "$text" | grep '^Totals:' | tail -n 1)"
+  p=$(printf '%s' "$totals" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')
+  f=$(printf '%s' "$totals" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
+  s=$(printf '%s' "$totals" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
+  p=${p:-0}
+  s=${s:-0}
+  # A suite that crashed or timed out before its totals counts as one failure.
+  if [ -z "$totals" ] || { [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; }; then f=$((${f:-0} + 1)); fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+  skipped=$((skipped + s))
+  suites_json="$suites_json${suites_json:+,}{\"name\":$(json_string "$name"),\"exit\":$rc,\"passed\":$p,\"failed\":$f,\"skipped\":$s}"
+  # Failures and skips in full; passing lines are summed up by the counts.
+  output="$output===== $name (exit $rc)
+$(printf '%s\n' "$text" | grep -v '^PASS   :' | tail -c 6000)
+"
+done
+
+devices="$(timeout 60 "$bundle/bin/tokenfab-cli" devices --json 2>/dev/null)"
+rc=$?
+if [ "$rc" -ne 0 ] || [ -z "$devices" ]; then
+  devices="{\"error\":$(json_string "tokenfab-cli devices --json exited $rc: $(timeout 60 "$bundle/bin/tokenfab-cli" devices --json 2>&1 | tail -c 2000)")}"
+fi
+
+printf '{"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"cublas":%s,"elapsed_s":%d}\n' \
+  "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$devices" \
+  "$(json_string "${cublas_dir:-not found}")" "$(($(date +%s) - start))"
+[ "$failed" -eq 0 ]
