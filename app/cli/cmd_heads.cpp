@@ -186,7 +186,7 @@ void run_eval(const EvalCommand& c) {
   if (c.target_quant != "native" && !kQuants.count(c.target_quant))
     throw Error("--target-quant " + c.target_quant + ": expected native, f16, q8_0, q4_1 or q4_0");
   LoadedModel m = load_model(c.common);
-  const std::shared_ptr<const MedusaHead> head = resolve_head(c.head, *m.model);
+  const std::shared_ptr<const DraftHead> head = resolve_head(c.head, *m.model);
   // The quantization study: the target re-quantized in memory; the native file's speed without a
   // head is measured too, so the net effect of the cheaper (or richer) target shows.
   std::unique_ptr<LlamaModel> requantized;
@@ -316,15 +316,19 @@ void register_heads(CLI::App& app) {
   heads->require_subcommand(1);
 
   auto t = std::make_shared<TrainCommand>();
-  auto* train =
-      heads->add_subcommand("train", "train a Medusa head on a domain (self-distillation)");
+  auto* train = heads->add_subcommand(
+      "train", "train a draft head (medusa or mtp) on a domain (self-distillation)");
   add_run_options(*train, t->common);
   train->add_option("--name", t->name, "name of the new head")->required();
   train->add_option("--domain", t->domain, "the domain it is for (e.g. code)")->required();
   train->add_option("--prompt-set", t->prompt_set,
                     "built-in domain (train split), all, or prompt set");
   train->add_option("--corpus", t->corpus, "files or folders of text, code or JSONL");
-  train->add_option("--type", t->type, "head type: medusa")->capture_default_str();
+  train
+      ->add_option("--type", t->type,
+                   "head type: medusa (K parallel heads) or mtp (one sequential block, K steps)")
+      ->check(CLI::IsMember({"medusa", "mtp"}))
+      ->capture_default_str();
   train->add_option("--heads", t->heads, "number of heads (tokens proposed)")
       ->capture_default_str();
   train->add_option("--steps", t->steps, "optimisation steps")->capture_default_str();
@@ -418,7 +422,7 @@ void register_heads(CLI::App& app) {
     const auto db = Database::open_default();
     Registry registry(*db);
     const HeadRecord h = find_or_throw(registry, *target);
-    const MedusaHead head = load_draft_head(registry.head_file(h));  // validated before copying
+    const DraftHead head = load_draft_head(registry.head_file(h));  // validated before copying
     save_draft_head(head, *out_path);
     std::cerr << "exported head " << h.id << " (" << h.name << ") to " << *out_path << std::endl;
   });

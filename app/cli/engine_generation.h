@@ -19,7 +19,7 @@ namespace tokenfab::cli {
 // Speculative decoding: the head (nullptr: none) and its draft length; after the call, the
 // decode steps run and the mean tokens each emitted (ACCEPT/STEP, the bonus token included).
 struct Speculation {
-  std::shared_ptr<const MedusaHead> head;
+  std::shared_ptr<const DraftHead> head;
   int32_t draft_len = 4;
   std::vector<int32_t> tree_shape;  // empty: a chain
   int64_t steps = 0;

@@ -49,7 +49,7 @@
 #include "core/model/llama_model.h"
 #include "core/runtime/sampler.h"
 #include "core/serving/request.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/transfer/kv_connector.h"
 
 namespace tokenfab {
@@ -110,7 +110,7 @@ struct GenerationRequest {
   //   tree: tree_shape[d] children per node at depth d + 1 (head d's top tree_shape[d] tokens),
   //   at most kMaxTreeNodes nodes, verified in one pass with each node attending only its
   //   ancestors; greedy only (temperature 0).
-  std::shared_ptr<const MedusaHead> head;
+  std::shared_ptr<const DraftHead> head;
   int32_t draft_len = 4;  // chain: at most the head's number of heads
   std::vector<int32_t> tree_shape;
   static constexpr int32_t kMaxTreeNodes = 64;

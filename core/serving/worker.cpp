@@ -481,8 +481,8 @@ bool Worker::step() {
   for (const ScheduledChunk& c : plan.chunks) {
     sample.logit_rows += c.wants_logits ? 1 + c.n_draft : 0;
     // Row t of the chunk attends positions [0, first_token + t].
-    sample.attended_positions += int64_t{c.n_tokens} * c.first_token +
-                                 int64_t{c.n_tokens} * (c.n_tokens + 1) / 2;
+    sample.attended_positions +=
+        int64_t{c.n_tokens} * c.first_token + int64_t{c.n_tokens} * (c.n_tokens + 1) / 2;
     sample.kv_positions += c.first_token + c.n_tokens;
   }
   recent_steps_.push_back(sample);
@@ -587,7 +587,8 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
   return results;
 }
 
-void Worker::move_accepted_tree_rows(const StepPlan& plan, const std::vector<ChunkResult>& results) {
+void Worker::move_accepted_tree_rows(const StepPlan& plan,
+                                     const std::vector<ChunkResult>& results) {
   KvStorage& storage = device_->kv_storage();
   size_t result = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -653,14 +654,19 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     it->second->draft_hidden.assign(h, h + n_embd_);
   }
   if (prefill_role()) return;  // the decode worker proposes, from the hidden state handed over
-  // Every running request with a head and a fresh hidden state: K residual rows each, then one
-  // LM-head pass over all of them.
-  std::vector<Engine::Record*> proposing;
+  // Every running request with a head and a fresh hidden state. Medusa heads: K residual rows
+  // each, then one LM-head pass over all of them. mtp heads: their own sequential steps, one
+  // request per host thread.
+  std::vector<Engine::Record*> proposing, sequential;
   draft_z_.clear();
   for (const SequenceId seq : scheduler_.running()) {
     Engine::Record& record = *requests_.at(seq);
     if (!record.request.head || record.draft_hidden.empty()) continue;
     if (scheduler_.sequence(seq).n_pending() != 1) continue;
+    if (record.request.head->is_mtp()) {
+      sequential.push_back(&record);
+      continue;
+    }
     proposing.push_back(&record);
     const int32_t k = record.draft_levels();
     const size_t at = draft_z_.size();
@@ -670,6 +676,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
                                     draft_z_.data() + at + static_cast<size_t>(i) * n_embd_);
     record.draft_hidden.clear();
   }
+  if (!sequential.empty()) propose_sequential(sequential);
   if (proposing.empty()) return;
   const MetricsTime start = MetricsClock::now();
   const auto rows = static_cast<int64_t>(draft_z_.size() / n_embd_);
@@ -707,6 +714,39 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     next += static_cast<size_t>(k);
     std::lock_guard lock(record->mutex);
     record->info.speculation.draft_s += seconds * k / static_cast<double>(rows);
+  }
+}
+
+void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
+  struct Proposal {
+    std::vector<TokenId> draft;
+    std::vector<int32_t> parent;
+    double seconds = 0.0;
+  };
+  std::vector<Proposal> out(records.size());
+  std::vector<TokenId> last(records.size());
+  for (size_t i = 0; i < records.size(); ++i)
+    last[i] = scheduler_.sequence(records[i]->id).tokens.back();
+  device_->parallel_for(static_cast<int64_t>(records.size()), [&](int64_t i) {
+    const Engine::Record& record = *records[static_cast<size_t>(i)];
+    const MetricsTime start = MetricsClock::now();
+    const std::vector<int32_t> chain(static_cast<size_t>(record.draft_levels()), 1);
+    const std::vector<int32_t>& shape =
+        record.request.tree_shape.empty() ? chain : record.request.tree_shape;
+    Proposal& p = out[static_cast<size_t>(i)];
+    record.request.head->mtp_propose(
+        device_->model(), record.draft_hidden.data(), last[static_cast<size_t>(i)],
+        std::span(shape).first(static_cast<size_t>(record.draft_levels())),
+        GenerationRequest::kMaxTreeNodes, p.draft, p.parent);
+    if (record.request.tree_shape.empty()) p.parent.clear();  // a chain
+    p.seconds = seconds_between(start, MetricsClock::now());
+  });
+  for (size_t i = 0; i < records.size(); ++i) {
+    Engine::Record& record = *records[i];
+    record.draft_hidden.clear();
+    scheduler_.set_draft(record.id, std::move(out[i].draft), std::move(out[i].parent));
+    std::lock_guard lock(record.mutex);
+    record.info.speculation.draft_s += out[i].seconds;
   }
 }
 

@@ -97,6 +97,8 @@ class Worker {
   // Keeps the hidden state that produced each speculating request's newest token and, on
   // decoding workers, proposes the next drafts from it (one batched LM-head pass).
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
+  // mtp heads: each request's drafts by its head's sequential steps (one request per thread).
+  void propose_sequential(const std::vector<Engine::Record*>& records);
   void release_hold(SequenceId hold);
   void finish_transfer(Incoming& in, MetricsTime t);
   void publish(bool force);

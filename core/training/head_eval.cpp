@@ -12,10 +12,115 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // positions per LM-head call: logits (64, n_vocab) ≈ 12 MiB
 
+// Per head (step): mean loss over loss_counts rows, top-1 = hits / counts; the accept mean over
+// the n_chain positions with every label.
+HeadEvaluation summarize(std::span<const double> loss_sum, std::span<const int64_t> loss_counts,
+                         std::span<const int64_t> hits, std::span<const int64_t> counts,
+                         double accept_sum, int64_t n_chain, int64_t n_positions) {
+  HeadEvaluation e;
+  e.n_positions = n_positions;
+  e.n_chain_positions = n_chain;
+  int with_labels = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    e.top1.push_back(counts[k] > 0 ? double(hits[k]) / double(counts[k]) : 0.0);
+    if (loss_counts[k] > 0) {
+      e.loss += loss_sum[k] / double(loss_counts[k]);
+      ++with_labels;
+    }
+  }
+  if (with_labels > 0) e.loss /= with_labels;
+  if (n_chain > 0) e.accept_per_step = accept_sum / double(n_chain);
+  return e;
+}
+
+// mtp: for each position i the chain of K steps as inference runs it when every draft before
+// step k was accepted — step k reads the hidden state the block predicted at step k − 1 (h_i for
+// the first) and the target's own token pred[i + k − 1] — scored over the head's vocabulary.
+HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const TraceSet& traces,
+                            std::span<const int64_t> ends, std::span<const int64_t> positions) {
+  const LlamaModel& model = pass.model();
+  const int64_t d = traces.n_embd, v = static_cast<int64_t>(head.vocab.size());
+  const int n_steps = head.n_heads();
+  kernels::ThreadPool& pool = pass.pool();
+  std::vector<double> loss_sum(static_cast<size_t>(n_steps), 0.0);
+  std::vector<int64_t> hits(static_cast<size_t>(n_steps), 0),
+      counts(static_cast<size_t>(n_steps), 0), losses(static_cast<size_t>(n_steps), 0);
+  double accept_sum = 0.0;
+  int64_t n_chain = 0;
+
+  std::vector<float> z(static_cast<size_t>(kChunk * d)), next(z.size()), emb(z.size());
+  std::vector<float> logits(static_cast<size_t>(kChunk * v));
+  std::vector<TokenId> best(static_cast<size_t>(kChunk * n_steps));
+  std::vector<double> row_loss(static_cast<size_t>(kChunk));
+  std::vector<TokenId> inputs(static_cast<size_t>(kChunk));
+  for (size_t c0 = 0; c0 < positions.size(); c0 += kChunk) {
+    const auto rows = static_cast<int64_t>(std::min<size_t>(kChunk, positions.size() - c0));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(traces.hidden.data() + positions[c0 + r] * d, d, z.data() + r * d);
+    for (int k = 0; k < n_steps; ++k) {
+      // Rows whose step-k label lies past their sequence keep computing on a token of their own
+      // sequence; their results are not counted.
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = positions[c0 + r];
+        const int64_t from = std::min(i + k, ends[static_cast<size_t>(i)] - 1);
+        inputs[static_cast<size_t>(r)] = traces.pred[static_cast<size_t>(from)];
+      }
+      pool.run([&](int ti, int nt) {
+        int64_t r0 = 0, r1 = 0;
+        kernels::ThreadPool::split(rows, 1, ti, nt, r0, r1);
+        if (r1 <= r0) return;
+        embed_tokens(model, std::span(inputs).subspan(r0, r1 - r0), emb.data() + r0 * d);
+        head.mtp_step(z.data() + r0 * d, emb.data() + r0 * d, r1 - r0, next.data() + r0 * d);
+        head.vocab_logits(model, next.data() + r0 * d, r1 - r0, logits.data() + r0 * v);
+        for (int64_t r = r0; r < r1; ++r) {
+          float* l = logits.data() + r * v;
+          best[static_cast<size_t>(r * n_steps + k)] = head.vocab[kernels::argmax(l, v)];
+          const int64_t i = positions[c0 + r], target = i + k + 1;
+          row_loss[static_cast<size_t>(r)] = -1.0;
+          if (target >= ends[static_cast<size_t>(i)]) continue;
+          const TokenId label = traces.pred[static_cast<size_t>(target)];
+          const auto it = std::lower_bound(head.vocab.begin(), head.vocab.end(), label);
+          if (it == head.vocab.end() || *it != label) continue;
+          const float label_logit = l[it - head.vocab.begin()];
+          const float mx = dense::max_value(l, v);
+          const double sum = dense::exp_shifted_sum(l, v, mx);
+          row_loss[static_cast<size_t>(r)] = double(mx) + std::log(sum) - label_logit;
+        }
+      });
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = positions[c0 + r], target = i + k + 1;
+        if (target >= ends[static_cast<size_t>(i)]) continue;
+        ++counts[static_cast<size_t>(k)];
+        hits[static_cast<size_t>(k)] +=
+            best[static_cast<size_t>(r * n_steps + k)] == traces.pred[static_cast<size_t>(target)];
+        if (row_loss[static_cast<size_t>(r)] >= 0.0) {
+          loss_sum[static_cast<size_t>(k)] += row_loss[static_cast<size_t>(r)];
+          ++losses[static_cast<size_t>(k)];
+        }
+      }
+      z.swap(next);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = positions[c0 + r];
+      if (i + n_steps >= ends[static_cast<size_t>(i)]) continue;
+      int accepted = 0;
+      while (accepted < n_steps && best[static_cast<size_t>(r * n_steps + accepted)] ==
+                                       traces.pred[static_cast<size_t>(i + accepted + 1)])
+        ++accepted;
+      accept_sum += 1.0 + accepted;
+      ++n_chain;
+    }
+  }
+
+  return summarize(loss_sum, losses, hits, counts, accept_sum, n_chain,
+                   static_cast<int64_t>(positions.size()));
+}
+
 }  // namespace
 
-HeadEvaluation evaluate_head(TransformerPass& pass, const MedusaHead& head, const TraceSet& traces,
+HeadEvaluation evaluate_head(TransformerPass& pass, const DraftHead& head, const TraceSet& traces,
                              std::span<const int64_t> ends, std::span<const int64_t> positions) {
+  if (head.is_mtp()) return evaluate_mtp(pass, head, traces, ends, positions);
   const int64_t d = traces.n_embd, n_vocab = pass.model().hparams().n_vocab;
   const int n_heads = head.n_heads();
   kernels::ThreadPool& pool = pass.pool();
@@ -77,21 +182,8 @@ HeadEvaluation evaluate_head(TransformerPass& pass, const MedusaHead& head, cons
     }
   }
 
-  HeadEvaluation e;
-  e.n_positions = static_cast<int64_t>(positions.size());
-  e.n_chain_positions = n_chain;
-  int heads_with_labels = 0;
-  for (int k = 0; k < n_heads; ++k) {
-    const auto n = static_cast<double>(counts[static_cast<size_t>(k)]);
-    e.top1.push_back(n > 0 ? double(hits[static_cast<size_t>(k)]) / n : 0.0);
-    if (n > 0) {
-      e.loss += loss_sum[static_cast<size_t>(k)] / n;
-      ++heads_with_labels;
-    }
-  }
-  if (heads_with_labels > 0) e.loss /= heads_with_labels;
-  if (n_chain > 0) e.accept_per_step = accept_sum / double(n_chain);
-  return e;
+  return summarize(loss_sum, counts, hits, counts, accept_sum, n_chain,
+                   static_cast<int64_t>(positions.size()));
 }
 
 }  // namespace tokenfab

@@ -41,19 +41,24 @@ Shortlist Shortlist::from_rows(std::vector<TokenId> ids, std::vector<float> rows
 namespace {
 
 // Rows [r0, r1): forward, softmax and the backward pass down to dloss/du (in scratch.dz).
-double rows_forward_backward(const float* w, const float* b, const Shortlist& sl, const float* h,
-                             int64_t r0, int64_t r1, const HeadTargets& t, HeadLossScratch& s) {
+double rows_forward_backward(const float* w, const float* b, const Shortlist& sl, const float* x,
+                             int64_t in_cols, int64_t r0, int64_t r1, const HeadTargets& t,
+                             HeadLossScratch& s) {
   const int64_t d = sl.n_embd, n = sl.size(), rows = r1 - r0;
   float* u = s.u.data() + r0 * d;
   float* z = s.z.data() + r0 * d;
   float* logits = s.logits.data() + r0 * n;
   float* dz = s.dz.data() + r0 * d;
-  dense::gemm_nt(rows, d, d, h + r0 * d, d, w, d, u, d, false);
-  for (int64_t i = 0; i < rows * d; ++i) {
-    const float ui = u[i] + b[i % d];
-    const float sig = 1.0f / (1.0f + std::exp(-ui));
-    z[i] = h[r0 * d + i] + ui * sig;
-    u[i] = sig * (1.0f + ui * (1.0f - sig));  // SiLU'(u)
+  const float* xr = x + r0 * in_cols;
+  dense::gemm_nt(rows, d, in_cols, xr, in_cols, w, in_cols, u, d, false);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t i = r * d + j;
+      const float ui = u[i] + b[j];
+      const float sig = 1.0f / (1.0f + std::exp(-ui));
+      z[i] = xr[r * in_cols + j] + ui * sig;
+      u[i] = sig * (1.0f + ui * (1.0f - sig));  // SiLU'(u)
+    }
   }
   dense::gemm_nt(rows, n, d, z, d, sl.rows.data(), d, logits, n, false);
 
@@ -81,17 +86,29 @@ double rows_forward_backward(const float* w, const float* b, const Shortlist& sl
     }
   }
   dense::gemm_nn(rows, d, n, logits, n, sl.rows.data(), d, dz, d, false);
+  if (t.hidden_weight > 0.0f) {
+    const float* target = t.hidden + r0 * d;
+    const float g = 2.0f * t.hidden_weight / static_cast<float>(d);
+    double sq = 0.0;
+    for (int64_t i = 0; i < rows * d; ++i) {
+      const float diff = z[i] - target[i];
+      sq += double(diff) * diff;
+      dz[i] += g * diff;
+    }
+    loss += double(t.hidden_weight) * sq / double(d);
+  }
   for (int64_t i = 0; i < rows * d; ++i) dz[i] *= u[i];
   return loss;
 }
 
 }  // namespace
 
-double head_loss_and_grad(const float* w, const float* b, const Shortlist& sl, const float* h,
-                          int64_t m, const HeadTargets& t, float* dw, float* db,
+double head_loss_and_grad(const float* w, const float* b, const Shortlist& sl, const float* x,
+                          int64_t in_cols, int64_t m, const HeadTargets& t, float* dw, float* db,
                           kernels::ThreadPool& pool, HeadLossScratch& s) {
   const int64_t d = sl.n_embd, n = sl.size();
   if (m <= 0) return 0.0;
+  if (in_cols < d) throw Error("head loss: the input has fewer columns than n_embd");
   const auto md = static_cast<size_t>(m * d);
   if (s.u.size() < md) {
     s.u.resize(md);
@@ -105,16 +122,17 @@ double head_loss_and_grad(const float* w, const float* b, const Shortlist& sl, c
   pool.run([&](int ti, int nt) {
     int64_t r0 = 0, r1 = 0;
     kernels::ThreadPool::split(m, 4, ti, nt, r0, r1);
-    if (r1 > r0) s.loss[static_cast<size_t>(ti)] = rows_forward_backward(w, b, sl, h, r0, r1, t, s);
+    if (r1 > r0)
+      s.loss[static_cast<size_t>(ti)] = rows_forward_backward(w, b, sl, x, in_cols, r0, r1, t, s);
   });
-  // dW = duᵀ h and db = Σ du, split by output rows of W.
+  // dW = duᵀ x and db = Σ du, split by output rows of W.
   pool.run([&](int ti, int nt) {
     int64_t o0 = 0, o1 = 0;
     kernels::ThreadPool::split(d, 4, ti, nt, o0, o1);
     if (o1 <= o0) return;
     float* du_t = s.du_t.data() + o0 * m;
     dense::transpose(s.dz.data() + o0, m, o1 - o0, d, du_t, m);
-    dense::gemm_nn(o1 - o0, d, m, du_t, m, h, d, dw + o0 * d, d, true);
+    dense::gemm_nn(o1 - o0, in_cols, m, du_t, m, x, in_cols, dw + o0 * in_cols, in_cols, true);
     for (int64_t o = 0; o < o1 - o0; ++o) {
       double sum = 0.0;
       for (int64_t r = 0; r < m; ++r) sum += du_t[o * m + r];

@@ -1,5 +1,6 @@
 #pragma once
-// The training objective of one Medusa head over a mini-batch, with its gradient.
+// The training objective of one draft-head residual block over a mini-batch, with its gradient:
+// a Medusa head (input h) or the mtp block (input [h; e(x)], draft_head.h).
 //
 // SHORTLIST SOFTMAX (an approximation): the softmax runs over a shortlist V' of the vocabulary —
 // in training, every label and every top-k id seen in the training traces (a few thousand ids of
@@ -35,12 +36,18 @@ struct Shortlist {
 //   (1 − kl_weight) · CE(onehot(label)) + kl_weight · CE(q),
 // q the target's top-k distribution (soft_prob, summing to 1); CE(q) = KL(q‖p) + H(q), so the
 // soft term has the gradient of a KL to q.
+//
+// Optionally (mtp) a hidden-state regression term is added to each row's loss:
+//   hidden_weight · mean_j (z_j − hidden[j])²,
+// hidden (m, n_embd) the target's own hidden state at the position the block predicts.
 struct HeadTargets {
   std::span<const int32_t> label;       // (m)
   std::span<const int32_t> soft_index;  // (m, top_k); empty when kl_weight == 0
   std::span<const float> soft_prob;     // (m, top_k)
   int32_t top_k = 0;
   float kl_weight = 0.0f;
+  const float* hidden = nullptr;  // (m, n_embd) when hidden_weight > 0
+  float hidden_weight = 0.0f;
 };
 
 // Buffers reused across steps (grow to the largest batch, never shrink).
@@ -53,12 +60,15 @@ struct HeadLossScratch {
   std::vector<double> loss;   // (threads)
 };
 
-// Sum over the m rows h (m, n_embd) of the loss of the head z = h + SiLU(W h + b) scored by
-// softmax(E' z) over the shortlist; adds the gradient of that sum to dw (n_embd, n_embd) and
-// db (n_embd). The residual path carries no parameters, so it adds nothing to them:
-//   dlogits = p − target, dz = dlogits · E', du = dz ⊙ SiLU'(u), dW = duᵀ h, db = Σ_rows du.
+// Sum over the m input rows x (m, in_cols) of the loss of the block z = x[:, :n_embd] +
+// SiLU(W x + b) scored by softmax(E' z) over the shortlist; adds the gradient of that sum to
+// dw (n_embd, in_cols) and db (n_embd). in_cols is n_embd (Medusa: x = h) or 2·n_embd (mtp:
+// x = [h; e]). The residual path carries no parameters, so it adds nothing to them:
+//   dlogits = p − target, dz = dlogits · E' (+ the regression's 2·hidden_weight/n_embd·(z −
+//   hidden)), du = dz ⊙ SiLU'(u), dW = duᵀ x, db = Σ_rows du.
 double head_loss_and_grad(const float* w, const float* b, const Shortlist& shortlist,
-                          const float* h, int64_t m, const HeadTargets& targets, float* dw,
-                          float* db, kernels::ThreadPool& pool, HeadLossScratch& scratch);
+                          const float* x, int64_t in_cols, int64_t m, const HeadTargets& targets,
+                          float* dw, float* db, kernels::ThreadPool& pool,
+                          HeadLossScratch& scratch);
 
 }  // namespace tokenfab

@@ -27,7 +27,7 @@ std::string model_sha256(const LlamaModel& model) {
   return model_file_sha256(model);
 }
 
-std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const LlamaModel& model) {
+std::shared_ptr<const DraftHead> resolve_head(const HeadOptions& o, const LlamaModel& model) {
   if (o.head == "none" || o.head.empty()) return nullptr;
   o.validate();
   if (o.head == "auto")
@@ -46,17 +46,17 @@ std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const Llama
                   " and no such file (see `tokenfab-cli heads list`)");
     file = registry.head_file(*record);
   }
-  MedusaHead head = load_draft_head(file);
+  DraftHead head = load_draft_head(file);
   check_head_matches(head.info, model_sha256(model), model.hparams().n_embd,
                      model.hparams().n_vocab, model.file().name());
-  return std::make_shared<const MedusaHead>(std::move(head));
+  return std::make_shared<const DraftHead>(std::move(head));
 }
 
 struct HeadChooser::Auto {
   const LlamaModel& model;
   std::string sha;
   DomainClassifier classifier;
-  std::map<std::string, std::shared_ptr<const MedusaHead>> by_domain;  // resolved once per domain
+  std::map<std::string, std::shared_ptr<const DraftHead>> by_domain;  // resolved once per domain
 };
 
 HeadChooser::HeadChooser(const HeadOptions& o, const LlamaModel& model,
@@ -77,19 +77,19 @@ HeadChooser::HeadChooser(const HeadOptions& o, const LlamaModel& model,
 
 HeadChooser::~HeadChooser() = default;
 
-std::shared_ptr<const MedusaHead> HeadChooser::choose(std::span<const TokenId> prompt) {
+std::shared_ptr<const DraftHead> HeadChooser::choose(std::span<const TokenId> prompt) {
   if (!automatic_) return fixed_;
   const DomainClassifier::Result c = auto_->classifier.classify(prompt);
   auto it = auto_->by_domain.find(c.domain);
   if (it == auto_->by_domain.end()) {
-    std::shared_ptr<const MedusaHead> head;
+    std::shared_ptr<const DraftHead> head;
     const auto db = Database::open_default();
     Registry registry(*db);
     if (const auto best = registry.best_head_for(c.domain, auto_->sha, "chain")) {
-      MedusaHead h = load_draft_head(registry.head_file(best->first));
+      DraftHead h = load_draft_head(registry.head_file(best->first));
       check_head_matches(h.info, auto_->sha, auto_->model.hparams().n_embd,
                          auto_->model.hparams().n_vocab, auto_->model.file().name());
-      head = std::make_shared<const MedusaHead>(std::move(h));
+      head = std::make_shared<const DraftHead>(std::move(h));
       logger("heads")->info("auto: domain {} → head '{}' (ACCEPT/STEP {:.2f} recorded on {})",
                             c.domain, best->first.name, best->second.accept_per_step, c.domain);
     } else {

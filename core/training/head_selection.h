@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/model/llama_model.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace tokenfab {
@@ -35,7 +35,7 @@ std::string model_sha256(const LlamaModel& model);
 // A draft head by registry id or name (the registry in the user data directory) or by file path,
 // checked against `model`; nullptr for "none". Throws Error naming what was wrong: an unknown head,
 // a missing file, a head for another model, an unsupported --spec. "auto" is HeadChooser's.
-std::shared_ptr<const MedusaHead> resolve_head(const HeadOptions& o, const LlamaModel& model);
+std::shared_ptr<const DraftHead> resolve_head(const HeadOptions& o, const LlamaModel& model);
 
 // The head for each request. A fixed head (or none) is resolved once. `auto` — the policy:
 //   1. the prompt's domain is the DomainClassifier's answer (naive Bayes over token ids, fitted on
@@ -50,13 +50,13 @@ class HeadChooser {
  public:
   HeadChooser(const HeadOptions& o, const LlamaModel& model, const Tokenizer& tokenizer);
   ~HeadChooser();
-  std::shared_ptr<const MedusaHead> choose(std::span<const TokenId> prompt);
+  std::shared_ptr<const DraftHead> choose(std::span<const TokenId> prompt);
   bool automatic() const { return automatic_; }
 
  private:
   struct Auto;
   bool automatic_ = false;
-  std::shared_ptr<const MedusaHead> fixed_;
+  std::shared_ptr<const DraftHead> fixed_;
   std::unique_ptr<Auto> auto_;
 };
 

@@ -11,7 +11,7 @@
 #include "core/common/error.h"
 #include "core/common/sha256.h"
 #include "core/serving/prompt_sets.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "core/tokenizer/chat_template.h"
@@ -80,8 +80,8 @@ std::string read_corpus(const std::vector<std::string>& paths) {
 void validate_head_training(const HeadTrainingRequest& r) {
   if (r.name.empty() || r.name.find_first_not_of("0123456789") == std::string::npos)
     throw Error("--name must be a non-empty name that is not all digits");
-  if (r.type == "mtp") throw Error("--type mtp: MTP draft heads are not available yet; use medusa");
-  if (r.type != "medusa") throw Error("--type " + r.type + ": expected medusa");
+  if (r.type != "medusa" && r.type != "mtp")
+    throw Error("--type " + r.type + ": expected medusa or mtp");
   if (r.prompt_set.has_value() == !r.corpus.empty())
     throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
   if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
@@ -201,7 +201,7 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
 
 // Writes the head to a fresh file under the heads folder and registers it; on a registry error
 // the file is removed again.
-int64_t save_and_register(const LlamaModel& model, const MedusaHead& head,
+int64_t save_and_register(const LlamaModel& model, const DraftHead& head,
                           const HeadTrainingRequest& r, const std::string& sha, fs::path& file) {
   file = user_data_dir() / "heads" / (r.name + ".gguf");
   for (int i = 2; fs::exists(file); ++i)
@@ -211,7 +211,7 @@ int64_t save_and_register(const LlamaModel& model, const MedusaHead& head,
   HeadRecord record;
   record.name = r.name;
   record.domain = r.domain;
-  record.type = "medusa";
+  record.type = head.info.type;
   record.base_model_sha256 = sha;
   record.file = file.string();
   record.training_config_json = head.info.training_config_json;
@@ -273,6 +273,7 @@ HeadTrainingResult run_head_training(
   const Traces traces = trace_data(model, tokenizer, r, sha, progress);
 
   DraftHeadInfo info;
+  info.type = r.type;
   info.name = r.name;
   info.domain = r.domain;
   info.base_model_sha256 = sha;
@@ -291,11 +292,14 @@ HeadTrainingResult run_head_training(
                                  {"batch", r.batch},
                                  {"lr", r.lr},
                                  {"heads", r.heads},
+                                 {"type", r.type},
                                  {"trace_positions", traces.set.n_pos()},
                                  {"seed", r.seed}};
   info.training_config_json = config.dump();
-  const TrainResult t = train_medusa(
-      model, make_medusa_head(info), traces.set, options, [&](const TrainProgress& tp) {
+  DraftHead initial = r.type == "mtp" ? make_mtp_head(info, draft_vocabulary(traces.set, options))
+                                      : make_medusa_head(info);
+  const TrainResult t =
+      train_head(model, std::move(initial), traces.set, options, [&](const TrainProgress& tp) {
         HeadTrainingProgress p;
         p.phase = "training";
         p.step = tp.step;
@@ -315,7 +319,7 @@ HeadTrainingResult run_head_training(
     throw Error("training cancelled at step " + std::to_string(t.steps_run) +
                 "; no head was saved");
 
-  MedusaHead head = t.head;
+  DraftHead head = t.head;
   const nlohmann::json summary = {{"val_loss", t.final_val_loss},
                                   {"initial_val_loss", t.initial_val_loss},
                                   {"val_top1", t.val_top1},
@@ -339,7 +343,7 @@ HeadTrainingResult run_head_training(
   result.report["name"] = r.name;
   result.report["domain"] = r.domain;
   result.report["file"] = result.file;
-  result.report["type"] = "medusa";
+  result.report["type"] = head.info.type;
   result.report["heads"] = r.heads;
   result.report["trace_positions"] = traces.set.n_pos();
   result.report["seconds"] = traces.seconds + t.seconds;

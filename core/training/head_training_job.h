@@ -1,6 +1,6 @@
 #pragma once
 // One draft-head training run, shared by `tokenfab-cli heads train` and the desktop app's Draft
-// heads page: training data → traces (cached in the user data directory) → train_medusa → the
+// heads page: training data → traces (cached in the user data directory) → train_head → the
 // head's GGUF file → a row in the registry. A cancelled or failed run leaves no file and no row.
 
 #include <cstdint>
@@ -55,7 +55,7 @@ struct HeadTrainingResult {
 };
 
 // Throws Error for a bad request (all-digit or empty name, both or neither of prompt_set /
-// corpus, heads outside 1..16, type not medusa); run_head_training checks it too.
+// corpus, heads outside 1..16, type not medusa or mtp); run_head_training checks it too.
 void validate_head_training(const HeadTrainingRequest& request);
 
 // What a set of generated requests measured for speculation: decode steps, the tokens they
@@ -84,7 +84,7 @@ std::vector<std::string> named_prompts(const std::string& name, const std::strin
 
 // Runs the whole job on the calling thread. `progress` may return false to cancel: the call then
 // throws Error("… cancelled …; no head was saved"). Throws Error for a bad request (a taken or
-// all-digit name, both or neither of prompt_set / corpus, heads outside 1..16, type not medusa).
+// all-digit name, both or neither of prompt_set / corpus, heads outside 1..16, type not medusa or mtp).
 HeadTrainingResult run_head_training(
     const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& request,
     const std::function<bool(const HeadTrainingProgress&)>& progress);

@@ -99,86 +99,143 @@ float learning_rate(const TrainOptions& o, int32_t step /* 1-based */) {
   return o.lr * (0.1f + 0.9f * cosine);
 }
 
-// One head's rows of a mini-batch: the positions that have its label, gathered.
+// One block's rows of a mini-batch, gathered: inputs, labels (shortlist indices), soft targets
+// and, for mtp, the hidden state each row should predict.
 struct HeadBatch {
-  std::vector<float> h;  // (m, n_embd)
+  std::vector<float> x;  // (m, in_cols)
   std::vector<int32_t> label, soft_index;
   std::vector<float> soft_prob;
+  std::vector<float> hidden;  // mtp: (m, n_embd)
   int64_t m = 0;
-};
 
-void gather_head_batch(const TraceSet& t, std::span<const int64_t> ends, const Shortlist& sl,
-                       std::span<const int64_t> batch, int k, bool soft, HeadBatch& out) {
-  const int64_t d = t.n_embd;
-  out.h.clear();
-  out.label.clear();
-  out.soft_index.clear();
-  out.soft_prob.clear();
-  for (int64_t i : batch) {
-    const int64_t target = i + k + 1;
-    if (target >= ends[static_cast<size_t>(i)]) continue;
-    out.h.insert(out.h.end(), t.hidden.begin() + i * d, t.hidden.begin() + (i + 1) * d);
-    out.label.push_back(sl.index_of(t.pred[static_cast<size_t>(target)]));
-    if (!soft) continue;
+  void clear() {
+    x.clear();
+    label.clear();
+    soft_index.clear();
+    soft_prob.clear();
+    hidden.clear();
+    m = 0;
+  }
+  // The label and (when `soft`) the renormalised top-k targets of trace position `target`.
+  void add_targets(const TraceSet& t, const Shortlist& sl, int64_t target, bool soft) {
+    label.push_back(sl.index_of(t.pred[static_cast<size_t>(target)]));
+    ++m;
+    if (!soft) return;
     double total = 0.0;
     for (int32_t j = 0; j < t.top_k; ++j)
       total += t.topk_probs[static_cast<size_t>(target * t.top_k + j)];
     for (int32_t j = 0; j < t.top_k; ++j) {
       const size_t at = static_cast<size_t>(target * t.top_k + j);
-      out.soft_index.push_back(sl.index_of(t.topk_ids[at]));
-      out.soft_prob.push_back(total > 0 ? static_cast<float>(t.topk_probs[at] / total) : 0.0f);
+      const int32_t index = sl.index_of(t.topk_ids[at]);
+      // An mtp vocabulary may lack a top-k id of a position: its share goes nowhere (index 0,
+      // weight 0) and the rest is not renormalised, so the target sums to less than 1 there.
+      soft_index.push_back(std::max(index, 0));
+      soft_prob.push_back(index >= 0 && total > 0 ? static_cast<float>(t.topk_probs[at] / total)
+                                                  : 0.0f);
     }
   }
-  out.m = static_cast<int64_t>(out.label.size());
+};
+
+void gather_head_batch(const TraceSet& t, std::span<const int64_t> ends, const Shortlist& sl,
+                       std::span<const int64_t> batch, int k, bool soft, HeadBatch& out) {
+  const int64_t d = t.n_embd;
+  out.clear();
+  for (int64_t i : batch) {
+    const int64_t target = i + k + 1;
+    if (target >= ends[static_cast<size_t>(i)]) continue;
+    out.x.insert(out.x.end(), t.hidden.begin() + i * d, t.hidden.begin() + (i + 1) * d);
+    out.add_targets(t, sl, target, soft);
+  }
 }
 
-// One optimisation step over all heads: per-head mean losses and gradients on a mini-batch,
-// global-norm clipping, AdamW. Owns the optimiser state and the step's buffers.
+// The mtp block's rows of a mini-batch. Each position i (with i + 1 inside its sequence) gives a
+// teacher-forced row [h_i; e(pred_i)] → pred_{i+1}, h_{i+1}; and, when i + 2 is inside too, a
+// rollout row [ĥ_{i+1}; e(pred_{i+1})] → pred_{i+2}, h_{i+2}, where ĥ_{i+1} is the block's own
+// (current) prediction from the first row, as in inference from step 2 on. No gradient flows
+// through ĥ: the rollout rows teach the block to continue from its own predicted hidden states.
+// Labels outside the vocabulary are left out (the block cannot draft them).
+void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const TraceSet& t,
+                      std::span<const int64_t> ends, const Shortlist& sl,
+                      std::span<const int64_t> batch, bool soft, HeadBatch& out) {
+  const int64_t d = t.n_embd;
+  out.clear();
+  std::vector<float> e(static_cast<size_t>(d)), z(static_cast<size_t>(d));
+  const auto add_row = [&](const float* h, int64_t from, int64_t target) {
+    if (sl.index_of(t.pred[static_cast<size_t>(target)]) < 0) return false;
+    embed_tokens(model, std::span(&t.pred[static_cast<size_t>(from)], 1), e.data());
+    out.x.insert(out.x.end(), h, h + d);
+    out.x.insert(out.x.end(), e.begin(), e.end());
+    out.hidden.insert(out.hidden.end(), t.hidden.begin() + target * d,
+                      t.hidden.begin() + (target + 1) * d);
+    out.add_targets(t, sl, target, soft);
+    return true;
+  };
+  for (int64_t i : batch) {
+    const int64_t end = ends[static_cast<size_t>(i)];
+    if (i + 1 >= end) continue;
+    const float* h = t.hidden.data() + i * d;
+    if (!add_row(h, i, i + 1) || i + 2 >= end) continue;
+    head.mtp_step(h, out.x.data() + (out.m - 1) * 2 * d + d, 1, z.data());
+    add_row(z.data(), i + 1, i + 2);
+  }
+}
+
+// One optimisation step over all blocks (Medusa: one per head; mtp: one): per-block mean losses
+// and gradients on a mini-batch, global-norm clipping, AdamW. Owns the optimiser state and the
+// step's buffers.
 class HeadOptimizer {
  public:
-  HeadOptimizer(const TraceSet& traces, std::span<const int64_t> ends, const Shortlist& shortlist,
-                const TrainOptions& o, int n_heads)
-      : traces_(traces), ends_(ends), shortlist_(shortlist), o_(o) {
-    const auto d = static_cast<size_t>(traces.n_embd);
-    for (int k = 0; k < n_heads; ++k) {
-      adam_w_.emplace_back(d * d);
-      adam_b_.emplace_back(d);
-      dw_.emplace_back(d * d);
-      db_.emplace_back(d);
+  HeadOptimizer(const LlamaModel& model, const TraceSet& traces, std::span<const int64_t> ends,
+                const Shortlist& shortlist, const TrainOptions& o, const DraftHead& head)
+      : model_(model), traces_(traces), ends_(ends), shortlist_(shortlist), o_(o) {
+    for (size_t k = 0; k < head.w.size(); ++k) {
+      adam_w_.emplace_back(head.w[k].size());
+      adam_b_.emplace_back(head.b[k].size());
+      dw_.emplace_back(head.w[k].size());
+      db_.emplace_back(head.b[k].size());
     }
   }
 
-  // Returns the step's loss: the mean over heads of each head's mean loss.
-  double step(MedusaHead& head, std::span<const int64_t> batch, int32_t step,
+  // Returns the step's loss: the mean over blocks of each block's mean loss.
+  double step(DraftHead& head, std::span<const int64_t> batch, int32_t step,
               kernels::ThreadPool& pool) {
     double loss = 0.0, norm2 = 0.0;
-    int heads_with_rows = 0;
-    for (int k = 0; k < head.n_heads(); ++k) {
+    int blocks_with_rows = 0;
+    const bool soft = o_.kl_weight > 0.0f;
+    const int64_t d = traces_.n_embd, in_cols = head.is_mtp() ? 2 * d : d;
+    for (size_t k = 0; k < head.w.size(); ++k) {
       std::fill(dw_[k].begin(), dw_[k].end(), 0.0f);
       std::fill(db_[k].begin(), db_[k].end(), 0.0f);
-      gather_head_batch(traces_, ends_, shortlist_, batch, k, o_.kl_weight > 0.0f, hb_);
+      if (head.is_mtp())
+        gather_mtp_batch(model_, head, traces_, ends_, shortlist_, batch, soft, hb_);
+      else
+        gather_head_batch(traces_, ends_, shortlist_, batch, static_cast<int>(k), soft, hb_);
       if (hb_.m == 0) continue;
-      const HeadTargets targets{hb_.label, hb_.soft_index, hb_.soft_prob, traces_.top_k,
-                                o_.kl_weight};
-      loss += head_loss_and_grad(head.w[k].data(), head.b[k].data(), shortlist_, hb_.h.data(),
-                                 hb_.m, targets, dw_[k].data(), db_[k].data(), pool, scratch_) /
-              double(hb_.m);
-      ++heads_with_rows;
+      HeadTargets targets{hb_.label, hb_.soft_index, hb_.soft_prob, traces_.top_k, o_.kl_weight};
+      if (head.is_mtp()) {
+        targets.hidden = hb_.hidden.data();
+        targets.hidden_weight = o_.hidden_weight;
+      }
+      loss +=
+          head_loss_and_grad(head.w[k].data(), head.b[k].data(), shortlist_, hb_.x.data(), in_cols,
+                             hb_.m, targets, dw_[k].data(), db_[k].data(), pool, scratch_) /
+          double(hb_.m);
+      ++blocks_with_rows;
       norm2 += scale(k, 1.0f / float(hb_.m));
     }
     const double norm = std::sqrt(norm2);
     const float lr = learning_rate(o_, step);
-    for (int k = 0; k < head.n_heads(); ++k) {
+    for (size_t k = 0; k < head.w.size(); ++k) {
       if (norm > o_.clip) scale(k, static_cast<float>(o_.clip / norm));
       adam_w_[k].update(head.w[k].data(), dw_[k].data(), lr, o_.weight_decay, step);
       adam_b_[k].update(head.b[k].data(), db_[k].data(), lr, 0.0f, step);
     }
-    return loss / std::max(1, heads_with_rows);
+    return loss / std::max(1, blocks_with_rows);
   }
 
  private:
-  // Scales head k's gradients by `f`; returns their squared norm afterwards.
-  double scale(int k, float f) {
+  // Scales block k's gradients by `f`; returns their squared norm afterwards.
+  double scale(size_t k, float f) {
     double norm2 = 0.0;
     for (auto* grads : {&dw_[k], &db_[k]}) {
       for (float& g : *grads) {
@@ -189,17 +246,18 @@ class HeadOptimizer {
     return norm2;
   }
 
+  const LlamaModel& model_;
   const TraceSet& traces_;
   std::span<const int64_t> ends_;
   const Shortlist& shortlist_;
   const TrainOptions& o_;
   std::vector<Adam> adam_w_, adam_b_;
-  std::vector<std::vector<float>> dw_, db_;  // per head: (n_embd, n_embd), (n_embd)
+  std::vector<std::vector<float>> dw_, db_;  // per block: W, b
   HeadLossScratch scratch_;
   HeadBatch hb_;
 };
 
-void check_inputs(const LlamaModel& target, const MedusaHead& head, const TraceSet& traces,
+void check_inputs(const LlamaModel& target, const DraftHead& head, const TraceSet& traces,
                   const TrainOptions& o) {
   o.validate();
   traces.validate("training traces");
@@ -212,12 +270,16 @@ void check_inputs(const LlamaModel& target, const MedusaHead& head, const TraceS
   if (traces.n_embd != hp.n_embd)
     throw Error("training: the traces have n_embd " + std::to_string(traces.n_embd) +
                 ", the model " + std::to_string(hp.n_embd));
-  const auto d2 = static_cast<size_t>(hp.n_embd * hp.n_embd);
-  if (head.n_heads() != head.info.n_heads || head.n_heads() < 1 || head.b.size() != head.w.size())
+  const auto d = static_cast<size_t>(hp.n_embd);
+  const size_t blocks = head.is_mtp() ? 1 : static_cast<size_t>(head.n_heads());
+  const size_t in_cols = head.is_mtp() ? 2 * d : d;
+  if (head.n_heads() < 1 || head.w.size() != blocks || head.b.size() != blocks)
     throw Error("training: head '" + head.info.name + "' is inconsistent (n_heads)");
-  for (int k = 0; k < head.n_heads(); ++k)
-    if (head.w[k].size() != d2 || head.b[k].size() != static_cast<size_t>(hp.n_embd))
+  for (size_t k = 0; k < blocks; ++k)
+    if (head.w[k].size() != d * in_cols || head.b[k].size() != d)
       throw Error("training: head '" + head.info.name + "' has weights of the wrong size");
+  if (head.is_mtp() && head.vocab.empty())
+    throw Error("training: mtp head '" + head.info.name + "' has no draft vocabulary");
   if (o.kl_weight > 0.0f && traces.top_k == 0)
     throw Error("training: kl_weight > 0 needs traces recorded with top_k > 0");
 }
@@ -233,24 +295,26 @@ void TrainOptions::validate() const {
   if (!(warmup >= 0.0f && warmup < 1.0f)) bad("warmup must be in [0, 1)");
   if (!(clip > 0.0f)) bad("clip must be positive");
   if (!(kl_weight >= 0.0f && kl_weight <= 1.0f)) bad("kl_weight must be in [0, 1]");
+  if (!(hidden_weight >= 0.0f) || !std::isfinite(hidden_weight)) bad("hidden_weight must be ≥ 0");
   if (!(validation > 0.0f && validation < 1.0f)) bad("validation must be in (0, 1)");
   if (patience < 0) bad("patience must be ≥ 0");
   if (eval_every < 1) bad("eval_every must be at least 1");
   if (threads < 0) bad("threads must be ≥ 0");
 }
 
-TrainResult train_medusa(const LlamaModel& target, MedusaHead head, const TraceSet& traces,
-                         const TrainOptions& o,
-                         const std::function<bool(const TrainProgress&)>& progress) {
+TrainResult train_head(const LlamaModel& target, DraftHead head, const TraceSet& traces,
+                       const TrainOptions& o,
+                       const std::function<bool(const TrainProgress&)>& progress) {
   const auto t0 = Clock::now();
   check_inputs(target, head, traces, o);
-  const int n_heads = head.n_heads();
   const std::vector<int64_t> ends = traces.sequence_ends();
   const Split split = split_sequences(traces, o.validation, o.seed);
   if (split.train.empty() || split.val.empty())
     throw Error("training: the traces have no labelled positions on one side of the split");
   const std::vector<int64_t> val = evenly_capped(split.val, kMaxEvalPositions);
-  const Shortlist shortlist = Shortlist::from_model(target, shortlist_ids(traces, split));
+  // mtp: the softmax runs over the head's own draft vocabulary, exactly as in inference.
+  const Shortlist shortlist =
+      Shortlist::from_model(target, head.is_mtp() ? head.vocab : shortlist_ids(traces, split));
 
   kernels::ThreadPool pool(resolve_threads(o.threads));
   TransformerPass pass(target, pool);
@@ -262,13 +326,13 @@ TrainResult train_medusa(const LlamaModel& target, MedusaHead head, const TraceS
   result.shortlist_size = shortlist.size();
   result.train_positions = static_cast<int64_t>(split.train.size());
   result.val_positions = static_cast<int64_t>(val.size());
-  HeadOptimizer optimizer(traces, ends, shortlist, o, n_heads);
+  HeadOptimizer optimizer(target, traces, ends, shortlist, o, head);
   std::vector<int64_t> batch;
 
   HeadEvaluation best = evaluate_head(pass, head, traces, ends, val);
   result.initial_val_loss = best.loss;
   result.initial_accept_per_step = best.accept_per_step;
-  MedusaHead best_head = head;
+  DraftHead best_head = head;
   int32_t evals_without_improvement = 0;
   if (progress) {
     TrainProgress p{0, o.steps, best.loss, best.loss, best.top1, best.accept_per_step, 0.0, 0.0};
@@ -324,7 +388,16 @@ TrainResult train_medusa(const LlamaModel& target, MedusaHead head, const TraceS
   return result;
 }
 
-double simulated_accept_per_step(const LlamaModel& target, const MedusaHead& head,
+std::vector<TokenId> draft_vocabulary(const TraceSet& traces, const TrainOptions& options) {
+  traces.validate("traces");
+  std::vector<TokenId> ids =
+      shortlist_ids(traces, split_sequences(traces, options.validation, options.seed));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+double simulated_accept_per_step(const LlamaModel& target, const DraftHead& head,
                                  const TraceSet& traces, std::span<const int64_t> positions) {
   traces.validate("traces");
   if (head.info.n_embd != traces.n_embd || head.info.n_embd != target.hparams().n_embd)

@@ -1,6 +1,9 @@
 #pragma once
-// Trains a Medusa head by self-distillation on a TraceSet (trace.h): head k at position i learns
-// the target's own prediction pred[i + k].
+// Trains a draft head by self-distillation on a TraceSet (trace.h). Medusa: head k at position i
+// learns the target's own prediction pred[i + k]. mtp: the block learns, from [h_i; e(pred_i)],
+// the next prediction pred[i + 1] and (regression, hidden_weight) the next hidden state h[i + 1];
+// each mini-batch also holds rollout rows that start from the block's own predicted hidden state
+// (see gather_mtp_batch in trainer.cpp), as inference does from step 2 on.
 //
 // Optimiser: AdamW (β 0.9 / 0.999, eps 1e-8, decoupled weight decay on W only), linear warmup over
 // `warmup · steps` steps, then cosine decay to 10 % of lr; gradients clipped to a global norm of
@@ -8,8 +11,9 @@
 // without replacement (a fresh permutation each epoch). The loss of a step is the mean over heads
 // of each head's mean loss over the positions that have its label.
 //
-// The training loss uses a SHORTLIST softmax (head_loss.h): V' = every label and top-k id of the
-// training split. Evaluation uses the FULL LM head through the inference kernel
+// The Medusa training loss uses a SHORTLIST softmax (head_loss.h): V' = every label and top-k id
+// of the training split; an mtp head's softmax is over its draft vocabulary (draft_vocabulary()),
+// as in inference. Medusa evaluation uses the FULL LM head through the inference kernel
 // (TransformerPass::lm_head): validation loss is the full-vocabulary cross-entropy against the
 // labels, top-1 and simulated ACCEPT/STEP use the full-vocabulary argmax, as inference does.
 // Evaluations run at step 0 (the untrained head), every `eval_every` steps and at the end, on at
@@ -23,7 +27,7 @@
 #include <vector>
 
 #include "core/model/llama_model.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/training/trace.h"
 
 namespace tokenfab {
@@ -32,9 +36,10 @@ struct TrainOptions {
   int32_t steps = 600;
   int32_t batch = 256;  // positions per mini-batch
   float lr = 3e-3f, weight_decay = 0.0f, warmup = 0.05f /* fraction of steps */, clip = 1.0f;
-  float kl_weight = 0.0f;   // 0: CE against the pred labels; in (0, 1]: mixes in KL to the top-k
-  float validation = 0.1f;  // fraction of sequences held out, in (0, 1); at least one each side
-  int32_t patience = 5;     // evaluations without improvement before stopping; 0: never stop early
+  float kl_weight = 0.0f;      // 0: CE against the pred labels; in (0, 1]: mixes in KL to the top-k
+  float hidden_weight = 1.0f;  // mtp: weight of the next-hidden-state regression (head_loss.h)
+  float validation = 0.1f;     // fraction of sequences held out, in (0, 1); at least one each side
+  int32_t patience = 5;  // evaluations without improvement before stopping; 0: never stop early
   int32_t eval_every = 50;
   int threads = 0;  // 0: all hardware threads
   uint64_t seed = 0;
@@ -53,7 +58,7 @@ struct TrainProgress {
 };
 
 struct TrainResult {
-  MedusaHead head;  // the best evaluated weights
+  DraftHead head;  // the best evaluated weights
   int32_t steps_run = 0;
   double initial_val_loss = 0.0;  // the untrained head's (step 0) …
   double initial_accept_per_step = 0.0;
@@ -75,15 +80,19 @@ inline constexpr int64_t kMaxEvalPositions = 1000;
 // cancelled = true. The call at step 0 reports the untrained head's evaluation (its `loss` is the
 // validation loss, as no training step has run). Throws Error when the head, the traces and the
 // model do not fit together, when there are fewer than two sequences or no labelled positions.
-TrainResult train_medusa(const LlamaModel& target, MedusaHead head, const TraceSet& traces,
-                         const TrainOptions& options,
-                         const std::function<bool(const TrainProgress&)>& progress);
+TrainResult train_head(const LlamaModel& target, DraftHead head, const TraceSet& traces,
+                       const TrainOptions& options,
+                       const std::function<bool(const TrainProgress&)>& progress);
+
+// The draft vocabulary of an mtp head trained on `traces` with `options`: every pred and top-k id
+// of the sequences on the training side of the split train_head will make (sorted, unique).
+std::vector<TokenId> draft_vocabulary(const TraceSet& traces, const TrainOptions& options);
 
 // Simulated ACCEPT/STEP of the chain of all K heads: for each of `positions` whose K labels are
 // inside its sequence (others are skipped), the heads' full-vocabulary top-1 tokens are accepted
 // while they equal pred[i+1..i+K] in order; the result is mean(1 + accepted) (the target's own
 // token is always emitted). 1.0 when no position qualifies. Uses all hardware threads.
-double simulated_accept_per_step(const LlamaModel& target, const MedusaHead& head,
+double simulated_accept_per_step(const LlamaModel& target, const DraftHead& head,
                                  const TraceSet& traces, std::span<const int64_t> positions);
 
 }  // namespace tokenfab

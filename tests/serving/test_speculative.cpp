@@ -11,8 +11,6 @@
 #include <optional>
 #include <random>
 
-#include "tests/common/default_model.h"
-#include "tests/serving/serving_prompts.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -22,15 +20,36 @@
 #include "core/serving/engine.h"
 #include "core/serving/scheduler.h"
 #include "core/serving/worker.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/cpu/ops.h"
+#include "tests/common/default_model.h"
+#include "tests/serving/serving_prompts.h"
 
 using namespace tokenfab;
 
 namespace {
 
 constexpr int32_t kMaxTokens = 24;
+
+struct LosslessCase {
+  const char* name;
+  bool disaggregated;
+  std::shared_ptr<const DraftHead> head;
+  int32_t draft_len;
+  std::vector<int32_t> tree_shape;  // empty: a chain
+};
+
+EngineConfig lossless_config(bool disaggregated) {
+  EngineConfig c;
+  c.threads = 2;
+  c.kv_blocks = 512;
+  if (disaggregated) {
+    c.prefill = "cpu:0";
+    c.decode = "cpu:1";
+  }
+  return c;
+}
 
 }  // namespace
 
@@ -40,6 +59,7 @@ class SpeculativeTest : public QObject {
  private slots:
   void initTestCase();
   void greedy_output_is_unchanged_by_any_head();
+  void greedy_output_is_unchanged_by_mtp_heads();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
   void rejected_drafts_leave_the_kv_as_without_speculation();
   void speculative_sampling_keeps_the_target_distribution();
@@ -47,13 +67,21 @@ class SpeculativeTest : public QObject {
  private:
   // A head whose drafts are often right: its residual blocks are zero (each head proposes what
   // the base LM head predicts next), which a greedy continuation that repeats itself accepts.
-  std::shared_ptr<const MedusaHead> zero_head() const;
+  std::shared_ptr<const DraftHead> zero_head() const;
   // A head with random weights: drafts mostly wrong, exercising rejection and rollback.
-  std::shared_ptr<const MedusaHead> random_head(unsigned seed) const;
+  std::shared_ptr<const DraftHead> random_head(unsigned seed) const;
+  // mtp heads over the draft vocabulary `vocab`: zero weights (each step proposes what the LM
+  // head predicts from the hidden state it was given) or random ones.
+  std::shared_ptr<const DraftHead> mtp_head(std::vector<TokenId> vocab, unsigned seed) const;
+
+  // Each prompt's greedy output without speculation (computed once).
+  const std::vector<std::vector<TokenId>>& plain_outputs();
+  void check_lossless(std::span<const LosslessCase> cases);
 
   std::unique_ptr<LlamaModel> model_;
   std::optional<Tokenizer> tokenizer_;
   std::vector<std::vector<TokenId>> prompts_;
+  std::vector<std::vector<TokenId>> plain_;
 };
 
 void SpeculativeTest::initTestCase() {
@@ -62,55 +90,56 @@ void SpeculativeTest::initTestCase() {
     prompts_.push_back(tokenizer_->encode(t, false, false));
 }
 
-std::shared_ptr<const MedusaHead> SpeculativeTest::zero_head() const {
+std::shared_ptr<const DraftHead> SpeculativeTest::zero_head() const {
   DraftHeadInfo info;
   info.name = "zero";
   info.n_heads = 4;
   info.n_embd = static_cast<int32_t>(model_->hparams().n_embd);
   info.n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
-  return std::make_shared<const MedusaHead>(make_medusa_head(info));
+  return std::make_shared<const DraftHead>(make_medusa_head(info));
 }
 
-std::shared_ptr<const MedusaHead> SpeculativeTest::random_head(unsigned seed) const {
-  MedusaHead head = *zero_head();
+std::shared_ptr<const DraftHead> SpeculativeTest::random_head(unsigned seed) const {
+  DraftHead head = *zero_head();
   head.info.name = "random";
   std::mt19937 rng(seed);
   std::normal_distribution<float> noise(0.0f, 0.05f);
   for (auto& w : head.w)
     for (float& x : w) x = noise(rng);
-  return std::make_shared<const MedusaHead>(std::move(head));
+  return std::make_shared<const DraftHead>(std::move(head));
 }
 
-void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
-  EngineConfig colocated;
-  colocated.threads = 2;
-  colocated.kv_blocks = 512;
-  EngineConfig disaggregated = colocated;
-  disaggregated.prefill = "cpu:0";
-  disaggregated.decode = "cpu:1";
-  std::vector<std::vector<TokenId>> plain;
-  {
-    Engine engine(*model_, colocated);
+std::shared_ptr<const DraftHead> SpeculativeTest::mtp_head(std::vector<TokenId> vocab,
+                                                           unsigned seed) const {
+  DraftHeadInfo info;
+  info.type = "mtp";
+  info.name = seed == 0 ? "zero-mtp" : "random-mtp";
+  info.n_heads = 4;
+  info.n_embd = static_cast<int32_t>(model_->hparams().n_embd);
+  info.n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
+  DraftHead head = make_mtp_head(info, std::move(vocab));
+  if (seed != 0) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> noise(0.0f, 0.05f);
+    for (float& x : head.w[0]) x = noise(rng);
+  }
+  return std::make_shared<const DraftHead>(std::move(head));
+}
+
+const std::vector<std::vector<TokenId>>& SpeculativeTest::plain_outputs() {
+  if (plain_.empty()) {
+    Engine engine(*model_, lossless_config(false));
     std::vector<RequestId> ids;
     for (const auto& p : prompts_) ids.push_back(engine.submit({p, kMaxTokens}));
-    for (const RequestId id : ids) plain.push_back(engine.wait(id).output);
+    for (const RequestId id : ids) plain_.push_back(engine.wait(id).output);
   }
-  struct Case {
-    const char* name;
-    EngineConfig config;
-    std::shared_ptr<const MedusaHead> head;
-    int32_t draft_len;
-    std::vector<int32_t> tree_shape;  // empty: a chain
-  };
-  const Case cases[] = {
-      {"colocated, zero head", colocated, zero_head(), 4, {}},
-      {"colocated, random head", colocated, random_head(1), 3, {}},
-      {"disaggregated, zero head", disaggregated, zero_head(), 4, {}},
-      {"colocated, zero head, tree 3,2,2,1", colocated, zero_head(), 4, {3, 2, 2, 1}},
-      {"colocated, random head, tree 2,2,2", colocated, random_head(1), 3, {2, 2, 2}},
-      {"disaggregated, zero head, tree 4,2,2", disaggregated, zero_head(), 4, {4, 2, 2}}};
-  for (const Case& c : cases) {
-    Engine engine(*model_, c.config);
+  return plain_;
+}
+
+void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
+  const std::vector<std::vector<TokenId>>& plain = plain_outputs();
+  for (const LosslessCase& c : cases) {
+    Engine engine(*model_, lossless_config(c.disaggregated));
     std::vector<RequestId> ids;
     for (const auto& p : prompts_) {
       GenerationRequest r{p, kMaxTokens};
@@ -138,6 +167,32 @@ void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
     QVERIFY(*s.accept_per_step >= 1.0);
     QVERIFY(proposed > 0);
   }
+}
+
+void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
+  const LosslessCase cases[] = {
+      {"colocated, zero head", false, zero_head(), 4, {}},
+      {"colocated, random head", false, random_head(1), 3, {}},
+      {"disaggregated, zero head", true, zero_head(), 4, {}},
+      {"colocated, zero head, tree 3,2,2,1", false, zero_head(), 4, {3, 2, 2, 1}},
+      {"colocated, random head, tree 2,2,2", false, random_head(1), 3, {2, 2, 2}},
+      {"disaggregated, zero head, tree 4,2,2", true, zero_head(), 4, {4, 2, 2}}};
+  check_lossless(cases);
+}
+
+// The same for mtp heads (their own sequential drafting path in the worker), chain and tree,
+// colocated and disaggregated.
+void SpeculativeTest::greedy_output_is_unchanged_by_mtp_heads() {
+  // The mtp heads draft from the tokens of the prompts and of the plain outputs.
+  std::vector<TokenId> vocab;
+  for (const auto& tokens : {prompts_, plain_outputs()})
+    for (const auto& t : tokens) vocab.insert(vocab.end(), t.begin(), t.end());
+  const LosslessCase cases[] = {
+      {"colocated, zero mtp head", false, mtp_head(vocab, 0), 4, {}},
+      {"colocated, random mtp head, tree 3,2,2,1", false, mtp_head(vocab, 2), 4, {3, 2, 2, 1}},
+      {"disaggregated, random mtp head", true, mtp_head(vocab, 3), 3, {}},
+      {"disaggregated, zero mtp head, tree 2,2,2", true, mtp_head(vocab, 0), 3, {2, 2, 2}}};
+  check_lossless(cases);
 }
 
 void SpeculativeTest::rejected_drafts_leave_the_kv_as_without_speculation_data() {

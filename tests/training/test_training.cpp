@@ -14,7 +14,7 @@
 #include "core/common/error.h"
 #include "core/gguf/gguf_writer.h"
 #include "core/speculative/dense_math.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/training/head_loss.h"
 #include "core/training/trace.h"
 
@@ -33,17 +33,19 @@ std::vector<float> random_vector(std::mt19937& rng, size_t n, float scale) {
 }
 
 // The head loss of head_loss.h, summed over rows, computed plainly in double.
+// The loss of head_loss.h for input rows x (m, in_cols), in double: the block's residual adds
+// x's first d columns; the hidden-state regression is added when t.hidden_weight > 0.
 double reference_loss(const std::vector<double>& w, const std::vector<double>& b,
-                      const std::vector<float>& e, const std::vector<float>& h, int64_t d,
-                      int64_t v, const HeadTargets& t) {
+                      const std::vector<float>& e, const std::vector<float>& x, int64_t d,
+                      int64_t in_cols, int64_t v, const HeadTargets& t) {
   const auto m = static_cast<int64_t>(t.label.size());
   double total = 0.0;
   for (int64_t r = 0; r < m; ++r) {
     std::vector<double> z(static_cast<size_t>(d)), logits(static_cast<size_t>(v));
     for (int64_t o = 0; o < d; ++o) {
       double u = b[o];
-      for (int64_t i = 0; i < d; ++i) u += w[o * d + i] * h[r * d + i];
-      z[o] = h[r * d + o] + u / (1.0 + std::exp(-u));
+      for (int64_t i = 0; i < in_cols; ++i) u += w[o * in_cols + i] * x[r * in_cols + i];
+      z[o] = x[r * in_cols + o] + u / (1.0 + std::exp(-u));
     }
     double mx = -1e300;
     for (int64_t j = 0; j < v; ++j) {
@@ -57,6 +59,12 @@ double reference_loss(const std::vector<double>& w, const std::vector<double>& b
     for (int32_t j = 0; j < (t.kl_weight > 0 ? t.top_k : 0); ++j)
       total += double(t.kl_weight) * t.soft_prob[r * t.top_k + j] *
                (log_z - logits[t.soft_index[r * t.top_k + j]]);
+    if (t.hidden_weight > 0.0f) {
+      double sq = 0.0;
+      for (int64_t o = 0; o < d; ++o)
+        sq += (z[o] - t.hidden[r * d + o]) * (z[o] - t.hidden[r * d + o]);
+      total += double(t.hidden_weight) * sq / double(d);
+    }
   }
   return total;
 }
@@ -160,6 +168,7 @@ class TrainingTest : public QObject {
   void gradient_check_data();
   void gradient_check();
   void draft_head_file_roundtrip();
+  void mtp_head_file_roundtrip();
   void malformed_head_files_rejected();
   void check_head_matches_refuses_other_models();
   void trace_roundtrip();
@@ -226,8 +235,12 @@ void TrainingTest::dense_kernels_match_reference() {
 
 void TrainingTest::gradient_check_data() {
   QTest::addColumn<float>("kl_weight");
-  QTest::newRow("cross-entropy") << 0.0f;
-  QTest::newRow("mixed with KL to top-k") << 0.4f;
+  QTest::addColumn<int>("inputs");  // in_cols = inputs · d: 1 for Medusa, 2 for mtp ([h; e])
+  QTest::addColumn<float>("hidden_weight");
+  QTest::newRow("medusa, cross-entropy") << 0.0f << 1 << 0.0f;
+  QTest::newRow("medusa, mixed with KL to top-k") << 0.4f << 1 << 0.0f;
+  QTest::newRow("mtp, cross-entropy and hidden regression") << 0.0f << 2 << 0.7f;
+  QTest::newRow("mtp, KL and hidden regression") << 0.4f << 2 << 1.5f;
 }
 
 // Tolerance: the analytic gradient runs in f32 (unit roundoff 6e-8, sums of at most 20 terms, the
@@ -236,11 +249,17 @@ void TrainingTest::gradient_check_data() {
 // still fails on any wrong term of the backward pass (which gives O(1) relative errors).
 void TrainingTest::gradient_check() {
   QFETCH(float, kl_weight);
+  QFETCH(int, inputs);
+  QFETCH(float, hidden_weight);
   constexpr int64_t d = 8, v = 20, m = 6;
   constexpr int32_t top_k = 3;
+  const int64_t in_cols = inputs * d;
   std::mt19937 rng(7);
-  const std::vector<float> w = random_vector(rng, d * d, 0.4f), b = random_vector(rng, d, 0.4f);
-  const std::vector<float> h = random_vector(rng, m * d, 1.0f), e = random_vector(rng, v * d, 1.0f);
+  const std::vector<float> w = random_vector(rng, d * in_cols, 0.4f),
+                           b = random_vector(rng, d, 0.4f);
+  const std::vector<float> h = random_vector(rng, m * in_cols, 1.0f),
+                           e = random_vector(rng, v * d, 1.0f);
+  const std::vector<float> hidden = random_vector(rng, m * d, 1.0f);
   std::vector<TokenId> ids(v);
   for (int j = 0; j < v; ++j) ids[j] = 100 + 3 * j;
   const Shortlist sl = Shortlist::from_rows(ids, e, d);
@@ -253,16 +272,16 @@ void TrainingTest::gradient_check() {
       soft_prob.push_back(std::array<float, 3>{0.6f, 0.3f, 0.1f}[j]);
     }
   }
-  const HeadTargets t{label, soft_index, soft_prob, top_k, kl_weight};
+  const HeadTargets t{label, soft_index, soft_prob, top_k, kl_weight, hidden.data(), hidden_weight};
 
   kernels::ThreadPool pool(2);
   HeadLossScratch scratch;
-  std::vector<float> dw(d * d, 0.0f), db(d, 0.0f);
-  const double loss = head_loss_and_grad(w.data(), b.data(), sl, h.data(), m, t, dw.data(),
+  std::vector<float> dw(d * in_cols, 0.0f), db(d, 0.0f);
+  const double loss = head_loss_and_grad(w.data(), b.data(), sl, h.data(), in_cols, m, t, dw.data(),
                                          db.data(), pool, scratch);
 
   std::vector<double> wd(w.begin(), w.end()), bd(b.begin(), b.end());
-  const double ref = reference_loss(wd, bd, e, h, d, v, t);
+  const double ref = reference_loss(wd, bd, e, h, d, in_cols, v, t);
   QVERIFY2(std::abs(loss - ref) <= 1e-5 * std::abs(ref),
            qPrintable(QString("loss %1 vs reference %2").arg(loss).arg(ref)));
 
@@ -270,9 +289,9 @@ void TrainingTest::gradient_check() {
   const auto numeric = [&](std::vector<double>& params, size_t i) {
     const double keep = params[i];
     params[i] = keep + eps;
-    const double up = reference_loss(wd, bd, e, h, d, v, t);
+    const double up = reference_loss(wd, bd, e, h, d, in_cols, v, t);
     params[i] = keep - eps;
-    const double down = reference_loss(wd, bd, e, h, d, v, t);
+    const double down = reference_loss(wd, bd, e, h, d, in_cols, v, t);
     params[i] = keep;
     return (up - down) / (2 * eps);
   };
@@ -304,7 +323,7 @@ void TrainingTest::draft_head_file_roundtrip() {
   info.n_vocab = 100;
   info.training_config_json = R"({"steps": 150, "lr": 0.003})";
   info.summary_json = R"({"accept_per_step": 1.7})";
-  MedusaHead head = make_medusa_head(info);
+  DraftHead head = make_medusa_head(info);
   QCOMPARE(head.n_heads(), 3);
   std::mt19937 rng(3);
   for (int k = 0; k < 3; ++k) {
@@ -312,7 +331,7 @@ void TrainingTest::draft_head_file_roundtrip() {
     head.b[k] = random_vector(rng, 16, 0.2f);
   }
   save_draft_head(head, path("head.gguf"));
-  const MedusaHead back = load_draft_head(path("head.gguf"));
+  const DraftHead back = load_draft_head(path("head.gguf"));
   QCOMPARE(back.info.type, std::string("medusa"));
   QCOMPARE(back.info.name, info.name);
   QCOMPARE(back.info.domain, info.domain);
@@ -338,9 +357,53 @@ void TrainingTest::draft_head_file_roundtrip() {
     }
   }
   // A fresh head is the base LM head: z = h.
-  MedusaHead zero = make_medusa_head(info);
+  DraftHead zero = make_medusa_head(info);
   zero.residual(0, h.data(), 3, z.data());
   QVERIFY(z == h);
+}
+
+void TrainingTest::mtp_head_file_roundtrip() {
+  constexpr int d = 16;
+  DraftHeadInfo info;
+  info.type = "mtp";
+  info.name = "code-mtp";
+  info.domain = "code";
+  info.base_model_sha256 = kSha;
+  info.n_heads = 5;
+  info.n_embd = d;
+  info.n_vocab = 100;
+  DraftHead head = make_mtp_head(info, {42, 7, 99, 7, 0});
+  QCOMPARE(head.vocab, (std::vector<TokenId>{0, 7, 42, 99}));  // sorted, deduplicated
+  QCOMPARE(head.n_heads(), 5);
+  QVERIFY(head.is_mtp());
+  std::mt19937 rng(5);
+  head.w[0] = random_vector(rng, d * 2 * d, 0.2f);
+  head.b[0] = random_vector(rng, d, 0.2f);
+  save_draft_head(head, path("mtp.gguf"));
+  const DraftHead back = load_draft_head(path("mtp.gguf"));
+  QCOMPARE(back.info.type, std::string("mtp"));
+  QCOMPARE(back.info.n_heads, 5);
+  QCOMPARE(back.vocab, head.vocab);
+  QVERIFY(back.w == head.w);
+  QVERIFY(back.b == head.b);
+
+  // mtp_step() is h + SiLU(W [h; e] + b), computed here plainly in double.
+  const std::vector<float> h = random_vector(rng, 3 * d, 1.0f), e = random_vector(rng, 3 * d, 1.0f);
+  std::vector<float> z(h.size());
+  back.mtp_step(h.data(), e.data(), 3, z.data());
+  for (int r = 0; r < 3; ++r) {
+    for (int o = 0; o < d; ++o) {
+      double u = back.b[0][o];
+      for (int i = 0; i < d; ++i) u += double(back.w[0][o * 2 * d + i]) * h[r * d + i];
+      for (int i = 0; i < d; ++i) u += double(back.w[0][o * 2 * d + d + i]) * e[r * d + i];
+      const double want = h[r * d + o] + u / (1 + std::exp(-u));
+      QVERIFY(std::abs(z[r * d + o] - want) < 1e-5);
+    }
+  }
+  expect_error([&] { make_mtp_head(info, {}); }, {"code-mtp", "vocabulary is empty"});
+  expect_error([&] { make_mtp_head(info, {3, 100}); }, {"code-mtp", "token id 100"});
+  info.type = "medusa";
+  expect_error([&] { make_mtp_head(info, {3}); }, {"code-mtp", "needs type mtp"});
 }
 
 void TrainingTest::malformed_head_files_rejected() {
@@ -356,16 +419,16 @@ void TrainingTest::malformed_head_files_rejected() {
       {f, "general.architecture", "llama"});
   expect_error(
       [&] {
-        write_head_file(f, {.type = "mtp"});
+        write_head_file(f, {.type = "mtp"});  // Medusa tensors under the mtp type
         load_draft_head(f);
       },
-      {f, "type 'mtp' is not supported yet"});
+      {f, "missing tensor mtp.weight"});
   expect_error(
       [&] {
         write_head_file(f, {.type = "eagle"});
         load_draft_head(f);
       },
-      {f, "type 'eagle' is not supported yet"});
+      {f, "type 'eagle' is not supported (expected medusa or mtp)"});
   expect_error(
       [&] {
         write_head_file(f, {.sha = "1234"});

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "tests/common/default_model.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -20,6 +19,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/training/trace_recorder.h"
 #include "core/training/trainer.h"
+#include "tests/common/default_model.h"
 
 using namespace tokenfab;
 
@@ -101,6 +101,7 @@ class TrainingModelTest : public QObject {
  private slots:
   void initTestCase();
   void recorder_matches_model();
+  void training_improves_acceptance_data();
   void training_improves_acceptance();
 
  private:
@@ -173,7 +174,14 @@ void TrainingModelTest::recorder_matches_model() {
   QCOMPARE(worst_hidden, 0.0);
 }
 
+void TrainingModelTest::training_improves_acceptance_data() {
+  QTest::addColumn<QString>("type");
+  QTest::newRow("medusa") << QStringLiteral("medusa");
+  QTest::newRow("mtp") << QStringLiteral("mtp");
+}
+
 void TrainingModelTest::training_improves_acceptance() {
+  QFETCH(QString, type);
   const auto prompts = encode_prompts(std::size(kPrompts));
   QElapsedTimer timer;
   timer.start();
@@ -184,12 +192,12 @@ void TrainingModelTest::training_improves_acceptance() {
         (long long)traces.n_sequences(), timer.elapsed() / 1000.0);
 
   DraftHeadInfo info;
+  info.type = type.toStdString();
   info.name = "test-head";
   info.domain = "mixed";
   info.base_model_sha256 = EmbeddedModel::kSha256;
   info.n_embd = int32_t(model_->hparams().n_embd);
   info.n_vocab = int32_t(model_->hparams().n_vocab);
-  const MedusaHead zero = make_medusa_head(info);
 
   // 24 short continuations (~1100 training positions) are far less data than a domain corpus:
   // the heads overfit within a few dozen steps (training loss → 0 while validation loss climbs
@@ -203,8 +211,11 @@ void TrainingModelTest::training_improves_acceptance() {
   o.patience = 0;
   o.threads = 2;
   o.seed = 1;
+  const DraftHead zero = type == QStringLiteral("mtp")
+                             ? make_mtp_head(info, draft_vocabulary(traces, o))
+                             : make_medusa_head(info);
   int evaluations = 0;
-  const TrainResult r = train_medusa(*model_, zero, traces, o, [&](const TrainProgress& p) {
+  const TrainResult r = train_head(*model_, zero, traces, o, [&](const TrainProgress& p) {
     if (p.val_loss) {
       ++evaluations;
       qInfo(

@@ -24,7 +24,7 @@
 
 #include "core/common/error.h"
 #include "core/serving/prompt_sets.h"
-#include "core/speculative/medusa_head.h"
+#include "core/speculative/draft_head.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "core/tokenizer/chat_template.h"
@@ -106,7 +106,10 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   form->addRow(QStringLiteral("Prompt set"), data);
   form->addRow(QStringLiteral("Files"), picks);
   form->addRow(QString(), paths_label);
-  form->addRow(QStringLiteral("Type"), new QLabel(QStringLiteral("medusa")));
+  auto* type = new QComboBox;
+  type->addItem(QStringLiteral("medusa — K parallel heads"), QStringLiteral("medusa"));
+  type->addItem(QStringLiteral("mtp — one sequential block, K steps"), QStringLiteral("mtp"));
+  form->addRow(QStringLiteral("Type"), type);
   form->addRow(QStringLiteral("Steps"), steps);
   form->addRow(QStringLiteral("Heads"), heads);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
@@ -122,6 +125,7 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   } else {
     r.prompt_set = data->currentText().toStdString();
   }
+  r.type = type->currentData().toString().toStdString();
   r.steps = steps->value();
   r.heads = heads->value();
   return r;
@@ -129,7 +133,7 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
 
 // Generates `texts` with and without `head` (greedy) and returns the evaluation, not yet recorded.
 EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
-                         const std::shared_ptr<const MedusaHead>& head,
+                         const std::shared_ptr<const DraftHead>& head,
                          const std::vector<std::string>& texts, int max_tokens,
                          const std::atomic<bool>& cancel) {
   const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
@@ -457,10 +461,10 @@ bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max
       Registry registry(*db);
       const auto record = registry.find_head(std::to_string(head_id));
       if (!record) throw Error("no head " + std::to_string(head_id));
-      MedusaHead h = load_draft_head(registry.head_file(*record));
+      DraftHead h = load_draft_head(registry.head_file(*record));
       check_head_matches(h.info, model_file_sha256(*model), model->hparams().n_embd,
                          model->hparams().n_vocab, model->file().name());
-      auto head = std::make_shared<const MedusaHead>(std::move(h));
+      auto head = std::make_shared<const DraftHead>(std::move(h));
       std::vector<std::string> texts = named_prompts(d, "validation");
       if (max_prompts > 0 && static_cast<int>(texts.size()) > max_prompts)
         texts.resize(max_prompts);

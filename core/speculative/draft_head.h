@@ -1,0 +1,114 @@
+#pragma once
+// Draft heads: small modules on the target's final-norm hidden state h_t (the LM head's input at
+// position t, whose own prediction is the token t+1) that propose the tokens after it. Two types:
+//
+// medusa (Cai et al., 2024): K independent residual blocks sharing the target's frozen LM head,
+//   z_k = h + SiLU(W_k h + b_k),   logits_k = LMHead(z_k),   k = 1..K;
+//   head k predicts the token at t+k+1. In this API heads are indexed from 0: index i is Medusa
+//   head k = i + 1 (tensors medusa.<k>.*).
+//
+// mtp (EAGLE / multi-token-prediction style): ONE residual block applied K times in sequence. From
+//   the hidden state h of a position and the embedding e(x) of the token x chosen after it, it
+//   predicts the next position's hidden state and, through the LM head rows of its draft
+//   vocabulary V (the ids it was trained to predict), the token after x:
+//     ĥ = h + SiLU(W [h; e(x)] + b),   logits = LM_V(ĥ),   x' = argmax logits,
+//   then (ĥ, x') feed the next step, K steps in all. Step 1 starts from h_t and the target's own
+//   token t+1. Being sequential, each draft knows the drafts before it, which a Medusa head does
+//   not; the draft vocabulary keeps each of the K LM-head evaluations small.
+//
+// File format: GGUF with general.architecture = "tokenfab-draft" and the keys
+//   tokenfab.draft.{type, name, domain, base_model_sha256, n_heads, n_embd, n_vocab,
+//                   training_config, summary}
+// (training_config and summary are JSON objects stored as strings; n_heads is K), and the F32
+// tensors (GGUF dims list the fastest-varying dimension first):
+//   medusa: per head k = 1..K medusa.<k>.weight {n_embd, n_embd} (row-major out × in) and
+//           medusa.<k>.bias {n_embd};
+//   mtp:    mtp.weight {2·n_embd, n_embd} (out × [h; e]), mtp.bias {n_embd}, and the I32 tensor
+//           mtp.vocab {|V|} (sorted, unique token ids < n_vocab).
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/kvcache/block_pool.h"  // TokenId
+#include "core/model/llama_model.h"
+
+namespace tokenfab {
+
+struct DraftHeadInfo {
+  std::string type = "medusa";  // "medusa" or "mtp"
+  std::string name, domain;
+  std::string
+      base_model_sha256;  // sha256 (lowercase hex) of the target GGUF file it was trained on
+  int32_t n_heads = 4, n_embd = 0, n_vocab = 0;
+  std::string training_config_json = "{}", summary_json = "{}";
+};
+
+struct DraftHead {
+  DraftHeadInfo info;
+  // medusa: per head (n_embd, n_embd) row-major out × in, and (n_embd).
+  // mtp: one block, w[0] (n_embd, 2·n_embd) out × [h; e] and b[0] (n_embd).
+  std::vector<std::vector<float>> w;
+  std::vector<std::vector<float>> b;
+  std::vector<TokenId> vocab;  // mtp: the draft vocabulary, sorted and unique; empty for medusa
+
+  bool is_mtp() const { return info.type == "mtp"; }
+  int32_t n_heads() const { return info.n_heads; }  // K: the longest chain it drafts
+
+  // medusa: z (n, n_embd) = h + SiLU(W h + b) of head index `head` (0-based) for the rows h
+  // (n, n_embd). Single-threaded; z must not alias h.
+  void residual(int head, const float* h, int64_t n, float* z) const;
+  // mtp: z (n, n_embd) = h + SiLU(W [h; e] + b) for the rows h and e (n, n_embd each).
+  // Single-threaded; z must not alias h or e.
+  void mtp_step(const float* h, const float* e, int64_t n, float* z) const;
+  // mtp: logits (n, vocab.size()) of the rows z (n, n_embd) over the LM-head rows of `vocab`,
+  // which are read from `model` (dequantized to f32) on first use and kept. Single-threaded
+  // except for that first use, which is safe from several threads.
+  void vocab_logits(const LlamaModel& model, const float* z, int64_t n, float* logits) const;
+  // mtp: the drafts after the token `last`, whose hidden state is h (n_embd) — the row whose
+  // logits gave `last`. Level l expands every node of level l − 1 (the root: `last` itself) into
+  // its widths[l] best tokens (a chain when every width is 1), ties to the lower token id; at
+  // most max_nodes nodes, in level order. draft[i] follows node parent[i] (−1: `last`).
+  // Single-threaded.
+  void mtp_propose(const LlamaModel& model, const float* h, TokenId last,
+                   std::span<const int32_t> widths, int32_t max_nodes, std::vector<TokenId>& draft,
+                   std::vector<int32_t>& parent) const;
+
+ private:
+  struct VocabRows {
+    std::once_flag once;
+    std::vector<float> rows;  // (vocab.size(), n_embd)
+  };
+  // Shared by copies: `vocab` is fixed once a head is made or loaded.
+  mutable std::shared_ptr<VocabRows> vocab_rows_ = std::make_shared<VocabRows>();
+};
+
+// Embedding rows (n, n_embd) of `tokens` from the model's token embedding, dequantized to f32.
+void embed_tokens(const LlamaModel& model, std::span<const TokenId> tokens, float* out);
+
+// A head whose W and b are zero, so every z_k = h: each head starts out as the base LM head.
+// Throws Error when n_heads, n_embd or n_vocab are not positive or the type is not "medusa".
+DraftHead make_medusa_head(DraftHeadInfo info);
+// An mtp head with W and b zero (ĥ = h: step 1 starts out predicting what the LM head at t
+// predicts, restricted to `vocab`). `vocab` is sorted and deduplicated here; throws Error when
+// it is empty or holds an id outside [0, n_vocab), or when the info is invalid or not "mtp".
+DraftHead make_mtp_head(DraftHeadInfo info, std::vector<TokenId> vocab);
+
+// Writes `head` (temporary file + rename). Throws Error naming the file on failure.
+void save_draft_head(const DraftHead& head, const std::filesystem::path& path);
+// Reads and validates a draft-head file: every key and tensor, their types and shapes, finite
+// weights, the mtp vocabulary, JSON fields. Throws Error naming the file and the field; an
+// unknown type gives "…: draft head type 'X' is not supported (expected medusa or mtp)".
+DraftHead load_draft_head(const std::filesystem::path& path);
+
+// Refuses a head trained for another model (a different sha256, or another n_embd / n_vocab):
+// Error "head 'NAME' was trained for model 0123456789ab…, not for MODEL (ba9876543210…)".
+void check_head_matches(const DraftHeadInfo& info, std::string_view model_sha256, int64_t n_embd,
+                        int64_t n_vocab, std::string_view model_name);
+
+}  // namespace tokenfab
