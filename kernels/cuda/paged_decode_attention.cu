@@ -132,7 +132,8 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
 }
 
 // Grid (x: query head, y: row); kCombineThreads threads. Dynamic shared memory: n_splits floats,
-// each split's weight exp(m_s − M) / Σ_s l_s·exp(m_s − M).
+// each split's weight exp(m_s − M) (M: the largest m_s); the output is Σ_s weight_s·acc_s divided
+// by Σ_s weight_s·l_s.
 __global__ void paged_decode_combine_kernel(const CudaPagedRow* rows, int head_dim, float* out,
                                             int64_t out_stride, int n_head, Partials part) {
   extern __shared__ float weights[];  // (n_splits)
