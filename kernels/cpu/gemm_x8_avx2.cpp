@@ -15,9 +15,11 @@ namespace tokenfab::kernels {
 
 namespace {
 
-// Decode (one activation column) streams each weight record once, straight from memory: records
-// this many bytes ahead are prefetched while the current one is computed on (the hardware
-// prefetcher alone leaves the memory idle at the start of every thread's range).
+// The first tile over a row group streams its weight records straight from memory (decode reads
+// each record once; small batches — a verified draft chain, a few streams — once per column
+// chunk): records this many bytes ahead are prefetched while the current one is computed on (the
+// hardware prefetcher alone leaves the memory idle at the start of every thread's range). Later
+// tiles over the same group find it in L1.
 constexpr size_t kPrefetchBytes = 640;
 
 inline __m256i broadcast4(const int8_t* p) {
@@ -27,7 +29,7 @@ inline __m256i broadcast4(const int8_t* p) {
 }
 
 template <WeightType T, int C>
-void group_q4(const GemmArgs& a, int64_t g, int64_t c0) {
+void group_q4(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
   constexpr size_t kRecord = T == WeightType::Q4_1 ? 160 : 144;
   constexpr size_t kQsOffset = T == WeightType::Q4_1 ? 32 : 16;
   const int64_t nb = a.k / kQK;
@@ -39,7 +41,7 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if constexpr (C == 1) {
+    if (prefetch) {
       for (size_t line = 0; line < kRecord; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + line), _MM_HINT_T0);
     }
@@ -71,7 +73,7 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0) {
 }
 
 template <int C>
-void group_q8(const GemmArgs& a, int64_t g, int64_t c0) {
+void group_q8(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
   constexpr size_t kRecord = 272;
   const int64_t nb = a.k / kQK;
   const uint8_t* rec = a.w + g * a.w_stride;
@@ -81,7 +83,7 @@ void group_q8(const GemmArgs& a, int64_t g, int64_t c0) {
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if constexpr (C == 1) {
+    if (prefetch) {
       for (size_t line = 0; line < kRecord; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + line), _MM_HINT_T0);
     }
@@ -103,11 +105,11 @@ void group_q8(const GemmArgs& a, int64_t g, int64_t c0) {
 }
 
 template <WeightType T, int C>
-void group(const GemmArgs& a, int64_t g, int64_t c0) {
+void group(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
   if constexpr (T == WeightType::Q8_0) {
-    group_q8<C>(a, g, c0);
+    group_q8<C>(a, g, c0, prefetch);
   } else {
-    group_q4<T, C>(a, g, c0);
+    group_q4<T, C>(a, g, c0, prefetch);
   }
 }
 
@@ -122,8 +124,8 @@ void gemm_x8_typed(const GemmArgs& a) {
     const int64_t c_end = std::min(a.cols, cc + kColChunk);
     for (int64_t g = 0; g < groups; ++g) {
       int64_t c = cc;
-      for (; c + C <= c_end; c += C) group<T, C>(a, g, c);
-      for (; c < c_end; ++c) group<T, 1>(a, g, c);
+      for (; c + C <= c_end; c += C) group<T, C>(a, g, c, c == cc);
+      for (; c < c_end; ++c) group<T, 1>(a, g, c, c == cc);
     }
   }
 }
