@@ -248,7 +248,17 @@ std::vector<std::string> named_prompts(const std::string& name, const std::strin
   };
   const std::vector<std::string> domains = builtin_domains();
   if (name == "all") {
-    for (const std::string& d : domains) add(domain_prompt_set(d, split));
+    // Round robin over the domains, so that the first N prompts (--max-prompts) hold every
+    // domain evenly.
+    std::vector<std::vector<std::string>> sets;
+    size_t longest = 0;
+    for (const std::string& d : domains) {
+      sets.push_back(domain_prompt_set(d, split).entries);
+      longest = std::max(longest, sets.back().size());
+    }
+    for (size_t i = 0; i < longest; ++i)
+      for (const auto& set : sets)
+        if (i < set.size()) out.push_back(set[i]);
   } else if (std::find(domains.begin(), domains.end(), name) != domains.end()) {
     add(domain_prompt_set(name, split));
   } else {

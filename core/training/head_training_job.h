@@ -78,8 +78,9 @@ struct DecodeTotals {
 // The model file's sha256, lowercase hex (computed once per process and path).
 std::string model_file_sha256(const LlamaModel& model);
 
-// Prompts of a named set: a built-in domain's `split`, "all" (every domain's split), or a
-// built-in prompt set. Throws Error for an unknown name.
+// Prompts of a named set: a built-in domain's `split`, "all" (every domain's split, taken round
+// robin so that any first N hold the domains evenly), or a built-in prompt set. Throws Error
+// for an unknown name.
 std::vector<std::string> named_prompts(const std::string& name, const std::string& split);
 
 // Runs the whole job on the calling thread. `progress` may return false to cancel: the call then
