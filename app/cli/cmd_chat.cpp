@@ -84,7 +84,9 @@ void run_chat(const ChatCommand& c) {
       history.pop_back();
       continue;
     }
-    spec.head = heads.choose(ids);
+    HeadChoice choice = heads.choose(ids);
+    spec.head = std::move(choice.head);
+    spec.candidates = std::move(choice.candidates);
     GenerateOptions options = c.options;
     options.max_tokens = static_cast<int>(std::min<int64_t>(
         options.max_tokens, config.max_context - static_cast<int64_t>(ids.size())));

@@ -17,6 +17,18 @@ namespace tokenfab::cli {
 
 namespace {
 
+nlohmann::json switches_json(const std::vector<SpeculationStats::HeadSwitch>& switches) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : switches)
+    out.push_back({{"at_token", s.at_token},
+                   {"from", s.from},
+                   {"to", s.to},
+                   {"live_accept_per_step", s.live_accept_per_step},
+                   {"from_record", s.from_record},
+                   {"to_record", s.to_record}});
+  return out;
+}
+
 struct GenerateCommand {
   CommonOptions common;
   std::optional<std::string> prompt;
@@ -60,7 +72,9 @@ void run_generate(const GenerateCommand& c) {
   TextCallback stream;
   if (!c.common.json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
   Speculation spec;
-  spec.head = HeadChooser(c.head, *m.model, *m.tokenizer).choose(prompt_ids);
+  HeadChoice choice = HeadChooser(c.head, *m.model, *m.tokenizer).choose(prompt_ids);
+  spec.head = std::move(choice.head);
+  spec.candidates = std::move(choice.candidates);
   spec.draft_len = c.head.draft_len;
   spec.tree_shape = c.head.request_tree();
   GenerateResult r =
@@ -78,7 +92,9 @@ void run_generate(const GenerateCommand& c) {
                 {"stop_reason", r.stop_reason},
                 {"mode", config.disaggregated() ? "disaggregated" : "colocated"},
                 {"head", spec.head ? nlohmann::json(spec.head->info.name) : nlohmann::json()},
+                {"head_candidates", spec.candidates.size()},
                 {"steps", spec.steps},
+                {"head_switches", switches_json(spec.switches)},
                 {"accept_per_step",
                  spec.accept_per_step ? nlohmann::json(*spec.accept_per_step) : nlohmann::json()}});
     return;

@@ -207,7 +207,9 @@ void run_serve_bench(ServeBenchCommand c) {
     r.sampling.temperature = static_cast<float>(c.temperature);
     r.sampling.seed = c.seed + static_cast<uint64_t>(i);
     r.stop_at_end_of_generation = false;  // every request generates max_tokens (comparable runs)
-    r.head = heads.choose(r.prompt);
+    HeadChoice choice = heads.choose(r.prompt);
+    r.head = std::move(choice.head);
+    r.head_candidates = std::move(choice.candidates);
     r.draft_len = c.head.draft_len;
     r.tree_shape = c.head.request_tree();
     requests.push_back(std::move(r));

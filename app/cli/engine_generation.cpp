@@ -36,6 +36,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
   request.stop_at_end_of_generation = options.stop_at_end_of_generation;
   if (speculation) {
     request.head = speculation->head;
+    request.head_candidates = speculation->candidates;
     request.draft_len = speculation->draft_len;
     request.tree_shape = speculation->tree_shape;
   }
@@ -84,6 +85,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
   if (speculation && info.metrics) {
     speculation->steps = static_cast<int64_t>(info.metrics->tokens_per_step.size());
     speculation->accept_per_step = info.metrics->accept_per_step();
+    speculation->switches = info.speculation.switches;
   }
   if (info.metrics && info.metrics->ttft_s) {
     result.ttft_ms = *info.metrics->ttft_s * 1e3;

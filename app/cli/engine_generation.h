@@ -20,10 +20,12 @@ namespace tokenfab::cli {
 // decode steps run and the mean tokens each emitted (ACCEPT/STEP, the bonus token included).
 struct Speculation {
   std::shared_ptr<const DraftHead> head;
+  std::vector<HeadCandidate> candidates;  // auto selection: heads it may switch to
   int32_t draft_len = 4;
   std::vector<int32_t> tree_shape;  // empty: a chain
   int64_t steps = 0;
   std::optional<double> accept_per_step;
+  std::vector<SpeculationStats::HeadSwitch> switches;  // made mid-generation
 };
 
 GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,

@@ -166,6 +166,12 @@ RequestId Engine::submit(GenerationRequest request) {
         if (b < 1 || b > 16)
           throw Error("request: tree branching " + std::to_string(b) + " is outside 1..16");
     }
+    // Candidates it could not use (another model's shape, a tree deeper than their heads) are
+    // dropped: switching never makes a request invalid.
+    std::erase_if(request.head_candidates, [&](const HeadCandidate& c) {
+      return !c.head || c.head->info.n_embd != hp.n_embd || c.head->info.n_vocab != hp.n_vocab ||
+             static_cast<int32_t>(request.tree_shape.size()) > c.head->n_heads();
+    });
   }
   const int64_t limit = config_.max_context > 0 ? config_.max_context : hp.n_ctx_train;
   const int64_t needed = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;

@@ -50,6 +50,7 @@
 #include "core/runtime/sampler.h"
 #include "core/serving/request.h"
 #include "core/speculative/draft_head.h"
+#include "core/speculative/head_switch.h"
 #include "core/transfer/kv_connector.h"
 
 namespace tokenfab {
@@ -111,6 +112,9 @@ struct GenerationRequest {
   //   at most kMaxTreeNodes nodes, verified in one pass with each node attending only its
   //   ancestors; greedy only (temperature 0).
   std::shared_ptr<const DraftHead> head;
+  // `auto` selection: the heads this request may switch to mid-generation (head_switch.h), best
+  // recorded first, `head` among them; empty: `head` holds for the whole request.
+  std::vector<HeadCandidate> head_candidates;
   int32_t draft_len = 4;  // chain: at most the head's number of heads
   std::vector<int32_t> tree_shape;
   static constexpr int32_t kMaxTreeNodes = 64;
@@ -121,6 +125,13 @@ struct SpeculationStats {
   std::vector<int64_t> proposed_at, accepted_at;
   int64_t verify_steps = 0;  // steps that verified drafts
   double draft_s = 0.0;      // time spent proposing
+  struct HeadSwitch {
+    int32_t at_token = 0;  // output tokens emitted before the switch
+    std::string from, to;
+    double live_accept_per_step = 0.0;  // the left head's, over the policy's window
+    double from_record = 0.0, to_record = 0.0;
+  };
+  std::vector<HeadSwitch> switches;  // mid-generation head switches (auto selection)
 };
 
 struct TokenEvent {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "core/metrics/request_metrics.h"
@@ -24,6 +25,9 @@ struct Engine::Record {
     info.n_prompt = static_cast<int32_t>(request.prompt.size());
     info.entered[static_cast<size_t>(RequestState::kQueued)] = submitted;
     if (request.head) info.head = request.head->info.name;
+    for (size_t i = 0; i < request.head_candidates.size(); ++i)
+      if (request.head && request.head_candidates[i].head == request.head)
+        head_policy.emplace(request.head_candidates.size(), i);
   }
 
   const RequestId id;
@@ -39,12 +43,14 @@ struct Engine::Record {
   std::vector<int32_t> source_blocks;  // prefill device's blocks holding the prompt's KV
   int64_t prefill_tokens_left = 0;     // counted in the prefill worker's queued-token load
   std::vector<float> draft_hidden;     // hidden state the next drafts are proposed from
-  int32_t draft_len() const {
-    return request.head ? std::min(request.draft_len, request.head->n_heads()) : 0;
-  }
+  // The draft head proposing now: request.head until the switching policy (set when the request
+  // has candidates, head_switch.h) picks another.
+  std::shared_ptr<const DraftHead> head = request.head;
+  std::optional<HeadSwitchPolicy> head_policy;
+  int32_t draft_len() const { return head ? std::min(request.draft_len, head->n_heads()) : 0; }
   // Head rows a proposal needs: the chain's draft length, or the tree's depth.
   int32_t draft_levels() const {
-    if (!request.head) return 0;
+    if (!head) return 0;
     return request.tree_shape.empty() ? draft_len()
                                       : static_cast<int32_t>(request.tree_shape.size());
   }

@@ -366,7 +366,7 @@ bool Worker::step() {
   }
   // Hidden states are needed where a draft head will propose from this step's rows.
   const bool need_hidden = std::any_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
-    return c.wants_logits && requests_.at(c.seq)->request.head != nullptr;
+    return c.wants_logits && requests_.at(c.seq)->head != nullptr;
   });
   const MetricsTime run_start = MetricsClock::now();
   device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
@@ -584,7 +584,34 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
     }
     ++st.verify_steps;
   }
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (jobs[i].chunk->n_draft > 0)
+      consider_head_switch(*jobs[i].record, static_cast<int32_t>(results[i].tokens.size()));
   return results;
+}
+
+void Worker::consider_head_switch(Engine::Record& record, int32_t tokens) {
+  if (!record.head_policy) return;
+  const std::vector<HeadCandidate>& candidates = record.request.head_candidates;
+  const size_t from = record.head_policy->current();
+  const std::optional<size_t> to = record.head_policy->on_step(candidates, tokens);
+  if (!to) return;
+  SpeculationStats::HeadSwitch change;
+  change.from = candidates[from].head->info.name;
+  change.to = candidates[*to].head->info.name;
+  change.from_record = candidates[from].recorded_accept_per_step;
+  change.to_record = candidates[*to].recorded_accept_per_step;
+  change.live_accept_per_step = record.head_policy->live_at_last_switch();
+  record.head = candidates[*to].head;
+  std::lock_guard lock(record.mutex);
+  change.at_token = static_cast<int32_t>(record.info.output.size());
+  logger("heads")->info(
+      "request {}: switched draft head '{}' → '{}' after {} tokens (live ACCEPT/STEP {:.2f} < "
+      "{:.0f}% of its record {:.2f}; '{}' recorded {:.2f})",
+      record.id, change.from, change.to, change.at_token, change.live_accept_per_step,
+      HeadSwitchPolicy::kRatio * 100, change.from_record, change.to, change.to_record);
+  record.info.head = change.to;
+  record.info.speculation.switches.push_back(std::move(change));
 }
 
 void Worker::move_accepted_tree_rows(const StepPlan& plan,
@@ -649,7 +676,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     const size_t chunk_row = row;
     row += static_cast<size_t>(1 + chunk.n_draft);
     const auto it = requests_.find(chunk.seq);
-    if (it == requests_.end() || !it->second->request.head) continue;
+    if (it == requests_.end() || !it->second->head) continue;
     const float* h = hidden_.data() + (chunk_row + last_row) * n_embd_;
     it->second->draft_hidden.assign(h, h + n_embd_);
   }
@@ -661,9 +688,9 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   draft_z_.clear();
   for (const SequenceId seq : scheduler_.running()) {
     Engine::Record& record = *requests_.at(seq);
-    if (!record.request.head || record.draft_hidden.empty()) continue;
+    if (!record.head || record.draft_hidden.empty()) continue;
     if (scheduler_.sequence(seq).n_pending() != 1) continue;
-    if (record.request.head->is_mtp()) {
+    if (record.head->is_mtp()) {
       sequential.push_back(&record);
       continue;
     }
@@ -672,8 +699,8 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     const size_t at = draft_z_.size();
     draft_z_.resize(at + static_cast<size_t>(k) * n_embd_);
     for (int32_t i = 0; i < k; ++i)
-      record.request.head->residual(i, record.draft_hidden.data(), 1,
-                                    draft_z_.data() + at + static_cast<size_t>(i) * n_embd_);
+      record.head->residual(i, record.draft_hidden.data(), 1,
+                            draft_z_.data() + at + static_cast<size_t>(i) * n_embd_);
     record.draft_hidden.clear();
   }
   if (!sequential.empty()) propose_sequential(sequential);
@@ -734,10 +761,10 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
     const std::vector<int32_t>& shape =
         record.request.tree_shape.empty() ? chain : record.request.tree_shape;
     Proposal& p = out[static_cast<size_t>(i)];
-    record.request.head->mtp_propose(
-        device_->model(), record.draft_hidden.data(), last[static_cast<size_t>(i)],
-        std::span(shape).first(static_cast<size_t>(record.draft_levels())),
-        GenerationRequest::kMaxTreeNodes, p.draft, p.parent);
+    record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
+                             last[static_cast<size_t>(i)],
+                             std::span(shape).first(static_cast<size_t>(record.draft_levels())),
+                             GenerationRequest::kMaxTreeNodes, p.draft, p.parent);
     if (record.request.tree_shape.empty()) p.parent.clear();  // a chain
     p.seconds = seconds_between(start, MetricsClock::now());
   });

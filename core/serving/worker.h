@@ -96,6 +96,9 @@ class Worker {
   void move_accepted_tree_rows(const StepPlan& plan, const std::vector<ChunkResult>& results);
   // Keeps the hidden state that produced each speculating request's newest token and, on
   // decoding workers, proposes the next drafts from it (one batched LM-head pass).
+  // After a verifying step of `record` that emitted `tokens`: applies the head-switching policy
+  // (head_switch.h) when the request has candidates.
+  void consider_head_switch(Engine::Record& record, int32_t tokens);
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
   // mtp heads: each request's drafts by its head's sequential steps (one request per thread).
   void propose_sequential(const std::vector<Engine::Record*>& records);

@@ -262,17 +262,29 @@ std::vector<EvaluationRecord> Registry::evaluations(int64_t head_id) {
 
 std::optional<std::pair<HeadRecord, EvaluationRecord>> Registry::best_head_for(
     std::string_view domain, std::string_view base_model_sha256, std::string_view spec) {
-  // Ties go to the newer evaluation.
-  sqlite::Statement select(
-      db_.connection(),
-      std::string("SELECT ") + kHeadColumns + ", " + kEvaluationColumns +
-          " FROM evaluations e JOIN heads h ON h.id = e.head_id "
-          "WHERE e.domain = ?1 AND h.base_model_sha256 = ?2 AND e.spec = ?3 "
-          "AND e.target_quant = 'native' "
-          "ORDER BY e.accept_per_step DESC, e.created_unix DESC, e.id DESC LIMIT 1");
+  auto ranked = heads_for(domain, base_model_sha256, spec);
+  if (ranked.empty()) return std::nullopt;
+  return std::move(ranked.front());
+}
+
+std::vector<std::pair<HeadRecord, EvaluationRecord>> Registry::heads_for(
+    std::string_view domain, std::string_view base_model_sha256, std::string_view spec) {
+  // Every matching evaluation, best first (ties go to the newer one); each head keeps its first.
+  sqlite::Statement select(db_.connection(),
+                           std::string("SELECT ") + kHeadColumns + ", " + kEvaluationColumns +
+                               " FROM evaluations e JOIN heads h ON h.id = e.head_id "
+                               "WHERE e.domain = ?1 AND h.base_model_sha256 = ?2 AND e.spec = ?3 "
+                               "AND e.target_quant = 'native' "
+                               "ORDER BY e.accept_per_step DESC, e.created_unix DESC, e.id DESC");
   select.bind(1, domain).bind(2, base_model_sha256).bind(3, spec);
-  if (!select.step()) return std::nullopt;
-  return std::make_pair(read_head(select), read_evaluation(select, db_.path(), kHeadColumnCount));
+  std::vector<std::pair<HeadRecord, EvaluationRecord>> out;
+  while (select.step()) {
+    HeadRecord head = read_head(select);
+    if (std::any_of(out.begin(), out.end(), [&](const auto& e) { return e.first.id == head.id; }))
+      continue;
+    out.emplace_back(std::move(head), read_evaluation(select, db_.path(), kHeadColumnCount));
+  }
+  return out;
 }
 
 }  // namespace tokenfab

@@ -48,6 +48,9 @@ class Registry {
   // among heads whose base model is `base_model_sha256`, with its head; nullopt when none.
   std::optional<std::pair<HeadRecord, EvaluationRecord>> best_head_for(
       std::string_view domain, std::string_view base_model_sha256, std::string_view spec);
+  // Every head with such an evaluation, each with its best one, best first.
+  std::vector<std::pair<HeadRecord, EvaluationRecord>> heads_for(
+      std::string_view domain, std::string_view base_model_sha256, std::string_view spec);
 
  private:
   Database& db_;

@@ -56,7 +56,7 @@ struct HeadChooser::Auto {
   const LlamaModel& model;
   std::string sha;
   DomainClassifier classifier;
-  std::map<std::string, std::shared_ptr<const DraftHead>> by_domain;  // resolved once per domain
+  std::map<std::string, std::vector<HeadCandidate>> by_domain;  // resolved once per domain
 };
 
 HeadChooser::HeadChooser(const HeadOptions& o, const LlamaModel& model,
@@ -77,31 +77,37 @@ HeadChooser::HeadChooser(const HeadOptions& o, const LlamaModel& model,
 
 HeadChooser::~HeadChooser() = default;
 
-std::shared_ptr<const DraftHead> HeadChooser::choose(std::span<const TokenId> prompt) {
-  if (!automatic_) return fixed_;
+HeadChoice HeadChooser::choose(std::span<const TokenId> prompt) {
+  if (!automatic_) return {fixed_, {}};
   const DomainClassifier::Result c = auto_->classifier.classify(prompt);
   auto it = auto_->by_domain.find(c.domain);
   if (it == auto_->by_domain.end()) {
-    std::shared_ptr<const DraftHead> head;
+    std::vector<HeadCandidate> candidates;
     const auto db = Database::open_default();
     Registry registry(*db);
-    if (const auto best = registry.best_head_for(c.domain, auto_->sha, "chain")) {
-      DraftHead h = load_draft_head(registry.head_file(best->first));
+    for (const auto& [record, evaluation] : registry.heads_for(c.domain, auto_->sha, "chain")) {
+      DraftHead h = load_draft_head(registry.head_file(record));
       check_head_matches(h.info, auto_->sha, auto_->model.hparams().n_embd,
                          auto_->model.hparams().n_vocab, auto_->model.file().name());
-      head = std::make_shared<const DraftHead>(std::move(h));
-      logger("heads")->info("auto: domain {} → head '{}' (ACCEPT/STEP {:.2f} recorded on {})",
-                            c.domain, best->first.name, best->second.accept_per_step, c.domain);
-    } else {
+      candidates.push_back(
+          {std::make_shared<const DraftHead>(std::move(h)), evaluation.accept_per_step});
+      logger("heads")->info("auto: domain {} candidate '{}' (ACCEPT/STEP {:.2f} recorded on {})",
+                            c.domain, record.name, evaluation.accept_per_step, c.domain);
+    }
+    if (candidates.empty())
       logger("heads")->info("auto: domain {} → no head (none evaluated on {} for this model)",
                             c.domain, c.domain);
-    }
-    it = auto_->by_domain.emplace(c.domain, head).first;
+    it = auto_->by_domain.emplace(c.domain, std::move(candidates)).first;
+  }
+  HeadChoice choice;
+  if (!it->second.empty()) {
+    choice.head = it->second.front().head;
+    choice.candidates = it->second;
   }
   logger("heads")->info("auto: prompt of {} tokens classified as {} (margin {:.2f}) → {}",
                         prompt.size(), c.domain, c.margin,
-                        it->second ? it->second->info.name : std::string("no head"));
-  return it->second;
+                        choice.head ? choice.head->info.name : std::string("no head"));
+  return choice;
 }
 
 }  // namespace tokenfab

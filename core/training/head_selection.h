@@ -9,6 +9,7 @@
 
 #include "core/model/llama_model.h"
 #include "core/speculative/draft_head.h"
+#include "core/speculative/head_switch.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace tokenfab {
@@ -43,14 +44,21 @@ std::shared_ptr<const DraftHead> resolve_head(const HeadOptions& o, const LlamaM
 //   2. the head is the registered one for this model with the best recorded chain ACCEPT/STEP on
 //      that domain (`heads eval --prompt-set DOMAIN` records it); with no evaluation for the
 //      domain, no head is used;
-//   3. the choice holds for the whole request (no switching mid-generation yet).
+//   3. every head evaluated on that domain is a candidate (best recorded first): the engine
+//      switches to another mid-generation when the head's live ACCEPT/STEP falls below its record
+//      (the policy in head_switch.h; every switch is logged).
 // Every choice is logged (logger "heads", info level). choose() may be called from one thread at
 // a time.
+struct HeadChoice {
+  std::shared_ptr<const DraftHead> head;  // nullptr: no head
+  std::vector<HeadCandidate> candidates;  // auto: for switching (GenerationRequest); else empty
+};
+
 class HeadChooser {
  public:
   HeadChooser(const HeadOptions& o, const LlamaModel& model, const Tokenizer& tokenizer);
   ~HeadChooser();
-  std::shared_ptr<const DraftHead> choose(std::span<const TokenId> prompt);
+  HeadChoice choose(std::span<const TokenId> prompt);
   bool automatic() const { return automatic_; }
 
  private:

@@ -60,6 +60,7 @@ class SpeculativeTest : public QObject {
   void initTestCase();
   void greedy_output_is_unchanged_by_any_head();
   void greedy_output_is_unchanged_by_mtp_heads();
+  void auto_selection_switches_heads_mid_generation();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
   void rejected_drafts_leave_the_kv_as_without_speculation();
   void speculative_sampling_keeps_the_target_distribution();
@@ -193,6 +194,40 @@ void SpeculativeTest::greedy_output_is_unchanged_by_mtp_heads() {
       {"disaggregated, random mtp head", true, mtp_head(vocab, 3), 3, {}},
       {"disaggregated, zero mtp head, tree 2,2,2", true, mtp_head(vocab, 0), 3, {2, 2, 2}}};
   check_lossless(cases);
+}
+
+// A request whose head does far worse than its record switches, once, to the other candidate
+// (head_switch.h), is logged in its statistics, and its greedy output does not change.
+void SpeculativeTest::auto_selection_switches_heads_mid_generation() {
+  constexpr int32_t kTokens = 48;
+  const std::shared_ptr<const DraftHead> poor = random_head(4), other = zero_head();
+  Engine engine(*model_, lossless_config(false));
+  for (size_t p = 0; p < 4; ++p) {
+    const RequestInfo plain = engine.wait(engine.submit({prompts_[p], kTokens}));
+    GenerationRequest r{prompts_[p], kTokens};
+    r.head = poor;
+    // Records as `heads eval` would have left them: the random head claims 3.0.
+    r.head_candidates = {{poor, 3.0}, {other, 2.0}};
+    const RequestInfo info = engine.wait(engine.submit(std::move(r)));
+    QCOMPARE(info.output, plain.output);
+    if (static_cast<int32_t>(info.output.size()) <= HeadSwitchPolicy::kWindow) continue;
+    QCOMPARE(static_cast<int>(info.speculation.switches.size()), 1);
+    const SpeculationStats::HeadSwitch& change = info.speculation.switches.front();
+    QCOMPARE(change.from, std::string("random"));
+    QCOMPARE(change.to, std::string("zero"));
+    QVERIFY(change.at_token >= HeadSwitchPolicy::kWindow);
+    QVERIFY(change.live_accept_per_step < HeadSwitchPolicy::kRatio * 3.0);
+    QCOMPARE(change.from_record, 3.0);
+    QCOMPARE(info.head, std::string("zero"));
+    qInfo("prompt %zu: switched at token %d (live ACCEPT/STEP %.2f)", p, change.at_token,
+          change.live_accept_per_step);
+  }
+  // A head meeting its record is kept: the zero head recorded at 1.0 never falls below 0.8.
+  GenerationRequest r{prompts_[0], kTokens};
+  r.head = other;
+  r.head_candidates = {{other, 1.0}, {poor, 5.0}};
+  const RequestInfo info = engine.wait(engine.submit(std::move(r)));
+  QVERIFY(info.speculation.switches.empty());
 }
 
 void SpeculativeTest::rejected_drafts_leave_the_kv_as_without_speculation_data() {

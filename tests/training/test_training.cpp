@@ -15,6 +15,7 @@
 #include "core/gguf/gguf_writer.h"
 #include "core/speculative/dense_math.h"
 #include "core/speculative/draft_head.h"
+#include "core/speculative/head_switch.h"
 #include "core/training/head_loss.h"
 #include "core/training/trace.h"
 
@@ -169,6 +170,7 @@ class TrainingTest : public QObject {
   void gradient_check();
   void draft_head_file_roundtrip();
   void mtp_head_file_roundtrip();
+  void head_switch_policy();
   void malformed_head_files_rejected();
   void check_head_matches_refuses_other_models();
   void trace_roundtrip();
@@ -404,6 +406,45 @@ void TrainingTest::mtp_head_file_roundtrip() {
   expect_error([&] { make_mtp_head(info, {3, 100}); }, {"code-mtp", "token id 100"});
   info.type = "medusa";
   expect_error([&] { make_mtp_head(info, {3}); }, {"code-mtp", "needs type mtp"});
+}
+
+// The switching policy of head_switch.h on hand-made acceptance sequences.
+void TrainingTest::head_switch_policy() {
+  constexpr int32_t w = HeadSwitchPolicy::kWindow;
+  DraftHeadInfo info;
+  info.n_embd = 4;
+  info.n_vocab = 10;
+  const auto head = [&](const char* name) {
+    info.name = name;
+    return std::make_shared<const DraftHead>(make_medusa_head(info));
+  };
+  const std::vector<HeadCandidate> c = {{head("a"), 3.0}, {head("b"), 2.5}, {head("c"), 1.2}};
+  {  // Below 80 % of its record: nothing before a full window, then the best untried candidate.
+    HeadSwitchPolicy p(c.size(), 0);
+    for (int32_t i = 0; i < w - 1; ++i) QVERIFY(!p.on_step(c, 1));
+    QCOMPARE(p.on_step(c, 1), std::optional<size_t>(1));
+    QCOMPARE(p.current(), size_t{1});
+    QCOMPARE(p.live_at_last_switch(), 1.0);
+    // "b" at 1.5 live < 0.8 · 2.5: "c" (1.2) is not above live, "a" was tried: it stays.
+    for (int32_t i = 0; i < 3 * w; ++i) QVERIFY(!p.on_step(c, i % 2 == 0 ? 1 : 2));
+    QCOMPARE(p.current(), size_t{1});
+  }
+  {  // At its record (a window mean of 2.5 ≥ 0.8 · 3.0): no switch.
+    HeadSwitchPolicy p(c.size(), 0);
+    for (int32_t i = 0; i < 4 * w; ++i) QVERIFY(!p.on_step(c, i % 2 == 0 ? 2 : 3));
+  }
+  {  // The window slides: a good start does not hide a poor stretch.
+    HeadSwitchPolicy p(c.size(), 0);
+    for (int32_t i = 0; i < w; ++i) QVERIFY(!p.on_step(c, 4));
+    std::optional<size_t> to;
+    int32_t steps = 0;
+    while (!to && steps < 4 * w) {
+      to = p.on_step(c, 1);
+      ++steps;
+    }
+    QCOMPARE(to, std::optional<size_t>(1));
+    QVERIFY(p.live_at_last_switch() < HeadSwitchPolicy::kRatio * 3.0);
+  }
 }
 
 void TrainingTest::malformed_head_files_rejected() {

@@ -366,7 +366,9 @@ void ChatPage::send_message(const QString& text) {
       options.head = choice.toStdString();
       chooser = std::make_unique<HeadChooser>(options, *bridge_->model(), tokenizer);
     }
-    request.head = chooser->choose(request.prompt);
+    HeadChoice picked = chooser->choose(request.prompt);
+    request.head = std::move(picked.head);
+    request.head_candidates = std::move(picked.candidates);
     id = bridge_->submit(std::move(request));
   } catch (const std::exception& e) {
     show_status(QStringLiteral("Not sent: %1").arg(e.what()));
