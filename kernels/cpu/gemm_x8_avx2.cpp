@@ -114,7 +114,7 @@ void group(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
 }
 
 // Columns in chunks that stay in L2 while every row group passes over them; within a chunk,
-// tiles of C columns share each unpacked weight record.
+// tiles of C columns (and one tile of the 1–3 left over) share each unpacked weight record.
 template <WeightType T>
 void gemm_x8_typed(const GemmArgs& a) {
   constexpr int C = 4;
@@ -125,7 +125,14 @@ void gemm_x8_typed(const GemmArgs& a) {
     for (int64_t g = 0; g < groups; ++g) {
       int64_t c = cc;
       for (; c + C <= c_end; c += C) group<T, C>(a, g, c, c == cc);
-      for (; c < c_end; ++c) group<T, 1>(a, g, c, c == cc);
+      // The rest in one tile, so that each record is unpacked once for all its columns (a
+      // verified draft chain or a few streams are 2–5 columns).
+      switch (c_end - c) {
+        case 3: group<T, 3>(a, g, c, c == cc); break;
+        case 2: group<T, 2>(a, g, c, c == cc); break;
+        case 1: group<T, 1>(a, g, c, c == cc); break;
+        default: break;
+      }
     }
   }
 }
