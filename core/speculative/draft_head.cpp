@@ -142,6 +142,18 @@ class DraftReader {
   std::string where_;
 };
 
+// z (n, d) ← h + SiLU(z + b): the residual block's output from its pre-activation W x in z.
+void add_silu_residual(const float* h, const float* b, int64_t n, int64_t d, float* z) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* zr = z + r * d;
+    const float* hr = h + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      const float u = zr[j] + b[j];
+      zr[j] = hr[j] + u / (1.0f + std::exp(-u));
+    }
+  }
+}
+
 }  // namespace
 
 void DraftHead::residual(int head, const float* h, int64_t n, float* z) const {
@@ -149,14 +161,7 @@ void DraftHead::residual(int head, const float* h, int64_t n, float* z) const {
   const float* wk = w[static_cast<size_t>(head)].data();
   const float* bk = b[static_cast<size_t>(head)].data();
   dense::gemm_nt(n, d, d, h, d, wk, d, z, d, false);  // z ← W h (rows)
-  for (int64_t r = 0; r < n; ++r) {
-    float* zr = z + r * d;
-    const float* hr = h + r * d;
-    for (int64_t j = 0; j < d; ++j) {
-      const float u = zr[j] + bk[j];
-      zr[j] = hr[j] + u / (1.0f + std::exp(-u));
-    }
-  }
+  add_silu_residual(h, bk, n, d, z);
 }
 
 void DraftHead::mtp_step(const float* h, const float* e, int64_t n, float* z) const {
@@ -165,14 +170,7 @@ void DraftHead::mtp_step(const float* h, const float* e, int64_t n, float* z) co
   const float* bk = b.front().data();
   dense::gemm_nt(n, d, d, h, d, wk, 2 * d, z, d, false);     // z ← W_h h
   dense::gemm_nt(n, d, d, e, d, wk + d, 2 * d, z, d, true);  // z += W_e e
-  for (int64_t r = 0; r < n; ++r) {
-    float* zr = z + r * d;
-    const float* hr = h + r * d;
-    for (int64_t j = 0; j < d; ++j) {
-      const float u = zr[j] + bk[j];
-      zr[j] = hr[j] + u / (1.0f + std::exp(-u));
-    }
-  }
+  add_silu_residual(h, bk, n, d, z);
 }
 
 void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,

@@ -12,6 +12,23 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // positions per LM-head call: logits (64, n_vocab) ≈ 12 MiB
 
+// For each of `rows` positions with all k labels in its sequence: the drafts drafts[r·k + j]
+// are accepted while they equal pred[i + 1 + j]; adds 1 + accepted to accept_sum and counts it.
+void add_chain_accepts(const TraceSet& traces, std::span<const int64_t> ends,
+                       std::span<const int64_t> rows, std::span<const TokenId> drafts, int k,
+                       double& accept_sum, int64_t& n_chain) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t i = rows[r];
+    if (i + k >= ends[static_cast<size_t>(i)]) continue;
+    int accepted = 0;
+    while (accepted < k && drafts[r * static_cast<size_t>(k) + static_cast<size_t>(accepted)] ==
+                               traces.pred[static_cast<size_t>(i + accepted + 1)])
+      ++accepted;
+    accept_sum += 1.0 + accepted;
+    ++n_chain;
+  }
+}
+
 // Per head (step): mean loss over loss_counts rows, top-1 = hits / counts; the accept mean over
 // the n_chain positions with every label.
 HeadEvaluation summarize(std::span<const double> loss_sum, std::span<const int64_t> loss_counts,
@@ -100,16 +117,8 @@ HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const 
       }
       z.swap(next);
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = positions[c0 + r];
-      if (i + n_steps >= ends[static_cast<size_t>(i)]) continue;
-      int accepted = 0;
-      while (accepted < n_steps && best[static_cast<size_t>(r * n_steps + accepted)] ==
-                                       traces.pred[static_cast<size_t>(i + accepted + 1)])
-        ++accepted;
-      accept_sum += 1.0 + accepted;
-      ++n_chain;
-    }
+    add_chain_accepts(traces, ends, positions.subspan(c0, static_cast<size_t>(rows)), best, n_steps,
+                      accept_sum, n_chain);
   }
 
   return summarize(loss_sum, losses, hits, counts, accept_sum, n_chain,
@@ -170,16 +179,8 @@ HeadEvaluation evaluate_head(TransformerPass& pass, const DraftHead& head, const
                                         traces.pred[static_cast<size_t>(target)];
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = positions[c0 + r];
-      if (i + n_heads >= ends[static_cast<size_t>(i)]) continue;
-      int accepted = 0;
-      while (accepted < n_heads && argmax[static_cast<size_t>(r * n_heads + accepted)] ==
-                                       traces.pred[static_cast<size_t>(i + accepted + 1)])
-        ++accepted;
-      accept_sum += 1.0 + accepted;
-      ++n_chain;
-    }
+    add_chain_accepts(traces, ends, positions.subspan(c0, static_cast<size_t>(rows)), argmax,
+                      n_heads, accept_sum, n_chain);
   }
 
   return summarize(loss_sum, counts, hits, counts, accept_sum, n_chain,

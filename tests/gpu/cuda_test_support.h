@@ -15,6 +15,18 @@
 
 namespace tokenfab::kernels::testing {
 
+// Why these tests cannot run here (no driver, no device), or an empty string when a CUDA device
+// is present.
+inline QString no_cuda_device() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    return QStringLiteral("no CUDA device: cudaGetDeviceCount failed: %1")
+        .arg(QString::fromUtf8(cudaGetErrorString(err)));
+  if (count == 0) return QStringLiteral("no CUDA device: cudaGetDeviceCount returned 0");
+  return {};
+}
+
 // Device memory for `count` values of T, freed when the buffer goes out of scope.
 template <typename T>
 class DeviceBuffer {

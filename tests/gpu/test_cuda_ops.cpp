@@ -122,12 +122,7 @@ class TestCudaOps : public QObject {
 };
 
 void TestCudaOps::initTestCase() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess)
-    QSKIP(qPrintable(QStringLiteral("no CUDA device: cudaGetDeviceCount failed: %1")
-                         .arg(QString::fromUtf8(cudaGetErrorString(err)))));
-  if (count == 0) QSKIP("no CUDA device: cudaGetDeviceCount returned 0");
+  if (const QString why = no_cuda_device(); !why.isEmpty()) QSKIP(qPrintable(why));
   // The ops run on a stream of their own, as the backend will use them.
   TOKENFAB_CUDA_CHECK(cudaStreamCreate(&stream_));
 }

@@ -72,12 +72,7 @@ class TestCudaPagedAttention : public QObject {
 };
 
 void TestCudaPagedAttention::initTestCase() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess)
-    QSKIP(qPrintable(QStringLiteral("no CUDA device: cudaGetDeviceCount failed: %1")
-                         .arg(QString::fromUtf8(cudaGetErrorString(err)))));
-  if (count == 0) QSKIP("no CUDA device: cudaGetDeviceCount returned 0");
+  if (const QString why = no_cuda_device(); !why.isEmpty()) QSKIP(qPrintable(why));
   TOKENFAB_CUDA_CHECK(cudaStreamCreate(&stream_));
 }
 
