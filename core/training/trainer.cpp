@@ -159,7 +159,7 @@ void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const Trac
                       std::span<const int64_t> batch, bool soft, HeadBatch& out) {
   const int64_t d = t.n_embd;
   out.clear();
-  std::vector<float> e(static_cast<size_t>(d)), z(static_cast<size_t>(d));
+  std::vector<float> e(static_cast<size_t>(d));
   const auto add_row = [&](const float* h, int64_t from, int64_t target) {
     if (sl.index_of(t.pred[static_cast<size_t>(target)]) < 0) return false;
     embed_tokens(model, std::span(&t.pred[static_cast<size_t>(from)], 1), e.data());
@@ -170,14 +170,23 @@ void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const Trac
     out.add_targets(t, sl, target, soft);
     return true;
   };
+  // The teacher-forced rows; those whose position also has a rollout row are noted, and their
+  // [h; e] gathered so that one mtp_step predicts every ĥ at once.
+  std::vector<int64_t> rollout;
+  std::vector<float> hs, es;
   for (int64_t i : batch) {
     const int64_t end = ends[static_cast<size_t>(i)];
     if (i + 1 >= end) continue;
-    const float* h = t.hidden.data() + i * d;
-    if (!add_row(h, i, i + 1) || i + 2 >= end) continue;
-    head.mtp_step(h, out.x.data() + (out.m - 1) * 2 * d + d, 1, z.data());
-    add_row(z.data(), i + 1, i + 2);
+    if (!add_row(t.hidden.data() + i * d, i, i + 1) || i + 2 >= end) continue;
+    rollout.push_back(i);
+    const float* row = out.x.data() + (out.m - 1) * 2 * d;
+    hs.insert(hs.end(), row, row + d);
+    es.insert(es.end(), row + d, row + 2 * d);
   }
+  std::vector<float> z(hs.size());
+  head.mtp_step(hs.data(), es.data(), static_cast<int64_t>(rollout.size()), z.data());
+  for (size_t r = 0; r < rollout.size(); ++r)
+    add_row(z.data() + r * static_cast<size_t>(d), rollout[r] + 1, rollout[r] + 2);
 }
 
 // One optimisation step over all blocks (Medusa: one per head; mtp: one): per-block mean losses
