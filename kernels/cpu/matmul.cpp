@@ -1,5 +1,6 @@
 #include "kernels/cpu/matmul.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/gemm.h"
@@ -13,30 +14,61 @@ uint8_t* ActivationScratch::reserve(size_t bytes) {
   return buffer_.data();
 }
 
-static void convert_rows(const float* x, int64_t ldx, int64_t k, int64_t c0, int64_t c1,
-                         bool quantized, uint8_t* out, size_t out_stride) {
+namespace {
+
+enum class XLayout { F32, Q8A, Q8B };
+
+// Rows [c0, c1) of x into the layout; Q8B rows are quantized into `tmp` (k/32 BlockQ8A) first.
+void convert_rows(const float* x, int64_t ldx, int64_t k, int64_t c0, int64_t c1, XLayout layout,
+                  uint8_t* out, size_t out_stride, BlockQ8A* tmp) {
   for (int64_t c = c0; c < c1; ++c) {
-    if (quantized) {
-      quantize_row_q8a(x + c * ldx, reinterpret_cast<BlockQ8A*>(out + c * out_stride), k);
-    } else {
-      std::memcpy(out + c * out_stride, x + c * ldx, static_cast<size_t>(k) * sizeof(float));
+    uint8_t* row = out + c * out_stride;
+    switch (layout) {
+      case XLayout::F32:
+        std::memcpy(row, x + c * ldx, static_cast<size_t>(k) * sizeof(float));
+        break;
+      case XLayout::Q8A: quantize_row_q8a(x + c * ldx, reinterpret_cast<BlockQ8A*>(row), k); break;
+      case XLayout::Q8B:
+        quantize_row_q8a(x + c * ldx, tmp, k);
+        expand_q8b(tmp, reinterpret_cast<BlockQ8B*>(row), k / kQK);
+        break;
     }
   }
 }
 
+// BlockQ8B pays when enough columns share each unpacked weight record and every job runs the Q4
+// x8 kernel.
+XLayout choose_layout(std::span<const MatmulJob> jobs, int64_t cols) {
+  if (!is_block_quantized(jobs[0].type)) return XLayout::F32;
+  if (cols < kQ8BMinCols) return XLayout::Q8A;
+  for (const auto& j : jobs) {
+    if (!j.x8 || (j.type != WeightType::Q4_0 && j.type != WeightType::Q4_1)) return XLayout::Q8A;
+  }
+  return XLayout::Q8B;
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, int64_t ldx,
             int64_t k, int64_t cols, ActivationScratch& scratch) {
   if (jobs.empty() || cols == 0) return;
-  const bool quantized = is_block_quantized(jobs[0].type);
-  const size_t x_stride = activation_row_bytes(jobs[0].type, k);
-  uint8_t* xq = scratch.reserve(x_stride * static_cast<size_t>(cols));
+  const XLayout layout = choose_layout(jobs, cols);
+  const size_t x_stride = layout == XLayout::Q8B
+                              ? static_cast<size_t>(k / kQK) * sizeof(BlockQ8B)
+                              : activation_row_bytes(jobs[0].type, k);
+  // The rows, then (Q8B) one row of BlockQ8A per thread; 32-byte aligned for the vector loads.
+  const size_t rows_bytes = (x_stride * static_cast<size_t>(cols) + 31) / 32 * 32;
+  const size_t tmp_bytes = layout == XLayout::Q8B ? activation_row_bytes(jobs[0].type, k) : 0;
+  uint8_t* base = scratch.reserve(rows_bytes + tmp_bytes * static_cast<size_t>(pool.size()) + 32);
+  uint8_t* xq = base + (32 - reinterpret_cast<uintptr_t>(base) % 32) % 32;
+  const auto tmp_row = [&](int t) { return reinterpret_cast<BlockQ8A*>(xq + rows_bytes + tmp_bytes * t); };
   if (cols < 8) {
-    convert_rows(x, ldx, k, 0, cols, quantized, xq, x_stride);
+    convert_rows(x, ldx, k, 0, cols, layout, xq, x_stride, tmp_row(0));
   } else {
     pool.run([&](int t, int n) {
       int64_t c0, c1;
       ThreadPool::split(cols, 1, t, n, c0, c1);
-      convert_rows(x, ldx, k, c0, c1, quantized, xq, x_stride);
+      convert_rows(x, ldx, k, c0, c1, layout, xq, x_stride, tmp_row(t));
     });
   }
 
@@ -49,8 +81,13 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
       if (r0 >= r1) continue;
       if (j.x8) {
         const size_t g_stride = x8_group_stride(j.type, k);
-        gemm_x8_avx2(GemmArgs{j.type, j.w + r0 / kX8Rows * g_stride, g_stride, xq, x_stride, k,
-                              j.y + r0, j.ldy, r1 - r0, cols});
+        const GemmArgs args{j.type, j.w + r0 / kX8Rows * g_stride, g_stride, xq, x_stride, k,
+                            j.y + r0, j.ldy, r1 - r0, cols};
+        if (layout == XLayout::Q8B) {
+          gemm_x8_q8b_avx2(args);
+        } else {
+          gemm_x8_avx2(args);
+        }
       } else {
         const size_t w_stride = row_bytes(j.type, static_cast<uint64_t>(k));
         gemm(GemmArgs{j.type, j.w + r0 * w_stride, w_stride, xq, x_stride, k, j.y + r0, j.ldy,

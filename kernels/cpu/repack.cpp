@@ -59,6 +59,24 @@ void pack_q8_record(const uint8_t* src, size_t src_stride, int64_t b, uint8_t* o
 
 }  // namespace
 
+void expand_q8b(const BlockQ8A* x, BlockQ8B* y, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ8B& out = y[b];
+    out.d = x[b].d;
+    out.s = x[b].s;
+    std::memset(out.pad, 0, sizeof out.pad);
+    for (int k = 0; k < 4; ++k) {
+      int32_t lo, hi;
+      std::memcpy(&lo, x[b].qs + 4 * k, sizeof lo);
+      std::memcpy(&hi, x[b].qs + 16 + 4 * k, sizeof hi);
+      for (int lane = 0; lane < 8; ++lane) {
+        out.q[2 * k][lane] = lo;
+        out.q[2 * k + 1][lane] = hi;
+      }
+    }
+  }
+}
+
 void repack_x8(WeightType type, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t rows,
                int64_t k) {
   const int64_t nb = k / kQK;

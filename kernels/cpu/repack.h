@@ -39,4 +39,24 @@ void repack_x8(WeightType type, const uint8_t* src, size_t src_stride, uint8_t* 
 // summation order.
 void gemm_x8_avx2(const GemmArgs& a);
 
+// Activations for the Q4 x8 kernel at prefill widths: one BlockQ8A with its four-byte groups
+// already broadcast, in the order the kernel multiplies them (q[2k]: bytes 4k..4k+3, the elements
+// the low nibbles of weight vector k hold; q[2k+1]: bytes 16+4k..16+4k+3, the high nibbles'), so
+// the kernel reads each straight into its multiply instead of broadcasting it for every row group
+// (the broadcasts compete with the multiplies for the vector pipes). 288 bytes per 32 elements:
+// worth it once enough columns share each row group's unpacked weights.
+struct alignas(32) BlockQ8B {
+  float d;
+  float s;
+  uint8_t pad[24];
+  int32_t q[8][8];
+};
+static_assert(sizeof(BlockQ8B) == 288);
+
+inline constexpr int64_t kQ8BMinCols = 8;  // narrower inputs keep the BlockQ8A layout
+
+void expand_q8b(const BlockQ8A* x, BlockQ8B* y, int64_t nb);
+// As gemm_x8_avx2 for Q4_0 / Q4_1 weights, with x pointing at BlockQ8B rows (x_stride bytes apart).
+void gemm_x8_q8b_avx2(const GemmArgs& a);
+
 }  // namespace tokenfab::kernels

@@ -210,7 +210,8 @@ void KernelTest::gemm_matches_reference_data() {
 //       summation over n terms (n = K products for float weights, K/32 block terms for blocks)
 //       plus a few roundings per term (d·d_a, s, the bias product, Q4_1's d·q + m in the
 //       reference);
-//   (b) gemm_avx2 vs gemm_scalar, (c) repack_x8 + gemm_x8_avx2 vs gemm_scalar: kFastVsScalar.
+//   (b) gemm_avx2 vs gemm_scalar, (c) repack_x8 + gemm_x8_avx2 vs gemm_scalar, (d) for Q4
+//       weights, gemm_x8_q8b_avx2 on the expanded activations vs gemm_scalar: kFastVsScalar.
 void KernelTest::gemm_matches_reference() {
   QFETCH(WeightType, type);
   QFETCH(int64_t, k);
@@ -279,20 +280,38 @@ void KernelTest::gemm_matches_reference() {
       err =
           compare_tile("gemm_x8_avx2", y_x8.data(), scalar_y, mag, rows, cols, ldy, kFastVsScalar);
       QVERIFY2(err.isEmpty(), qPrintable(err + shape));
+
+      // (d) Q4 weights with the broadcast activation layout: the same blocks, expanded.
+      if (type == WeightType::Q8_0) continue;
+      const int64_t nb = k / kQK;
+      std::vector<BlockQ8B> xb(static_cast<size_t>(cols * nb));
+      for (int64_t c = 0; c < cols; ++c)
+        expand_q8b(reinterpret_cast<const BlockQ8A*>(x.bytes.data() + (c0 + c) * x.stride),
+                   xb.data() + c * nb, nb);
+      std::vector<float> y_q8b(cols * ldy, std::bit_cast<float>(kUntouched));
+      a.x = reinterpret_cast<const uint8_t*>(xb.data());
+      a.x_stride = static_cast<size_t>(nb) * sizeof(BlockQ8B);
+      a.y = y_q8b.data();
+      gemm_x8_q8b_avx2(a);
+      err = compare_tile("gemm_x8_q8b_avx2", y_q8b.data(), scalar_y, mag, rows, cols, ldy,
+                         kFastVsScalar);
+      QVERIFY2(err.isEmpty(), qPrintable(err + shape));
     }
   }
 }
 
 void KernelTest::matmul_matches_per_job_gemm_data() {
-  QTest::addColumn<bool>("quantized");
+  QTest::addColumn<QString>("jobs_set");
   QTest::addColumn<int>("threads");
   QTest::addColumn<int64_t>("cols");
-  for (bool quantized : {true, false}) {
+  // "quantized": block types, some x8; "q4x8": only x8 Q4 jobs, which take the BlockQ8B layout
+  // from kQ8BMinCols columns on (with AVX2); "float": the float types.
+  for (const QString set : {"quantized", "q4x8", "float"}) {
     for (int threads : {1, 2, 3}) {
       for (int64_t cols : {1, 5, 9, 20}) {  // ≥ 8 columns are converted in parallel
-        QTest::addRow("%s threads=%d cols=%lld", quantized ? "quantized" : "float", threads,
+        QTest::addRow("%s threads=%d cols=%lld", qPrintable(set), threads,
                       static_cast<long long>(cols))
-            << quantized << threads << cols;
+            << set << threads << cols;
       }
     }
   }
@@ -303,7 +322,7 @@ void KernelTest::matmul_matches_per_job_gemm_data() {
 // over its GGUF rows on the same Q8A input (quantize_row_q8a, the conversion matmul itself uses)
 // within kFastVsScalar, and its ldy padding must stay untouched.
 void KernelTest::matmul_matches_per_job_gemm() {
-  QFETCH(bool, quantized);
+  QFETCH(QString, jobs_set);
   QFETCH(int, threads);
   QFETCH(int64_t, cols);
   constexpr int64_t k = 576, ldx = k + 3;
@@ -314,9 +333,11 @@ void KernelTest::matmul_matches_per_job_gemm() {
   };
   const bool avx2 = cpu_features().avx2;
   std::vector<Spec> specs;
-  if (quantized) {
+  if (jobs_set == "quantized") {
     specs = {
         {WeightType::Q4_0, 64, avx2}, {WeightType::Q8_0, 13, false}, {WeightType::Q4_1, 24, avx2}};
+  } else if (jobs_set == "q4x8") {
+    specs = {{WeightType::Q4_1, 40, avx2}, {WeightType::Q4_0, 16, avx2}};
   } else {
     specs = {
         {WeightType::F16, 7, false}, {WeightType::BF16, 33, false}, {WeightType::F32, 16, false}};
