@@ -56,6 +56,7 @@ void run_chat(const ChatCommand& c) {
   HeadChooser heads(c.head, *m.model, *m.tokenizer);
   Speculation spec;
   spec.draft_len = c.head.draft_len;
+  spec.adaptive_draft = c.head.adaptive_draft();
   spec.tree_shape = c.head.request_tree();
   std::signal(SIGINT, on_sigint);
   std::vector<ChatMessage> history;

@@ -76,6 +76,7 @@ void run_generate(const GenerateCommand& c) {
   spec.head = std::move(choice.head);
   spec.candidates = std::move(choice.candidates);
   spec.draft_len = c.head.draft_len;
+  spec.adaptive_draft = c.head.adaptive_draft();
   spec.tree_shape = c.head.request_tree();
   GenerateResult r =
       generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream, nullptr, &spec);
@@ -95,6 +96,7 @@ void run_generate(const GenerateCommand& c) {
                 {"head_candidates", spec.candidates.size()},
                 {"steps", spec.steps},
                 {"head_switches", switches_json(spec.switches)},
+                {"draft_lengths", spec.length_steps},
                 {"accept_per_step",
                  spec.accept_per_step ? nlohmann::json(*spec.accept_per_step) : nlohmann::json()}});
     return;

@@ -344,7 +344,7 @@ void register_heads(CLI::App& app) {
   auto e = std::make_shared<EvalCommand>();
   auto* eval = heads->add_subcommand("eval", "measure a head by generating (ACCEPT/STEP, speedup)");
   add_run_options(*eval, e->common);
-  add_head_options(*eval, e->head);
+  add_head_options(*eval, e->head, false);
   eval->add_option("--prompt-set", e->prompt_set,
                    "built-in domain (validation split) or prompt set");
   eval->add_option("--prompts", e->prompts_file,

@@ -154,6 +154,7 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"head", c.head.head},
                       {"spec", c.head.spec},
                       {"draft_len", c.head.draft_len},
+                      {"adaptive_draft", c.head.adaptive_draft()},
                       {"tree_shape", c.head.request_tree()}};
   if (c.slo_ttft_ms) j["slo_ttft_ms"] = *c.slo_ttft_ms;
   if (c.slo_tpot_ms) j["slo_tpot_ms"] = *c.slo_tpot_ms;
@@ -211,6 +212,7 @@ void run_serve_bench(ServeBenchCommand c) {
     r.head = std::move(choice.head);
     r.head_candidates = std::move(choice.candidates);
     r.draft_len = c.head.draft_len;
+    r.adaptive_draft = c.head.adaptive_draft();
     r.tree_shape = c.head.request_tree();
     requests.push_back(std::move(r));
   }

@@ -38,6 +38,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     request.head = speculation->head;
     request.head_candidates = speculation->candidates;
     request.draft_len = speculation->draft_len;
+    request.adaptive_draft = speculation->adaptive_draft;
     request.tree_shape = speculation->tree_shape;
   }
   const RequestId id = engine.submit(std::move(request));
@@ -86,6 +87,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     speculation->steps = static_cast<int64_t>(info.metrics->tokens_per_step.size());
     speculation->accept_per_step = info.metrics->accept_per_step();
     speculation->switches = info.speculation.switches;
+    speculation->length_steps = info.speculation.length_steps;
   }
   if (info.metrics && info.metrics->ttft_s) {
     result.ttft_ms = *info.metrics->ttft_s * 1e3;

@@ -22,10 +22,12 @@ struct Speculation {
   std::shared_ptr<const DraftHead> head;
   std::vector<HeadCandidate> candidates;  // auto selection: heads it may switch to
   int32_t draft_len = 4;
+  bool adaptive_draft = false;      // chain: each step's length chosen (draft_length.h)
   std::vector<int32_t> tree_shape;  // empty: a chain
   int64_t steps = 0;
   std::optional<double> accept_per_step;
   std::vector<SpeculationStats::HeadSwitch> switches;  // made mid-generation
+  std::vector<int64_t> length_steps;  // adaptive chains: proposals per draft length
 };
 
 GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,

@@ -2,7 +2,7 @@
 
 namespace tokenfab::cli {
 
-void add_head_options(CLI::App& cmd, HeadOptions& o) {
+void add_head_options(CLI::App& cmd, HeadOptions& o, bool length_choice) {
   cmd.add_option("--head", o.head,
                  "draft head for speculative decoding: ID, NAME, PATH, auto or none")
       ->capture_default_str();
@@ -16,9 +16,18 @@ void add_head_options(CLI::App& cmd, HeadOptions& o) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
-  cmd.add_option("--draft-len", o.draft_len, "tokens proposed per step")
+  if (!length_choice) {
+    cmd.add_option("--draft-len", o.draft_len, "tokens proposed per step")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 16));
+    return;
+  }
+  cmd.add_option("--draft-len", o.draft_len,
+                 "chain: most tokens proposed per step (each step's length is chosen from the "
+                 "measured step costs and acceptance, 0 when drafting does not pay)")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  cmd.add_flag("--fixed-draft", o.fixed_draft, "chain: propose exactly --draft-len tokens every step");
 }
 
 }  // namespace tokenfab::cli

@@ -8,6 +8,8 @@
 
 namespace tokenfab::cli {
 
-void add_head_options(CLI::App& cmd, HeadOptions& o);
+// `length_choice`: also --fixed-draft (generate, chat, serve-bench; not heads eval, whose chains
+// are always --draft-len long).
+void add_head_options(CLI::App& cmd, HeadOptions& o, bool length_choice = true);
 
 }  // namespace tokenfab::cli

@@ -116,6 +116,9 @@ struct GenerationRequest {
   // recorded first, `head` among them; empty: `head` holds for the whole request.
   std::vector<HeadCandidate> head_candidates;
   int32_t draft_len = 4;  // chain: at most the head's number of heads
+  // Chain only: choose each step's length in [0, draft_len] from the device's measured step costs
+  // and the request's acceptance so far (draft_length.h) instead of always draft_len.
+  bool adaptive_draft = false;
   std::vector<int32_t> tree_shape;
   static constexpr int32_t kMaxTreeNodes = 64;
 };
@@ -132,6 +135,8 @@ struct SpeculationStats {
     double from_record = 0.0, to_record = 0.0;
   };
   std::vector<HeadSwitch> switches;  // mid-generation head switches (auto selection)
+  // Adaptive chains: steps proposed with each draft length (index = length; 0: a plain step).
+  std::vector<int64_t> length_steps;
 };
 
 struct TokenEvent {

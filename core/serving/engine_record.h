@@ -13,6 +13,7 @@
 #include "core/metrics/request_metrics.h"
 #include "core/runtime/sampler.h"
 #include "core/serving/engine.h"
+#include "core/speculative/draft_length.h"
 
 namespace tokenfab {
 
@@ -47,7 +48,15 @@ struct Engine::Record {
   // has candidates, head_switch.h) picks another.
   std::shared_ptr<const DraftHead> head = request.head;
   std::optional<HeadSwitchPolicy> head_policy;
-  int32_t draft_len() const { return head ? std::min(request.draft_len, head->n_heads()) : 0; }
+  // Adaptive chains (request.adaptive_draft, draft_length.h): the policy, made at the first
+  // proposal (again when a head switch changes the longest chain), and the length it chose for
+  // the next step.
+  std::optional<DraftLengthPolicy> length_policy;
+  int32_t chosen_draft_len = 0;
+  int32_t max_draft_len() const { return head ? std::min(request.draft_len, head->n_heads()) : 0; }
+  int32_t draft_len() const {
+    return length_policy ? std::min(chosen_draft_len, max_draft_len()) : max_draft_len();
+  }
   // Head rows a proposal needs: the chain's draft length, or the tree's depth.
   int32_t draft_levels() const {
     if (!head) return 0;

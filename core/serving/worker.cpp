@@ -418,7 +418,9 @@ bool Worker::step() {
     ev.state = requests_.at(id)->state();
     engine_.publish(ev);
   }
+  const MetricsTime propose_start = MetricsClock::now();
   propose_drafts(plan, results);
+  const double propose_s = seconds_between(propose_start, MetricsClock::now());
   for (SequenceState& s : finished) {
     auto it = requests_.find(s.id);
     if (it == requests_.end()) continue;
@@ -487,6 +489,13 @@ bool Worker::step() {
   }
   recent_steps_.push_back(sample);
   if (recent_steps_.size() > DeviceSnapshot::kRecentSteps) recent_steps_.pop_front();
+  // What a step of this many rows costs, for choosing draft lengths: decode and verification
+  // rows only (a prefill chunk in the step would make it look dearer than drafting is).
+  if (!plan.chunks.empty() &&
+      std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+        return c.wants_logits && c.n_tokens == 1 + c.n_draft;
+      }))
+    step_costs_.record(static_cast<int32_t>(plan.n_tokens()), busy_s - propose_s);
   if (std::all_of(plan.chunks.begin(), plan.chunks.end(),
                   [](const ScheduledChunk& c) { return c.n_tokens == 1; })) {
     ++decode_steps_;
@@ -614,6 +623,24 @@ void Worker::consider_head_switch(Engine::Record& record, int32_t tokens) {
   record.info.speculation.switches.push_back(std::move(change));
 }
 
+bool Worker::choose_draft_length(Engine::Record& record, int32_t other_rows) {
+  if (!record.request.adaptive_draft || !record.request.tree_shape.empty())
+    return record.draft_levels() > 0;
+  const int32_t max = record.max_draft_len();
+  if (max < 1) return false;
+  if (!record.length_policy || record.length_policy->max_length() != max)
+    record.length_policy.emplace(max);
+  std::lock_guard lock(record.mutex);
+  SpeculationStats& st = record.info.speculation;
+  const int32_t k = record.length_policy->choose(st.proposed_at, st.accepted_at, step_costs_,
+                                                 proposal_costs_, other_rows);
+  record.chosen_draft_len = k;
+  if (st.length_steps.size() <= static_cast<size_t>(max))
+    st.length_steps.resize(static_cast<size_t>(max) + 1, 0);
+  ++st.length_steps[static_cast<size_t>(k)];
+  return k > 0;
+}
+
 void Worker::move_accepted_tree_rows(const StepPlan& plan,
                                      const std::vector<ChunkResult>& results) {
   KvStorage& storage = device_->kv_storage();
@@ -686,10 +713,15 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   // request per host thread.
   std::vector<Engine::Record*> proposing, sequential;
   draft_z_.clear();
+  const auto others = static_cast<int32_t>(scheduler_.running().size()) - 1;
   for (const SequenceId seq : scheduler_.running()) {
     Engine::Record& record = *requests_.at(seq);
     if (!record.head || record.draft_hidden.empty()) continue;
     if (scheduler_.sequence(seq).n_pending() != 1) continue;
+    if (!choose_draft_length(record, others)) {
+      record.draft_hidden.clear();
+      continue;
+    }
     if (record.head->is_mtp()) {
       sequential.push_back(&record);
       continue;
@@ -739,6 +771,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     }
     scheduler_.set_draft(record->id, std::move(draft), std::move(parent));
     next += static_cast<size_t>(k);
+    proposal_costs_.record(k, seconds * k / static_cast<double>(rows));
     std::lock_guard lock(record->mutex);
     record->info.speculation.draft_s += seconds * k / static_cast<double>(rows);
   }
@@ -771,6 +804,7 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
   for (size_t i = 0; i < records.size(); ++i) {
     Engine::Record& record = *records[i];
     record.draft_hidden.clear();
+    proposal_costs_.record(record.draft_levels(), out[i].seconds);
     scheduler_.set_draft(record.id, std::move(out[i].draft), std::move(out[i].parent));
     std::lock_guard lock(record.mutex);
     record.info.speculation.draft_s += out[i].seconds;

@@ -30,6 +30,7 @@
 #include "core/kvcache/kv_manager.h"
 #include "core/serving/engine.h"
 #include "core/serving/scheduler.h"
+#include "core/speculative/draft_length.h"
 
 namespace tokenfab {
 
@@ -99,6 +100,9 @@ class Worker {
   // After a verifying step of `record` that emitted `tokens`: applies the head-switching policy
   // (head_switch.h) when the request has candidates.
   void consider_head_switch(Engine::Record& record, int32_t tokens);
+  // Adaptive chains: sets record.chosen_draft_len for the next step (draft_length.h) and counts
+  // it; false when the request proposes nothing this time (a plain step, or no draft at all).
+  bool choose_draft_length(Engine::Record& record, int32_t other_rows);
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
   // mtp heads: each request's drafts by its head's sequential steps (one request per thread).
   void propose_sequential(const std::vector<Engine::Record*>& records);
@@ -125,6 +129,10 @@ class Worker {
   std::vector<float> hidden_;        // final-norm hidden states of the logit rows
   std::vector<float> draft_z_;       // draft heads' residual outputs, (rows, n_embd)
   std::vector<float> draft_logits_;  // their LM-head logits
+
+  // Adaptive drafting: decode-only steps' forward pass and sampling by rows, and one request's
+  // proposal by draft length.
+  StepCostTable step_costs_, proposal_costs_;
 
   std::vector<BatchSequence> batch_;
   std::vector<std::vector<int32_t>> tables_;

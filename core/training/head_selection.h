@@ -21,11 +21,15 @@ struct HeadOptions {
   // tree: children per node at each depth (head d's top tree_shape[d] tokens); 3+6+12+12 = 33
   // nodes by default.
   std::vector<int32_t> tree_shape = {3, 2, 2, 1};
+  // chain: always draft_len tokens, instead of each step's length chosen from measured costs and
+  // acceptance (GenerationRequest::adaptive_draft). Evaluations always use a fixed length.
+  bool fixed_draft = false;
 
   // The request's tree_shape: this shape for --spec tree, empty (a chain) otherwise.
   std::vector<int32_t> request_tree() const {
     return spec == "tree" ? tree_shape : std::vector<int32_t>{};
   }
+  bool adaptive_draft() const { return spec != "tree" && !fixed_draft; }
   // Throws Error for an unknown spec or an empty / out-of-range tree shape.
   void validate() const;
 };

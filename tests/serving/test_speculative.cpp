@@ -38,6 +38,7 @@ struct LosslessCase {
   std::shared_ptr<const DraftHead> head;
   int32_t draft_len;
   std::vector<int32_t> tree_shape;  // empty: a chain
+  bool adaptive = false;            // chain: each step's length chosen (draft_length.h)
 };
 
 EngineConfig lossless_config(bool disaggregated) {
@@ -60,6 +61,7 @@ class SpeculativeTest : public QObject {
   void initTestCase();
   void greedy_output_is_unchanged_by_any_head();
   void greedy_output_is_unchanged_by_mtp_heads();
+  void greedy_output_is_unchanged_by_adaptive_drafting();
   void auto_selection_switches_heads_mid_generation();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
   void rejected_drafts_leave_the_kv_as_without_speculation();
@@ -147,14 +149,24 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
       r.head = c.head;
       r.draft_len = c.draft_len;
       r.tree_shape = c.tree_shape;
+      r.adaptive_draft = c.adaptive;
       ids.push_back(engine.submit(std::move(r)));
     }
-    int64_t proposed = 0, accepted = 0;
+    int64_t proposed = 0, accepted = 0, lengths_chosen = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       const RequestInfo info = engine.wait(ids[i]);
       QVERIFY2(info.output == plain[i],
                qPrintable(QString("%1: prompt %2 differs with speculation").arg(c.name).arg(i)));
-      QVERIFY(info.speculation.verify_steps > 0);
+      if (c.adaptive) {
+        // A length is chosen for every proposal; 0 (a plain step) may be every choice but the
+        // probes of a request's first steps.
+        QVERIFY(!info.speculation.length_steps.empty());
+        for (const int64_t n : info.speculation.length_steps) lengths_chosen += n;
+        QVERIFY(static_cast<int32_t>(info.speculation.length_steps.size()) <= c.draft_len + 1);
+      } else {
+        QVERIFY(info.speculation.verify_steps > 0);
+        QVERIFY(info.speculation.length_steps.empty());
+      }
       for (size_t p = 0; p < info.speculation.proposed_at.size(); ++p) {
         proposed += info.speculation.proposed_at[p];
         accepted += info.speculation.accepted_at[p];
@@ -193,6 +205,20 @@ void SpeculativeTest::greedy_output_is_unchanged_by_mtp_heads() {
       {"colocated, random mtp head, tree 3,2,2,1", false, mtp_head(vocab, 2), 4, {3, 2, 2, 1}},
       {"disaggregated, random mtp head", true, mtp_head(vocab, 3), 3, {}},
       {"disaggregated, zero mtp head, tree 2,2,2", true, mtp_head(vocab, 0), 3, {2, 2, 2}}};
+  check_lossless(cases);
+}
+
+// Adaptive chains (each step's length chosen from measured step costs and acceptance, 0 when
+// drafting does not pay): outputs unchanged whatever lengths are picked, colocated and
+// disaggregated, Medusa and mtp heads.
+void SpeculativeTest::greedy_output_is_unchanged_by_adaptive_drafting() {
+  std::vector<TokenId> vocab;
+  for (const auto& tokens : {prompts_, plain_outputs()})
+    for (const auto& t : tokens) vocab.insert(vocab.end(), t.begin(), t.end());
+  const LosslessCase cases[] = {
+      {"colocated, zero head, adaptive", false, zero_head(), 4, {}, true},
+      {"colocated, random head, adaptive", false, random_head(5), 3, {}, true},
+      {"disaggregated, zero mtp head, adaptive", true, mtp_head(vocab, 0), 4, {}, true}};
   check_lossless(cases);
 }
 

@@ -16,6 +16,7 @@
 #include "core/speculative/dense_math.h"
 #include "core/speculative/draft_head.h"
 #include "core/speculative/head_switch.h"
+#include "core/speculative/draft_length.h"
 #include "core/training/head_loss.h"
 #include "core/training/trace.h"
 
@@ -171,6 +172,7 @@ class TrainingTest : public QObject {
   void draft_head_file_roundtrip();
   void mtp_head_file_roundtrip();
   void head_switch_policy();
+  void draft_length_policy();
   void malformed_head_files_rejected();
   void check_head_matches_refuses_other_models();
   void trace_roundtrip();
@@ -444,6 +446,104 @@ void TrainingTest::head_switch_policy() {
     }
     QCOMPARE(to, std::optional<size_t>(1));
     QVERIFY(p.live_at_last_switch() < HeadSwitchPolicy::kRatio * 3.0);
+  }
+}
+
+// The cost table interpolates between measured row counts; the policy measures both ends first,
+// then picks the length with the most expected tokens per second, and probes the unused end every
+// kProbeEvery decisions.
+void TrainingTest::draft_length_policy() {
+  const StepCostTable kFree;  // proposals: nothing measured (counted as free)
+  StepCostTable costs;
+  QVERIFY(!costs.estimate(3));
+  costs.record(1, 1.0);
+  costs.record(5, 3.0);
+  QCOMPARE(*costs.estimate(3), 2.0);    // halfway between 1 and 5
+  QCOMPARE(*costs.estimate(8), 4.8);    // beyond: in proportion to the rows
+  costs.record(5, 5.0);                 // the average moves a quarter of the way
+  QCOMPARE(*costs.measured(5), 3.5);
+
+  const auto counts = [](std::vector<double> p, int64_t n) {
+    std::pair<std::vector<int64_t>, std::vector<int64_t>> c;  // proposed, accepted
+    for (double x : p) {
+      c.first.push_back(n);
+      c.second.push_back(static_cast<int64_t>(x * static_cast<double>(n)));
+    }
+    return c;
+  };
+  {  // Unmeasured ends are measured first: the plain step, then the longest.
+    DraftLengthPolicy policy(4);
+    StepCostTable empty;
+    QCOMPARE(policy.choose({}, {}, empty, kFree, 0), 0);
+    empty.record(1, 0.01);
+    QCOMPARE(policy.choose({}, {}, empty, kFree, 0), 4);
+    // With no acceptance data every P_i is 1/2 (smoothed, non-increasing).
+    QCOMPARE(policy.acceptance(), (std::vector<double>{0.5, 0.5, 0.5, 0.5}));
+    // In a batch (15 other rows) steps are never exactly 16 or 20 rows: any count on each side
+    // will do. Only larger steps measured: the plain end first.
+    StepCostTable batch;
+    batch.record(40, 2.0);
+    QVERIFY(!batch.measured_at_or_below(16) && batch.measured_at_or_above(20));
+    QCOMPARE(policy.choose({}, {}, batch, kFree, 15), 0);
+    batch.record(12, 1.0);  // both sides known: the choice comes from the estimates
+    const auto [proposed, accepted] = std::pair<std::vector<int64_t>, std::vector<int64_t>>{
+        {1000, 1000, 1000, 1000}, {10, 5, 2, 1}};
+    QCOMPARE(policy.choose(proposed, accepted, batch, kFree, 15), 0);
+  }
+  {  // Rows nearly free (a bandwidth-bound device) and good acceptance: the longest chain.
+    StepCostTable c;
+    c.record(1, 1.0);
+    c.record(5, 1.1);
+    DraftLengthPolicy policy(4);
+    const auto [proposed, accepted] = counts({0.9, 0.8, 0.7, 0.6}, 1000);
+    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 4);
+    // The same with proposals that cost a plain step per draft (1, 2, … seconds): E(1) = 1.9
+    // in 1.025 + 1 seconds is worse than 1 token in 1, and longer chains only add to it.
+    StepCostTable dear;
+    dear.record(1, 1.0);
+    dear.record(4, 4.0);
+    QCOMPARE(policy.choose(proposed, accepted, c, dear, 0), 0);
+  }
+  {  // Each row costing most of a step (a compute-bound CPU) and acceptance 0.6, 0.4, …: plain
+     // steps (E(k) / t(1 + k) is largest at k = 0: 1/1 against 1.6/1.7, 2.0/2.4, …).
+    StepCostTable c;
+    c.record(1, 1.0);
+    c.record(5, 3.8);
+    DraftLengthPolicy policy(4);
+    const auto [proposed, accepted] = counts({0.6, 0.4, 0.3, 0.2}, 1000);
+    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 0);
+    // The same acceptance at a cost of 0.2 per extra row: E(k)/t = 1, 1.33, 1.43, 1.44, 1.39.
+    StepCostTable cheap;
+    cheap.record(1, 1.0);
+    cheap.record(5, 1.8);
+    QCOMPARE(policy.choose(proposed, accepted, cheap, kFree, 0), 3);
+    // In a batch the other sequences' 3 rows are the base: from 4 rows (1.6) to 8 (1.8) a row
+    // costs 0.05, so E(k)/t(4 + k) grows up to the longest chain.
+    StepCostTable batch;
+    batch.record(4, 1.6);
+    batch.record(8, 1.8);
+    QCOMPARE(policy.choose(proposed, accepted, batch, kFree, 3), 4);
+  }
+  {  // Measured acceptance is monotone: a deeper position cannot be likelier than a shallower.
+    StepCostTable c;
+    c.record(1, 1.0);
+    c.record(5, 1.0);
+    DraftLengthPolicy policy(4);
+    policy.choose({100, 100, 100, 100}, {10, 90, 90, 90}, c, kFree, 0);
+    for (double p : policy.acceptance()) QVERIFY(p <= 11.0 / 102.0 + 1e-12);
+  }
+  {  // Probes: every kProbeEvery decisions the end not in use.
+    StepCostTable c;
+    c.record(1, 1.0);
+    c.record(5, 3.8);
+    DraftLengthPolicy policy(4);
+    const auto [proposed, accepted] = counts({0.6, 0.4, 0.3, 0.2}, 1000);
+    std::vector<int32_t> chosen;
+    for (int32_t i = 0; i < 2 * DraftLengthPolicy::kProbeEvery; ++i)
+      chosen.push_back(policy.choose(proposed, accepted, c, kFree, 0));
+    QCOMPARE(std::count(chosen.begin(), chosen.end(), 4), 1);
+    QCOMPARE(chosen[DraftLengthPolicy::kProbeEvery - 1], 4);
+    QCOMPARE(std::count(chosen.begin(), chosen.end(), 0), 2 * DraftLengthPolicy::kProbeEvery - 1);
   }
 }
 

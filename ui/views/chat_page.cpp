@@ -369,6 +369,9 @@ void ChatPage::send_message(const QString& text) {
     HeadChoice picked = chooser->choose(request.prompt);
     request.head = std::move(picked.head);
     request.head_candidates = std::move(picked.candidates);
+    // Each step's draft length from measured costs and acceptance, so a head never slows the
+    // reply down on a machine where drafting does not pay.
+    request.adaptive_draft = true;
     id = bridge_->submit(std::move(request));
   } catch (const std::exception& e) {
     show_status(QStringLiteral("Not sent: %1").arg(e.what()));

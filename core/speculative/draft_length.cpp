@@ -1,0 +1,96 @@
+#include "core/speculative/draft_length.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tokenfab {
+
+void StepCostTable::record(int32_t rows, double seconds) {
+  if (rows < 1 || !(seconds > 0.0)) return;
+  if (static_cast<size_t>(rows) >= seconds_.size()) seconds_.resize(static_cast<size_t>(rows) + 1, 0.0);
+  double& s = seconds_[static_cast<size_t>(rows)];
+  s = s == 0.0 ? seconds : (1.0 - kAlpha) * s + kAlpha * seconds;
+}
+
+std::optional<double> StepCostTable::measured(int32_t rows) const {
+  if (rows < 1 || static_cast<size_t>(rows) >= seconds_.size()) return std::nullopt;
+  const double s = seconds_[static_cast<size_t>(rows)];
+  if (s == 0.0) return std::nullopt;
+  return s;
+}
+
+bool StepCostTable::measured_at_or_below(int32_t rows) const {
+  for (int32_t r = std::min<int32_t>(rows, static_cast<int32_t>(seconds_.size()) - 1); r >= 1; --r)
+    if (seconds_[static_cast<size_t>(r)] > 0.0) return true;
+  return false;
+}
+
+bool StepCostTable::measured_at_or_above(int32_t rows) const {
+  for (int32_t r = std::max(rows, 1); r < static_cast<int32_t>(seconds_.size()); ++r)
+    if (seconds_[static_cast<size_t>(r)] > 0.0) return true;
+  return false;
+}
+
+std::optional<double> StepCostTable::estimate(int32_t rows) const {
+  if (const auto m = measured(rows)) return m;
+  int32_t below = 0, above = 0;
+  for (int32_t r = std::min<int32_t>(rows - 1, static_cast<int32_t>(seconds_.size()) - 1); r >= 1; --r)
+    if (seconds_[static_cast<size_t>(r)] > 0.0) {
+      below = r;
+      break;
+    }
+  for (int32_t r = rows + 1; r < static_cast<int32_t>(seconds_.size()); ++r)
+    if (seconds_[static_cast<size_t>(r)] > 0.0) {
+      above = r;
+      break;
+    }
+  if (below == 0 && above == 0) return std::nullopt;
+  if (below == 0) return seconds_[static_cast<size_t>(above)];
+  const double lo = seconds_[static_cast<size_t>(below)];
+  if (above == 0) return lo * static_cast<double>(rows) / static_cast<double>(below);
+  const double hi = seconds_[static_cast<size_t>(above)];
+  return lo + (hi - lo) * static_cast<double>(rows - below) / static_cast<double>(above - below);
+}
+
+DraftLengthPolicy::DraftLengthPolicy(int32_t max_length) : max_(max_length) {
+  if (max_length < 1) throw std::invalid_argument("draft length policy: max length must be >= 1");
+}
+
+int32_t DraftLengthPolicy::choose(const std::vector<int64_t>& proposed_at,
+                                  const std::vector<int64_t>& accepted_at,
+                                  const StepCostTable& costs, const StepCostTable& proposals,
+                                  int32_t other_rows) {
+  const int64_t n = decisions_++;
+  const int32_t base = std::max(other_rows, 0) + 1;
+  p_.assign(static_cast<size_t>(max_), 0.0);
+  double prev = 1.0;
+  for (int32_t i = 1; i <= max_; ++i) {
+    const auto at = static_cast<size_t>(i - 1);
+    const double proposed = at < proposed_at.size() ? static_cast<double>(proposed_at[at]) : 0.0;
+    const double accepted = at < accepted_at.size() ? static_cast<double>(accepted_at[at]) : 0.0;
+    prev = std::min(prev, (accepted + 1.0) / (proposed + 2.0));
+    p_[at] = prev;
+  }
+  // Measure the two ends first; then keep refreshing the end not in use.
+  if (!costs.measured_at_or_below(base)) return last_ = 0;
+  if (!costs.measured_at_or_above(base + max_)) return last_ = max_;
+  if (n % kProbeEvery == kProbeEvery - 1) {  // alternately the longest and the plain step
+    const bool longest = (n / kProbeEvery) % 2 == 0;
+    if (longest && last_ != max_) return max_;
+    if (!longest && last_ != 0) return 0;
+  }
+  int32_t best = 0;
+  double best_rate = 0.0, expected = 1.0;
+  for (int32_t k = 0; k <= max_; ++k) {
+    if (k > 0) expected += p_[static_cast<size_t>(k - 1)];
+    const double t = *costs.estimate(base + k) + (k > 0 ? proposals.estimate(k).value_or(0.0) : 0.0);
+    const double rate = expected / t;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return last_ = best;
+}
+
+}  // namespace tokenfab
