@@ -3,7 +3,7 @@
 //   for each job j:  Y_j (cols × rows_j) = X (cols × k) · W_jᵀ
 // Several jobs sharing one input (Q/K/V, gate/up) run in one parallel region, their rows split
 // evenly over the threads. X is converted once to the layout the kernels read (Q8A blocks for
-// quantized weights — Q8B, their broadcast form, for 8 or more columns when every job is an x8
+// quantized weights — Q8B, their broadcast form, for 64 or more columns when every job is an x8
 // Q4 matrix — f32 otherwise).
 
 #include <cstddef>

@@ -53,7 +53,9 @@ struct alignas(32) BlockQ8B {
 };
 static_assert(sizeof(BlockQ8B) == 288);
 
-inline constexpr int64_t kQ8BMinCols = 8;  // narrower inputs keep the BlockQ8A layout
+// Narrower inputs keep the BlockQ8A layout: at decode-batch widths the weights come from memory,
+// and Q8B's shorter column chunks (gemm_x8_q8b_avx2) would read them more than once per call.
+inline constexpr int64_t kQ8BMinCols = 64;
 
 void expand_q8b(const BlockQ8A* x, BlockQ8B* y, int64_t nb);
 // As gemm_x8_avx2 for Q4_0 / Q4_1 weights, with x pointing at BlockQ8B rows (x_stride bytes apart).

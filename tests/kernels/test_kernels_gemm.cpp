@@ -308,7 +308,7 @@ void KernelTest::matmul_matches_per_job_gemm_data() {
   // from kQ8BMinCols columns on (with AVX2); "float": the float types.
   for (const QString set : {"quantized", "q4x8", "float"}) {
     for (int threads : {1, 2, 3}) {
-      for (int64_t cols : {1, 5, 9, 20}) {  // ≥ 8 columns are converted in parallel
+      for (int64_t cols : {1, 5, 9, 20, 70}) {  // ≥ 8 converted in parallel; ≥ 64: Q8B
         QTest::addRow("%s threads=%d cols=%lld", qPrintable(set), threads,
                       static_cast<long long>(cols))
             << set << threads << cols;
