@@ -463,6 +463,12 @@ void TrainingTest::draft_length_policy() {
   costs.record(5, 5.0);                 // the average moves a quarter of the way
   QCOMPARE(*costs.measured(5), 3.5);
 
+  // A table with these (rows, seconds) measured.
+  const auto table = [](std::initializer_list<std::pair<int32_t, double>> measured) {
+    StepCostTable t;
+    for (const auto& [rows, seconds] : measured) t.record(rows, seconds);
+    return t;
+  };
   const auto counts = [](std::vector<double> p, int64_t n) {
     std::pair<std::vector<int64_t>, std::vector<int64_t>> c;  // proposed, accepted
     for (double x : p) {
@@ -491,51 +497,37 @@ void TrainingTest::draft_length_policy() {
     QCOMPARE(policy.choose(proposed, accepted, batch, kFree, 15), 0);
   }
   {  // Rows nearly free (a bandwidth-bound device) and good acceptance: the longest chain.
-    StepCostTable c;
-    c.record(1, 1.0);
-    c.record(5, 1.1);
+    const StepCostTable c = table({{1, 1.0}, {5, 1.1}});
     DraftLengthPolicy policy(4);
     const auto [proposed, accepted] = counts({0.9, 0.8, 0.7, 0.6}, 1000);
     QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 4);
     // The same with proposals that cost a plain step per draft (1, 2, … seconds): E(1) = 1.9
     // in 1.025 + 1 seconds is worse than 1 token in 1, and longer chains only add to it.
-    StepCostTable dear;
-    dear.record(1, 1.0);
-    dear.record(4, 4.0);
+    const StepCostTable dear = table({{1, 1.0}, {4, 4.0}});
     QCOMPARE(policy.choose(proposed, accepted, c, dear, 0), 0);
   }
   {  // Each row costing most of a step (a compute-bound CPU) and acceptance 0.6, 0.4, …: plain
      // steps (E(k) / t(1 + k) is largest at k = 0: 1/1 against 1.6/1.7, 2.0/2.4, …).
-    StepCostTable c;
-    c.record(1, 1.0);
-    c.record(5, 3.8);
+    const StepCostTable c = table({{1, 1.0}, {5, 3.8}});
     DraftLengthPolicy policy(4);
     const auto [proposed, accepted] = counts({0.6, 0.4, 0.3, 0.2}, 1000);
     QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 0);
     // The same acceptance at a cost of 0.2 per extra row: E(k)/t = 1, 1.33, 1.43, 1.44, 1.39.
-    StepCostTable cheap;
-    cheap.record(1, 1.0);
-    cheap.record(5, 1.8);
+    const StepCostTable cheap = table({{1, 1.0}, {5, 1.8}});
     QCOMPARE(policy.choose(proposed, accepted, cheap, kFree, 0), 3);
     // In a batch the other sequences' 3 rows are the base: from 4 rows (1.6) to 8 (1.8) a row
     // costs 0.05, so E(k)/t(4 + k) grows up to the longest chain.
-    StepCostTable batch;
-    batch.record(4, 1.6);
-    batch.record(8, 1.8);
+    const StepCostTable batch = table({{4, 1.6}, {8, 1.8}});
     QCOMPARE(policy.choose(proposed, accepted, batch, kFree, 3), 4);
   }
   {  // Measured acceptance is monotone: a deeper position cannot be likelier than a shallower.
-    StepCostTable c;
-    c.record(1, 1.0);
-    c.record(5, 1.0);
+    const StepCostTable c = table({{1, 1.0}, {5, 1.0}});
     DraftLengthPolicy policy(4);
     policy.choose({100, 100, 100, 100}, {10, 90, 90, 90}, c, kFree, 0);
     for (double p : policy.acceptance()) QVERIFY(p <= 11.0 / 102.0 + 1e-12);
   }
   {  // Probes: every kProbeEvery decisions the end not in use.
-    StepCostTable c;
-    c.record(1, 1.0);
-    c.record(5, 3.8);
+    const StepCostTable c = table({{1, 1.0}, {5, 3.8}});
     DraftLengthPolicy policy(4);
     const auto [proposed, accepted] = counts({0.6, 0.4, 0.3, 0.2}, 1000);
     std::vector<int32_t> chosen;
