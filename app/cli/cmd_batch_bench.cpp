@@ -66,13 +66,8 @@ void run_batch_bench(const BatchBenchCommand& c) {
       const auto& blocks = kv.table(chunk.seq).blocks();
       tables.emplace_back(blocks.begin(), blocks.end());
       const auto& tokens = scheduler.sequence(chunk.seq).tokens;
-      batch.push_back(
-          {.tokens = std::span<const int32_t>(tokens).subspan(chunk.first_token, chunk.n_tokens),
-           .pos0 = chunk.first_token,
-           .blocks = tables.back(),
-           .want_logits = chunk.wants_logits,
-           .all_logits = false,
-           .tree_parent = {}});
+      batch.push_back({std::span<const int32_t>(tokens).subspan(chunk.first_token, chunk.n_tokens),
+                       chunk.first_token, tables.back(), chunk.wants_logits});
       all_decode &= chunk.n_tokens == 1;
     }
     const Clock::time_point step_start = Clock::now();

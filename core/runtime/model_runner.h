@@ -26,7 +26,7 @@ struct BatchSequence {
   // the token i follows (−1: the last position before pos0; else < i). Token i is computed at
   // position pos0 + depth(i) and attends only its ancestors after the context, while its K/V
   // goes to the slot of position pos0 + i (KvStorage::copy_position moves accepted ones).
-  std::span<const int32_t> tree_parent;
+  std::span<const int32_t> tree_parent = {};
 };
 
 class ModelRunner {

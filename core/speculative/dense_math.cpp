@@ -271,4 +271,9 @@ double exp_shifted_sum(float* x, int64_t n, float shift) {
                              : exp_shifted_sum_impl(x, n, shift);
 }
 
+double log_sum_exp(float* x, int64_t n) {
+  const float mx = max_value(x, n);
+  return double(mx) + std::log(exp_shifted_sum(x, n, mx));
+}
+
 }  // namespace tokenfab::dense

@@ -24,5 +24,7 @@ float max_value(const float* x, int64_t n);  // -inf when n == 0
 // x[i] ← exp(x[i] − shift) in place (relative error < 2e-7 for arguments ≥ −87; below that the
 // result is flushed to e^−87); returns Σ x[i] in double.
 double exp_shifted_sum(float* x, int64_t n, float shift);
+// log Σ exp(x[i]), computed as max + log(exp_shifted_sum(x, n, max)); x is overwritten likewise.
+double log_sum_exp(float* x, int64_t n);
 
 }  // namespace tokenfab::dense

@@ -19,31 +19,25 @@ std::optional<double> StepCostTable::measured(int32_t rows) const {
   return s;
 }
 
+int32_t StepCostTable::nearest_measured(int32_t from, int32_t direction) const {
+  const auto n = static_cast<int32_t>(seconds_.size());
+  for (int32_t r = std::clamp(from, 0, n); r >= 1 && r < n; r += direction)
+    if (seconds_[static_cast<size_t>(r)] > 0.0) return r;
+  return 0;
+}
+
 bool StepCostTable::measured_at_or_below(int32_t rows) const {
-  for (int32_t r = std::min<int32_t>(rows, static_cast<int32_t>(seconds_.size()) - 1); r >= 1; --r)
-    if (seconds_[static_cast<size_t>(r)] > 0.0) return true;
-  return false;
+  return nearest_measured(std::min(rows, static_cast<int32_t>(seconds_.size()) - 1), -1) != 0;
 }
 
 bool StepCostTable::measured_at_or_above(int32_t rows) const {
-  for (int32_t r = std::max(rows, 1); r < static_cast<int32_t>(seconds_.size()); ++r)
-    if (seconds_[static_cast<size_t>(r)] > 0.0) return true;
-  return false;
+  return nearest_measured(std::max(rows, 1), 1) != 0;
 }
 
 std::optional<double> StepCostTable::estimate(int32_t rows) const {
   if (const auto m = measured(rows)) return m;
-  int32_t below = 0, above = 0;
-  for (int32_t r = std::min<int32_t>(rows - 1, static_cast<int32_t>(seconds_.size()) - 1); r >= 1; --r)
-    if (seconds_[static_cast<size_t>(r)] > 0.0) {
-      below = r;
-      break;
-    }
-  for (int32_t r = rows + 1; r < static_cast<int32_t>(seconds_.size()); ++r)
-    if (seconds_[static_cast<size_t>(r)] > 0.0) {
-      above = r;
-      break;
-    }
+  const int32_t below = nearest_measured(std::min(rows - 1, static_cast<int32_t>(seconds_.size()) - 1), -1);
+  const int32_t above = nearest_measured(rows + 1, 1);
   if (below == 0 && above == 0) return std::nullopt;
   if (below == 0) return seconds_[static_cast<size_t>(above)];
   const double lo = seconds_[static_cast<size_t>(below)];

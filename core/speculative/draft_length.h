@@ -44,6 +44,9 @@ class StepCostTable {
   std::optional<double> estimate(int32_t rows) const;
 
  private:
+  // The first measured count from `from` on, stepping by `direction` (±1); 0 if none.
+  int32_t nearest_measured(int32_t from, int32_t direction) const;
+
   std::vector<double> seconds_;  // index: rows; 0 = not measured
 };
 

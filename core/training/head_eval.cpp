@@ -99,9 +99,7 @@ HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const 
           const auto it = std::lower_bound(head.vocab.begin(), head.vocab.end(), label);
           if (it == head.vocab.end() || *it != label) continue;
           const float label_logit = l[it - head.vocab.begin()];
-          const float mx = dense::max_value(l, v);
-          const double sum = dense::exp_shifted_sum(l, v, mx);
-          row_loss[static_cast<size_t>(r)] = double(mx) + std::log(sum) - label_logit;
+          row_loss[static_cast<size_t>(r)] = dense::log_sum_exp(l, v) - label_logit;
         }
       });
       for (int64_t r = 0; r < rows; ++r) {
@@ -165,9 +163,7 @@ HeadEvaluation evaluate_head(TransformerPass& pass, const DraftHead& head, const
           row_loss[static_cast<size_t>(r)] = 0.0;
           if (target >= ends[static_cast<size_t>(i)]) continue;
           const float label_logit = l[traces.pred[static_cast<size_t>(target)]];
-          const float mx = dense::max_value(l, n_vocab);
-          const double sum = dense::exp_shifted_sum(l, n_vocab, mx);
-          row_loss[static_cast<size_t>(r)] = double(mx) + std::log(sum) - label_logit;
+          row_loss[static_cast<size_t>(r)] = dense::log_sum_exp(l, n_vocab) - label_logit;
         }
       });
       for (int64_t r = 0; r < rows; ++r) {

@@ -113,12 +113,7 @@ void run_pass(ModelRunner& runner, const KvManager& kv, std::span<const PassItem
   for (const PassItem& it : items) {
     const auto& blocks = kv.table(it.seq).blocks();
     tables.emplace_back(blocks.begin(), blocks.end());
-    batch.push_back({.tokens = it.tokens,
-                     .pos0 = it.pos0,
-                     .blocks = tables.back(),
-                     .want_logits = !it.all_logits,
-                     .all_logits = it.all_logits,
-                     .tree_parent = {}});
+    batch.push_back({it.tokens, it.pos0, tables.back(), !it.all_logits, it.all_logits});
   }
   runner.run(batch, out.logits, &out.hidden);
 }

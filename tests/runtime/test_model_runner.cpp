@@ -96,13 +96,9 @@ void ModelRunnerTest::step(ModelRunner& runner, KvManager& kv,
     const auto& blocks = kv.table(s->id).blocks();
     tables.emplace_back(blocks.begin(), blocks.end());
     const bool finishes = s->computed + n == static_cast<int64_t>(s->tokens.size());
-    batch.push_back({.tokens = std::span<const int32_t>(s->tokens).subspan(
-                         static_cast<size_t>(s->computed), static_cast<size_t>(n)),
-                     .pos0 = s->computed,
-                     .blocks = tables.back(),
-                     .want_logits = finishes,
-                     .all_logits = false,
-                     .tree_parent = {}});
+    batch.push_back({std::span<const int32_t>(s->tokens).subspan(static_cast<size_t>(s->computed),
+                                                                 static_cast<size_t>(n)),
+                     s->computed, tables.back(), finishes});
   }
   std::vector<float> logits;
   runner.run(batch, logits);
@@ -196,12 +192,7 @@ void ModelRunnerTest::agrees_with_contiguous_forward() {
     kv.allocate_sequence(0, prompt);
     const auto& blocks = kv.table(0).blocks();
     const std::vector<int32_t> table(blocks.begin(), blocks.end());
-    const BatchSequence seq{.tokens = prompt,
-                            .pos0 = 0,
-                            .blocks = table,
-                            .want_logits = true,
-                            .all_logits = false,
-                            .tree_parent = {}};
+    const BatchSequence seq{prompt, 0, table, true};
     std::vector<float> got;
     runner.run({&seq, 1}, got);
     double worst = 0;
@@ -220,12 +211,7 @@ void ModelRunnerTest::rejects_bad_batches() {
   std::vector<float> logits;
   const std::vector<int32_t> tokens(20, 100);
   const std::vector<int32_t> one_block = {0};
-  const BatchSequence too_short{.tokens = tokens,
-                                .pos0 = 0,
-                                .blocks = one_block,
-                                .want_logits = true,
-                                .all_logits = false,
-                                .tree_parent = {}};
+  const BatchSequence too_short{tokens, 0, one_block, true};
   QVERIFY_THROWS_EXCEPTION(Error, runner.run({&too_short, 1}, logits));
   const std::vector<int32_t> bad_token = {1 << 30};
   const BatchSequence out_of_vocab{bad_token, 0, one_block, true};

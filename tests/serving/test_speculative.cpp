@@ -79,6 +79,8 @@ class SpeculativeTest : public QObject {
 
   // Each prompt's greedy output without speculation (computed once).
   const std::vector<std::vector<TokenId>>& plain_outputs();
+  // Every token of the prompts and of their plain outputs: a draft vocabulary for mtp heads.
+  std::vector<TokenId> prompt_and_output_tokens();
   void check_lossless(std::span<const LosslessCase> cases);
 
   std::unique_ptr<LlamaModel> model_;
@@ -139,6 +141,13 @@ const std::vector<std::vector<TokenId>>& SpeculativeTest::plain_outputs() {
   return plain_;
 }
 
+std::vector<TokenId> SpeculativeTest::prompt_and_output_tokens() {
+  std::vector<TokenId> vocab;
+  for (const auto& tokens : {prompts_, plain_outputs()})
+    for (const auto& t : tokens) vocab.insert(vocab.end(), t.begin(), t.end());
+  return vocab;
+}
+
 void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
   const std::vector<std::vector<TokenId>>& plain = plain_outputs();
   for (const LosslessCase& c : cases) {
@@ -196,10 +205,7 @@ void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
 // The same for mtp heads (their own sequential drafting path in the worker), chain and tree,
 // colocated and disaggregated.
 void SpeculativeTest::greedy_output_is_unchanged_by_mtp_heads() {
-  // The mtp heads draft from the tokens of the prompts and of the plain outputs.
-  std::vector<TokenId> vocab;
-  for (const auto& tokens : {prompts_, plain_outputs()})
-    for (const auto& t : tokens) vocab.insert(vocab.end(), t.begin(), t.end());
+  const std::vector<TokenId> vocab = prompt_and_output_tokens();
   const LosslessCase cases[] = {
       {"colocated, zero mtp head", false, mtp_head(vocab, 0), 4, {}},
       {"colocated, random mtp head, tree 3,2,2,1", false, mtp_head(vocab, 2), 4, {3, 2, 2, 1}},
@@ -212,9 +218,7 @@ void SpeculativeTest::greedy_output_is_unchanged_by_mtp_heads() {
 // drafting does not pay): outputs unchanged whatever lengths are picked, colocated and
 // disaggregated, Medusa and mtp heads.
 void SpeculativeTest::greedy_output_is_unchanged_by_adaptive_drafting() {
-  std::vector<TokenId> vocab;
-  for (const auto& tokens : {prompts_, plain_outputs()})
-    for (const auto& t : tokens) vocab.insert(vocab.end(), t.begin(), t.end());
+  const std::vector<TokenId> vocab = prompt_and_output_tokens();
   const LosslessCase cases[] = {
       {"colocated, zero head, adaptive", false, zero_head(), 4, {}, true},
       {"colocated, random head, adaptive", false, random_head(5), 3, {}, true},
