@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# GPU machine, from the repository root: runs the `gpu`-labelled tests and `tokenfab-cli devices
-# --json` from gpu-bundle/ (made by tools/gpu_package.sh on the build machine) and prints ONE JSON
-# object on stdout:
+# GPU machine, from the repository root: runs the `gpu`-labelled tests, `tokenfab-cli devices
+# --json` and the GPU benchmarks from gpu-bundle/ (made by tools/gpu_package.sh on the build
+# machine) and prints ONE JSON object on stdout:
 #   {"tests":{"passed":…,"failed":…,"skipped":…,"suites":[{"name":…,"exit":…,"passed":…,
-#    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"cublas":"…","elapsed_s":…}
+#    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"benchmarks":{"model":…,"bench":{…},
+#    "batch_bench_32":{…},"batch_bench_64":{…}},"cublas":"…","elapsed_s":…}
+# The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME or
+# the XDG cache), else with its synthetic twin (`tokenfab-cli synth`, same shape and types).
 # Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
 # libraries come from the bundle. Progress goes to stderr. Each suite is cut off after
 # SUITE_TIMEOUT_S seconds (default 150), so the whole check ends in well under 8 minutes.
@@ -91,7 +94,33 @@ if [ "$rc" -ne 0 ] || [ -z "$devices" ]; then
   devices="{\"error\":$(json_string "tokenfab-cli devices --json exited $rc: $(timeout 60 "$bundle/bin/tokenfab-cli" devices --json 2>&1 | tail -c 2000)")}"
 fi
 
-printf '{"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"cublas":%s,"elapsed_s":%d}\n' \
+# GPU benchmarks (each a JSON object, or {"error":…} naming why it did not run).
+cli="$bundle/bin/tokenfab-cli"
+model="${TOKENFAB_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenfab}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+model_kind="embedded"
+if [ ! -f "$model" ]; then
+  model="$libs/smollm2-135m-synthetic.gguf"
+  model_kind="synthetic smollm2-135m, q4_1"
+  timeout 120 "$cli" synth --shape smollm2-135m --type q4_1 --out "$model" >/dev/null 2>&1 ||
+    model_kind="none: tokenfab-cli synth failed"
+fi
+run_bench() {  # name, then the tokenfab-cli arguments
+  local name="$1" out rc
+  shift
+  echo "gpu_check: $name" >&2
+  out="$(timeout "$suite_timeout" "$cli" "$@" --model "$model" --json 2>/tmp/gpu_check_bench.err)"
+  rc=$?
+  if [ "$rc" -ne 0 ] || [ -z "$out" ]; then
+    out="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_bench.err)")}"
+  fi
+  printf '%s' "$out"
+}
+bench_json="$(run_bench bench bench --device cuda:0 --prompt-tokens 512 --gen-tokens 128)"
+batch32_json="$(run_bench batch-bench-32 batch-bench --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 128)"
+batch64_json="$(run_bench batch-bench-64 batch-bench --device cuda:0 --streams 64 --prompt-tokens 128 --gen-tokens 128)"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_32\":$batch32_json,\"batch_bench_64\":$batch64_json}"
+
+printf '{"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$devices" \
-  "$(json_string "${cublas_dir:-not found}")" "$(($(date +%s) - start))"
+  "$benchmarks" "$(json_string "${cublas_dir:-not found}")" "$(($(date +%s) - start))"
 [ "$failed" -eq 0 ]

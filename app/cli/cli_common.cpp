@@ -3,6 +3,8 @@
 #include <iostream>
 #include <thread>
 
+#include "core/common/error.h"
+#include "core/device/cuda_model.h"
 #include "core/model/model_files.h"
 
 namespace tokenfab::cli {
@@ -78,6 +80,16 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset)
   std::vector<TokenId> prompt;
   for (int i = 0; i < n; ++i) prompt.push_back(ids[static_cast<size_t>(offset + i) % ids.size()]);
   return prompt;
+}
+
+std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
+                                          int threads, int32_t kv_blocks, int32_t block_size) {
+  const std::vector<DeviceSpec> specs = parse_device_list(device, "--device");
+  if (specs.size() != 1)
+    throw Error("--device \"" + device + "\": a benchmark runs on one device (e.g. cpu or cuda:0)");
+  if (specs[0].kind == DeviceKind::kCuda)
+    return make_cuda_device(specs[0], model, threads, kv_blocks, block_size);
+  return std::make_unique<CpuDevice>(specs[0], model, threads, kv_blocks, block_size);
 }
 
 }  // namespace tokenfab::cli

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/device/device.h"
 #include "core/model/llama_model.h"
 #include "core/runtime/sampler.h"
 #include "core/tokenizer/tokenizer.h"
@@ -43,6 +44,12 @@ void add_run_options(CLI::App& cmd, CommonOptions& o);
 // A benchmark prompt of exactly n tokens: ordinary English prose written for this project,
 // tokenized and repeated, starting `offset` tokens in (so that streams differ).
 std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset);
+
+// The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"): a CPU virtual
+// device with `threads` threads or a CUDA device, either with a KV pool of kv_blocks blocks.
+// Throws Error for a list of several devices, or a CUDA device this build or machine lacks.
+std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
+                                          int threads, int32_t kv_blocks, int32_t block_size);
 
 // Registration of each subcommand (cmd_*.cpp).
 void register_fetch(CLI::App& app);

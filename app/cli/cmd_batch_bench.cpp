@@ -1,7 +1,8 @@
-// batch-bench: continuous batching on one CPU device, as JSON. N streams of the same length are
-// scheduled together (Scheduler: token budget shared by decodes and prefill chunks, preemption
-// when the pool is full), run as one batched pass per step (ModelRunner over a paged KV pool) and
-// decoded greedily: schedule → run → complete, until every stream has its tokens.
+// batch-bench: continuous batching on one device (--device: a CPU virtual device or a GPU), as
+// JSON. N streams of the same length are scheduled together (Scheduler: token budget shared by
+// decodes and prefill chunks, preemption when the pool is full), run as one batched pass per step
+// over the device's paged KV pool and decoded greedily: schedule → run → complete, until every
+// stream has its tokens.
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +12,6 @@
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/kvcache/kv_manager.h"
-#include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
 #include "core/serving/scheduler.h"
 
@@ -26,6 +26,7 @@ struct BatchBenchCommand {
   int gen_tokens = 64;
   int token_budget = 512;
   int kv_blocks = 0;  // 0: enough for every stream at full length
+  std::string device = "cpu";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -39,11 +40,11 @@ void run_batch_bench(const BatchBenchCommand& c) {
   constexpr int32_t kBlockSize = 16;
   const int32_t per_stream = (c.prompt_tokens + c.gen_tokens + kBlockSize - 1) / kBlockSize + 1;
   const int32_t n_blocks = c.kv_blocks > 0 ? c.kv_blocks : per_stream * c.streams;
-  kernels::ThreadPool pool(resolve_threads(c.common.threads));
-  KvStorage storage(hp, n_blocks, kBlockSize);
+  const std::unique_ptr<Device> device = make_bench_device(
+      c.device, *m.model, resolve_threads(c.common.threads), n_blocks, kBlockSize);
+  KvPool& storage = device->kv_storage();
   KvManager kv(n_blocks, kBlockSize);
   Scheduler scheduler(kv, c.token_budget, c.streams);
-  ModelRunner runner(*m.model, pool, storage);
   for (int i = 0; i < c.streams; ++i)
     scheduler.add({static_cast<RequestId>(i), bench_prompt(*m.tokenizer, c.prompt_tokens, 7 * i), c.gen_tokens});
 
@@ -71,7 +72,7 @@ void run_batch_bench(const BatchBenchCommand& c) {
       all_decode &= chunk.n_tokens == 1;
     }
     const Clock::time_point step_start = Clock::now();
-    runner.run(batch, logits);
+    device->run(batch, logits);
     sampled.clear();
     for (size_t r = 0; r < logits.size() / static_cast<size_t>(hp.n_vocab); ++r) {
       const float* row = logits.data() + r * hp.n_vocab;
@@ -97,9 +98,10 @@ void run_batch_bench(const BatchBenchCommand& c) {
       {"throughput_tok_s", static_cast<double>(output_tokens) / seconds},
       {"decode_step_tok_s", decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0},
       {"preemptions", scheduler.n_preemptions()},
-      {"threads", pool.size()},
+      {"threads", device->threads()},
       {"model", m.model->file().name()},
-      {"backend", "cpu"}};
+      {"device", device->name()},
+      {"backend", device->spec().kind == DeviceKind::kCuda ? "cuda" : "cpu"}};
   print_report(j, c.common.json);
 }
 
@@ -114,6 +116,7 @@ void register_batch_bench(CLI::App& app) {
   cmd->add_option("--gen-tokens", c->gen_tokens, "tokens generated per stream")->capture_default_str();
   cmd->add_option("--token-budget", c->token_budget, "tokens computed per step")->capture_default_str();
   cmd->add_option("--kv-blocks", c->kv_blocks, "KV pool size in 16-token blocks (default: fits all)");
+  cmd->add_option("--device", c->device, "cpu, or cuda:N for a GPU")->capture_default_str();
   cmd->callback([c] { run_batch_bench(*c); });
 }
 

@@ -1,14 +1,21 @@
-// bench: prefill and decode speed of one sequence on the CPU backend, as JSON. Each repetition
-// starts from an empty cache, prefills a prompt of --prompt-tokens tokens, then decodes
-// --gen-tokens tokens greedily (end-of-generation ignored); the medians are reported.
+// bench: prefill and decode speed of one sequence, as JSON. Each repetition starts from an empty
+// cache, prefills a prompt of --prompt-tokens tokens, then decodes --gen-tokens tokens greedily
+// (end-of-generation ignored); the medians are reported. On the CPU (--device cpu, the default)
+// it runs the single-sequence Generator; on a GPU (--device cuda:N) the CUDA Device over its
+// paged pool, one sequence per pass, after one untimed warm-up repetition (cuBLASLt picks its
+// algorithms on a shape's first call).
 
 #include <algorithm>
 #include <iostream>
 #include <memory>
 
+#include <chrono>
+#include <numeric>
+
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/runtime/generator.h"
+#include "core/runtime/kv_storage.h"
 
 namespace tokenfab::cli {
 
@@ -19,16 +26,94 @@ struct BenchCommand {
   int prompt_tokens = 512;
   int gen_tokens = 128;
   int repetitions = 3;
+  std::string device = "cpu";
 };
+
+using Clock = std::chrono::steady_clock;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
+// One repetition on a Device: the prompt in one pass, then one pass per generated token.
+void device_repetition(Device& device, std::span<const TokenId> prompt, int gen_tokens,
+                       std::span<const int32_t> table, double& prefill_tok_s,
+                       double& decode_tok_s) {
+  const int64_t n_vocab = device.model().hparams().n_vocab;
+  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  std::vector<float> logits;
+  auto next = [&] {
+    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + n_vocab) -
+                                logits.begin());
+  };
+  const Clock::time_point start = Clock::now();
+  BatchSequence seq{tokens, 0, table, true};
+  device.run({&seq, 1}, logits);
+  const Clock::time_point first = Clock::now();
+  tokens.push_back(next());
+  for (int i = 1; i < gen_tokens; ++i) {
+    const auto pos = static_cast<int64_t>(tokens.size()) - 1;
+    seq = BatchSequence{std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos), 1), pos,
+                        table, true};
+    device.run({&seq, 1}, logits);
+    tokens.push_back(next());
+  }
+  const Clock::time_point last = Clock::now();
+  prefill_tok_s = static_cast<double>(prompt.size()) /
+                  std::max(1e-9, std::chrono::duration<double>(first - start).count());
+  decode_tok_s = static_cast<double>(gen_tokens - 1) /
+                 std::max(1e-9, std::chrono::duration<double>(last - first).count());
+}
+
+void run_device_bench(const BenchCommand& c) {
+  LoadedModel m = load_model(c.common);
+  const int64_t n_ctx = m.model->hparams().n_ctx_train;
+  if (c.prompt_tokens + c.gen_tokens > n_ctx)
+    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + --gen-tokens " +
+                std::to_string(c.gen_tokens) + " exceed the model's context of " +
+                std::to_string(n_ctx) + " tokens");
+  const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
+  const int32_t block_size = 16;
+  const int32_t n_blocks = (c.prompt_tokens + c.gen_tokens + block_size) / block_size;
+  const std::unique_ptr<Device> device =
+      make_bench_device(c.device, *m.model, 1, n_blocks, block_size);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<double> prefill, decode;
+  for (int rep = -1; rep < c.repetitions; ++rep) {  // rep −1: the warm-up
+    double p = 0, d = 0;
+    device_repetition(*device, prompt, c.gen_tokens, table, p, d);
+    if (rep < 0) continue;
+    prefill.push_back(p);
+    decode.push_back(d);
+    if (!c.common.json)
+      std::cerr << "run " << rep + 1 << ": prefill " << p << " tok/s, decode " << d << " tok/s"
+                << std::endl;
+  }
+  const nlohmann::json j = {{"prefill_tok_s", median(prefill)},
+                            {"decode_tok_s", median(decode)},
+                            {"model", m.model->file().name()},
+                            {"prompt_tokens", c.prompt_tokens},
+                            {"gen_tokens", c.gen_tokens},
+                            {"repetitions", c.repetitions},
+                            {"prefill_tok_s_runs", prefill},
+                            {"decode_tok_s_runs", decode},
+                            {"device", device->name()},
+                            {"backend", "cuda"}};
+  print_report(j, c.common.json);
+}
+
 void run_bench(const BenchCommand& c) {
   if (c.prompt_tokens < 1 || c.gen_tokens < 2 || c.repetitions < 1)
     throw Error("bench needs --prompt-tokens >= 1, --gen-tokens >= 2 and --repetitions >= 1");
+  const std::vector<DeviceSpec> specs = parse_device_list(c.device, "--device");
+  if (specs.size() == 1 && specs[0].kind == DeviceKind::kCuda) {
+    run_device_bench(c);
+    return;
+  }
+  if (specs.size() != 1)
+    throw Error("--device \"" + c.device + "\": bench runs on one device (e.g. cpu or cuda:0)");
   LoadedModel m = load_model(c.common);
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int threads = resolve_threads(c.common.threads);
@@ -70,6 +155,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--prompt-tokens", c->prompt_tokens, "prompt length")->capture_default_str();
   cmd->add_option("--gen-tokens", c->gen_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--repetitions", c->repetitions, "runs; the median is reported")->capture_default_str();
+  cmd->add_option("--device", c->device, "cpu, or cuda:N for a GPU")->capture_default_str();
   cmd->callback([c] { run_bench(*c); });
 }
 

@@ -28,9 +28,15 @@ std::vector<DeviceSpec> parse_device_list(std::string_view text, std::string_vie
     if (kind == "cpu") {
       d.kind = DeviceKind::kCpu;
     } else if (kind == "cuda") {
-      throw Error(where + "CUDA devices are not available to the engine yet; use cpu:N");
+#if TOKENFAB_HAVE_CUDA
+      d.kind = DeviceKind::kCuda;
+#else
+      throw Error(where + "this build has no CUDA backend (it is built where nvcc is found); " +
+                  "use cpu:N");
+#endif
     } else {
-      throw Error(where + "unknown device kind \"" + std::string(kind) + "\" (expected cpu:N)");
+      throw Error(where + "unknown device kind \"" + std::string(kind) +
+                  "\" (expected cpu:N or cuda:N)");
     }
     if (colon != std::string_view::npos) {
       const std::string_view index = item.substr(colon + 1);
@@ -83,13 +89,13 @@ CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int3
       storage_(model.hparams(), kv_blocks, block_size, spec.name()),
       runner_(model, pool_, storage_) {}
 
-void CpuDevice::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  if (n <= 1 || pool_.size() == 1) {
+void parallel_for_on(kernels::ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 1 || pool.size() == 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
   std::atomic<int64_t> next{0};
-  pool_.run([&](int, int) {
+  pool.run([&](int, int) {
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
   });
 }

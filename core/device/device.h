@@ -54,7 +54,7 @@ class Device {
   std::string name() const { return spec().name(); }
   virtual int threads() const = 0;
   virtual const LlamaModel& model() const = 0;
-  virtual KvStorage& kv_storage() = 0;
+  virtual KvPool& kv_storage() = 0;
   // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
   virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
                    std::vector<float>* hidden = nullptr) = 0;
@@ -64,6 +64,10 @@ class Device {
   // be safe to run concurrently for different i. From the worker thread only.
   virtual void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) = 0;
 };
+
+// Calls fn(i) for i in [0, n) on the threads of `pool` (the caller is one of them); fn must be
+// safe to run concurrently for different i.
+void parallel_for_on(kernels::ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn);
 
 // A CPU virtual device: a thread team of `threads` (the calling worker thread is one of them),
 // a KV pool of `kv_blocks` blocks, and a ModelRunner over the shared model.
@@ -83,7 +87,9 @@ class CpuDevice final : public Device {
   void lm_head(const float* z, int64_t n, std::vector<float>& logits) override {
     runner_.lm_head(z, n, logits);
   }
-  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override;
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
+    parallel_for_on(pool_, n, fn);
+  }
 
  private:
   DeviceSpec spec_;

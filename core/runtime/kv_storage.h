@@ -17,7 +17,19 @@
 
 namespace tokenfab {
 
-class KvStorage final : public KvBlockStore {
+// A device's paged KV pool as the serving loop sees it: the blocks a connector moves, plus the
+// two copies the scheduler asks for. KvStorage (host memory, below) and the CUDA device's pool
+// (core/device/cuda_model.h) implement it.
+class KvPool : public KvBlockStore {
+ public:
+  // Copies block `src` onto `dst` in every layer (copy-on-write of a shared partial block).
+  virtual void copy_block(int32_t src, int32_t dst) = 0;
+  // Copies the K/V of position `from` onto position `to` of the sequence whose block table is
+  // `blocks`, in every layer and kv head (a draft tree's accepted rows moved onto the chain).
+  virtual void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) = 0;
+};
+
+class KvStorage final : public KvPool {
  public:
   KvStorage(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device = "cpu:0");
 
@@ -47,11 +59,8 @@ class KvStorage final : public KvBlockStore {
   int64_t offset(int32_t block, int64_t kv_head, int64_t row) const {
     return ((static_cast<int64_t>(block) * hp_.n_kv_head + kv_head) * block_size_ + row) * hp_.head_dim;
   }
-  // Copies block `src` onto `dst` in every layer (copy-on-write of a shared partial block).
-  void copy_block(int32_t src, int32_t dst);
-  // Copies the K/V of position `from` onto position `to` of the sequence whose block table is
-  // `blocks`, in every layer and kv head (a draft tree's accepted rows moved onto the chain).
-  void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to);
+  void copy_block(int32_t src, int32_t dst) override;
+  void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) override;
 
  private:
   const HParams& hp_;

@@ -11,21 +11,22 @@ namespace tokenfab {
 ModelRunner::ModelRunner(const LlamaModel& model, kernels::ThreadPool& pool, KvStorage& storage)
     : hp_(model.hparams()), storage_(storage), pass_(model, pool), kv_(model.hparams(), pool, storage) {}
 
-void ModelRunner::validate(std::span<const BatchSequence> batch) const {
+void validate_batch(std::span<const BatchSequence> batch, const HParams& hp, int32_t n_blocks,
+                    int32_t block_size) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchSequence& s = batch[i];
     const std::string where = "batch sequence " + std::to_string(i);
     if (s.tokens.empty()) throw Error(where + ": no tokens to compute");
     for (int32_t t : s.tokens)
-      if (t < 0 || t >= hp_.n_vocab)
+      if (t < 0 || t >= hp.n_vocab)
         throw Error(where + ": token id " + std::to_string(t) + " is outside the vocabulary");
     const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
-    const int64_t covered = static_cast<int64_t>(s.blocks.size()) * storage_.block_size();
+    const int64_t covered = static_cast<int64_t>(s.blocks.size()) * block_size;
     if (s.pos0 < 0 || end > covered)
       throw Error(where + ": its " + std::to_string(s.blocks.size()) + " blocks cover " +
                   std::to_string(covered) + " positions, " + std::to_string(end) + " needed");
     for (int32_t b : s.blocks)
-      if (b < 0 || b >= storage_.n_blocks())
+      if (b < 0 || b >= n_blocks)
         throw Error(where + ": block id " + std::to_string(b) + " is outside the pool");
     if (!s.tree_parent.empty()) {
       if (s.tree_parent.size() != s.tokens.size())
@@ -38,34 +39,42 @@ void ModelRunner::validate(std::span<const BatchSequence> batch) const {
   }
 }
 
-void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& logits,
-                      std::vector<float>* hidden) {
-  validate(batch);
-  tokens_.clear();
-  positions_.clear();
-  logit_rows_.clear();
+void BatchRows::assign(std::span<const BatchSequence> batch) {
+  tokens.clear();
+  positions.clear();
+  logit_rows.clear();
+  seqs.clear();
   for (const BatchSequence& s : batch) {
+    const auto first = static_cast<int64_t>(tokens.size());
+    seqs.push_back({s.blocks.data(), static_cast<int64_t>(s.tokens.size()), s.pos0, first,
+                    s.tree_parent.empty() ? nullptr : s.tree_parent.data()});
     for (size_t i = 0; i < s.tokens.size(); ++i) {
-      tokens_.push_back(s.tokens[i]);
+      tokens.push_back(s.tokens[i]);
       int64_t depth = static_cast<int64_t>(i);
       if (!s.tree_parent.empty()) {
         depth = 0;
         for (int32_t r = s.tree_parent[i]; r >= 0; r = s.tree_parent[static_cast<size_t>(r)]) ++depth;
       }
-      positions_.push_back(s.pos0 + depth);
+      positions.push_back(s.pos0 + depth);
     }
-    const auto end = static_cast<int64_t>(tokens_.size());
+    const auto end = static_cast<int64_t>(tokens.size());
     if (s.all_logits) {
-      for (int64_t r = end - static_cast<int64_t>(s.tokens.size()); r < end; ++r) logit_rows_.push_back(r);
+      for (int64_t r = first; r < end; ++r) logit_rows.push_back(r);
     } else if (s.want_logits) {
-      logit_rows_.push_back(end - 1);
+      logit_rows.push_back(end - 1);
     }
   }
-  logits.resize(logit_rows_.size() * static_cast<size_t>(hp_.n_vocab));
-  if (hidden) hidden->resize(logit_rows_.size() * static_cast<size_t>(hp_.n_embd));
-  if (tokens_.empty()) return;
-  kv_.bind(batch);
-  pass_.run(tokens_, positions_, kv_, logit_rows_, logits.data());
+}
+
+void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+                      std::vector<float>* hidden) {
+  validate_batch(batch, hp_, storage_.n_blocks(), storage_.block_size());
+  rows_.assign(batch);
+  logits.resize(rows_.logit_rows.size() * static_cast<size_t>(hp_.n_vocab));
+  if (hidden) hidden->resize(rows_.logit_rows.size() * static_cast<size_t>(hp_.n_embd));
+  if (rows_.tokens.empty()) return;
+  kv_.bind(batch, rows_.seqs);
+  pass_.run(rows_.tokens, rows_.positions, kv_, rows_.logit_rows, logits.data());
   if (hidden) std::copy_n(pass_.final_hidden(), hidden->size(), hidden->data());
 }
 
@@ -74,15 +83,10 @@ void ModelRunner::lm_head(const float* z, int64_t n, std::vector<float>& logits)
   pass_.lm_head(z, n, logits.data());
 }
 
-void ModelRunner::PagedBackend::bind(std::span<const BatchSequence> batch) {
+void ModelRunner::PagedBackend::bind(std::span<const BatchSequence> batch,
+                                     std::span<const kernels::PagedSequence> seqs) {
   batch_ = batch;
-  seqs_.clear();
-  int64_t row = 0;
-  for (const BatchSequence& s : batch) {
-    seqs_.push_back({s.blocks.data(), static_cast<int64_t>(s.tokens.size()), s.pos0, row,
-                     s.tree_parent.empty() ? nullptr : s.tree_parent.data()});
-    row += static_cast<int64_t>(s.tokens.size());
-  }
+  seqs_ = seqs;
 }
 
 // Row r of sequence s sits at position pos0 + i: block blocks[pos / block_size], row pos % block_size.

@@ -29,6 +29,21 @@ struct BatchSequence {
   std::span<const int32_t> tree_parent = {};
 };
 
+// Checks a batch against a model and a pool of n_blocks blocks of block_size tokens. Throws Error
+// for an empty sequence, a token outside the vocabulary, a block table that does not cover the
+// positions or names a block outside the pool, or a bad tree.
+void validate_batch(std::span<const BatchSequence> batch, const HParams& hp, int32_t n_blocks,
+                    int32_t block_size);
+
+// A batch's rows as the layers see them, sequence after sequence; both backends use it.
+struct BatchRows {
+  std::vector<int32_t> tokens;      // (rows)
+  std::vector<int64_t> positions;   // (rows) RoPE positions (a tree row's: pos0 + its depth)
+  std::vector<int64_t> logit_rows;  // the rows whose logits are wanted, in output order
+  std::vector<kernels::PagedSequence> seqs;  // attention's view; blocks and parent point into batch
+  void assign(std::span<const BatchSequence> batch);
+};
+
 class ModelRunner {
  public:
   ModelRunner(const LlamaModel& model, kernels::ThreadPool& pool, KvStorage& storage);
@@ -47,7 +62,7 @@ class ModelRunner {
    public:
     PagedBackend(const HParams& hp, kernels::ThreadPool& pool, KvStorage& storage)
         : hp_(hp), pool_(pool), storage_(storage) {}
-    void bind(std::span<const BatchSequence> batch);
+    void bind(std::span<const BatchSequence> batch, std::span<const kernels::PagedSequence> seqs);
     void store(int64_t layer, const float* k, const float* v, int64_t n_rows) override;
     void attend(int64_t layer, const float* q, float* out, int64_t n_rows) override;
 
@@ -56,19 +71,15 @@ class ModelRunner {
     kernels::ThreadPool& pool_;
     KvStorage& storage_;
     std::span<const BatchSequence> batch_;
-    std::vector<kernels::PagedSequence> seqs_;
+    std::span<const kernels::PagedSequence> seqs_;
     kernels::PagedAttentionScratch scratch_;
   };
-
-  void validate(std::span<const BatchSequence> batch) const;
 
   const HParams& hp_;
   KvStorage& storage_;
   TransformerPass pass_;
   PagedBackend kv_;
-  std::vector<int32_t> tokens_;     // (rows) the batch's tokens, sequence after sequence
-  std::vector<int64_t> positions_;  // (rows) RoPE positions
-  std::vector<int64_t> logit_rows_;
+  BatchRows rows_;
 };
 
 }  // namespace tokenfab

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/common/error.h"
+#include "core/device/cuda_model.h"
 #include "core/device/device.h"
 #include "core/serving/engine_record.h"
 #include "core/serving/router.h"
@@ -77,6 +78,12 @@ std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
     add(c.prefill, "--prefill", WorkerRole::kPrefill);
     if (!c.long_prefill.empty()) add(c.long_prefill, "--long-prefill", WorkerRole::kLongPrefill);
     add(c.decode, "--decode", WorkerRole::kDecode);
+    for (const DevicePlan& p : plan)
+      if (p.spec.kind == DeviceKind::kCuda)
+        throw Error("engine configuration: " + p.spec.name() +
+                    " in disaggregated mode: moving KV between CUDA pools (cuda_p2p, host_staged) "
+                    "and one-GPU prefill/decode partitions are not built yet; serve it colocated "
+                    "with --devices " + p.spec.name());
   } else {
     add(c.devices, "--devices", WorkerRole::kColocated);
   }
@@ -102,8 +109,12 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   connector_ = make_kv_connector(config_.connector);
   std::vector<Worker*> prefill, long_prefill, decode;
   for (size_t i = 0; i < plan.size(); ++i) {
-    auto device =
-        std::make_unique<CpuDevice>(plan[i].spec, model, threads[i], kv_blocks, config_.block_size);
+    std::unique_ptr<Device> device;
+    if (plan[i].spec.kind == DeviceKind::kCuda)
+      device = make_cuda_device(plan[i].spec, model, threads[i], kv_blocks, config_.block_size);
+    else
+      device = std::make_unique<CpuDevice>(plan[i].spec, model, threads[i], kv_blocks,
+                                           config_.block_size);
     workers_.push_back(std::make_unique<Worker>(*this, std::move(device), plan[i].role, config_,
                                                 *connector_, is_end_of_generation_));
     Worker* w = workers_.back().get();

@@ -331,7 +331,7 @@ bool Worker::step() {
     handle_finished();
     return false;
   }
-  KvStorage& storage = device_->kv_storage();
+  KvPool& storage = device_->kv_storage();
   for (const BlockCopy& copy : plan.copies) storage.copy_block(copy.src, copy.dst);
   batch_.clear();
   tables_.resize(plan.chunks.size());
@@ -643,7 +643,7 @@ bool Worker::choose_draft_length(Engine::Record& record, int32_t other_rows) {
 
 void Worker::move_accepted_tree_rows(const StepPlan& plan,
                                      const std::vector<ChunkResult>& results) {
-  KvStorage& storage = device_->kv_storage();
+  KvPool& storage = device_->kv_storage();
   size_t result = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& chunk = plan.chunks[i];

@@ -26,6 +26,8 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/f32_to_bf16.cuh"
+#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -41,7 +43,7 @@ using namespace tokenfab::kernels::testing;
 // which moves the row scale by a few ulp — relative 1e-5 per element. silu_mul: CUDA's expf is
 // within 2 ulp of the true exp and everything else is IEEE-rounded — relative 1e-5 per element.
 // dequantize: the same IEEE operations in the same order — bit-exact (NaN payloads aside).
-// embedding, add_inplace, argmax, KV pack/unpack: the same IEEE operations (or plain copies and
+// embedding, add_inplace, argmax, KV pack/unpack, f32 → bf16, KV store: the same IEEE operations (or plain copies and
 // comparisons) — bit-exact. rope: both sides compute the angle's cos/sin in double and round to
 // f32, but CUDA's double pow/sin/cos are within 2 ulp of the true value where glibc's are within
 // 1, so a table entry can land one f32 ulp (≤ 2^-24 for |c| < 1) away at a rounding boundary; the
@@ -116,6 +118,10 @@ class TestCudaOps : public QObject {
   void kv_pack_unpack_round_trip();
   void gemm_bf16_matches_cpu_loop_data();
   void gemm_bf16_matches_cpu_loop();
+  void f32_to_bf16_matches_cpu_exactly_data() { add_shape_rows(); }
+  void f32_to_bf16_matches_cpu_exactly();
+  void kv_store_matches_cpu_exactly_data();
+  void kv_store_matches_cpu_exactly();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -535,6 +541,88 @@ void TestCudaOps::gemm_bf16_matches_cpu_loop() {
   }
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            gemm.bf16_nt(da.get(), db.get(), dc.get(), m, n, 12, stream_));
+}
+
+void TestCudaOps::f32_to_bf16_matches_cpu_exactly() {
+  QFETCH(qint64, rows);
+  QFETCH(qint64, n);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 131 + n));
+  // Random bit patterns: every exponent, subnormals, infinities, NaNs and exact ties all occur.
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> x(static_cast<size_t>(rows * n));
+  for (float& v : x) v = std::bit_cast<float>(bits(rng));
+  x[0] = std::bit_cast<float>(0x3f808000u);  // a tie that rounds to even (down)
+  if (x.size() > 1) x[1] = std::bit_cast<float>(0x3f818000u);  // a tie that rounds up
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = fp32_to_bf16(x[i]);
+
+  DeviceBuffer<float> dx(x.size());
+  DeviceBuffer<uint16_t> dy(x.size());
+  dx.upload(x);
+  launch_f32_to_bf16(dx.get(), dy.get(), rows * n, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint16_t> got = dy.download();
+  for (size_t i = 0; i < x.size(); ++i)
+    QVERIFY2(got[i] == want[i], qPrintable(QStringLiteral("element %1 (f32 bits %2): gpu %3, cpu %4")
+                                               .arg(i)
+                                               .arg(std::bit_cast<uint32_t>(x[i]), 8, 16)
+                                               .arg(static_cast<uint>(got[i]), 4, 16)
+                                               .arg(static_cast<uint>(want[i]), 4, 16)));
+}
+
+void TestCudaOps::kv_store_matches_cpu_exactly_data() {
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("block_size");
+  QTest::addColumn<qint64>("rows");
+  QTest::newRow("smollm2 decode") << 3 << 64 << 16 << qint64{1};
+  QTest::newRow("smollm2 chunk") << 3 << 64 << 16 << qint64{37};
+  QTest::newRow("llama3 rows") << 8 << 128 << 16 << qint64{9};
+  QTest::newRow("odd block") << 2 << 96 << 5 << qint64{23};
+}
+
+void TestCudaOps::kv_store_matches_cpu_exactly() {
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(qint64, rows);
+  std::mt19937 rng(static_cast<uint32_t>(n_kv_head * 7 + head_dim + rows));
+  const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
+  const int64_t stride = 3 * kv_dim + 8;  // the rows sit inside wider (fused qkv) rows
+  const std::vector<float> qkv = random_floats(rng, static_cast<size_t>(rows * stride), -8.0f, 8.0f);
+  const int32_t n_blocks = static_cast<int32_t>((rows + block_size - 1) / block_size) * 2 + 1;
+  // Each row to its own slot, scattered over the pool in a random order.
+  std::vector<int32_t> slot_of(static_cast<size_t>(n_blocks) * block_size);
+  std::iota(slot_of.begin(), slot_of.end(), 0);
+  std::shuffle(slot_of.begin(), slot_of.end(), rng);
+  slot_of.resize(static_cast<size_t>(rows));
+  const size_t pool_halves = static_cast<size_t>(n_blocks) * kv_dim * block_size;
+  std::vector<uint16_t> want_k(pool_halves, 0x7e00), want_v(pool_halves, 0x7e00);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t slot = slot_of[static_cast<size_t>(r)];
+    for (int g = 0; g < n_kv_head; ++g) {
+      const int64_t dst =
+          ((static_cast<int64_t>(slot / block_size) * n_kv_head + g) * block_size +
+           slot % block_size) * head_dim;
+      fp32_to_fp16_row(qkv.data() + r * stride + kv_dim + g * head_dim, want_k.data() + dst,
+                       head_dim);
+      fp32_to_fp16_row(qkv.data() + r * stride + 2 * kv_dim + g * head_dim, want_v.data() + dst,
+                       head_dim);
+    }
+  }
+
+  DeviceBuffer<float> dqkv(qkv.size());
+  DeviceBuffer<int32_t> d_slot_of(slot_of.size());
+  DeviceBuffer<uint16_t> dk(pool_halves), dv(pool_halves);
+  dqkv.upload(qkv);
+  d_slot_of.upload(slot_of);
+  dk.upload(std::vector<uint16_t>(pool_halves, 0x7e00));  // untouched slot_of keep this NaN
+  dv.upload(std::vector<uint16_t>(pool_halves, 0x7e00));
+  launch_kv_store_rows(dqkv.get() + kv_dim, dqkv.get() + 2 * kv_dim, stride, d_slot_of.get(), rows,
+                       n_kv_head, head_dim, block_size, dk.get(), dv.get(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  QVERIFY2(dk.download() == want_k, "K pool differs from the CPU store");
+  QVERIFY2(dv.download() == want_v, "V pool differs from the CPU store");
 }
 
 QTEST_APPLESS_MAIN(TestCudaOps)

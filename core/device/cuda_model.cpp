@@ -1,0 +1,563 @@
+// The CUDA Device (cuda_model.h): weight upload, the KV pool in device memory, and the forward pass
+// of one planned batch. Everything of one device runs on its one stream, in order, so the pool's
+// block copies, the pass and the logits' download need no other synchronisation; the step ends
+// with one cudaStreamSynchronize, when the host needs the logits.
+
+#include "core/device/cuda_model.h"
+
+#include <string>
+
+#include "core/common/error.h"
+
+#if TOKENFAB_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "core/runtime/model_runner.h"
+#include "kernels/cuda/add_inplace.cuh"
+#include "kernels/cuda/cublas_gemm.cuh"
+#include "kernels/cuda/dequantize.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/f32_to_bf16.cuh"
+#include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/paged_decode_attention.cuh"
+#include "kernels/cuda/paged_rows.h"
+#include "kernels/cuda/rms_norm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/silu_mul.cuh"
+#endif
+
+namespace tokenfab {
+
+#if !TOKENFAB_HAVE_CUDA
+
+bool cuda_backend_built() { return false; }
+
+std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int, int32_t,
+                                         int32_t) {
+  throw Error(spec.name() + ": this build has no CUDA backend (it is built where nvcc is found)");
+}
+
+#else
+
+bool cuda_backend_built() { return true; }
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+std::string mib(uint64_t bytes) {
+  return std::to_string(static_cast<int64_t>(std::ceil(static_cast<double>(bytes) / kMiB))) +
+         " MiB";
+}
+
+// A CUDA runtime failure as an Error naming the device and what was being done.
+void check(cudaError_t err, const std::string& device, const char* what) {
+  if (err == cudaSuccess) return;
+  throw Error(device + ": " + what + " failed: " + cudaGetErrorName(err) + ": " +
+              cudaGetErrorString(err));
+}
+
+// Runs a kernel launcher, turning its std::exception into an Error that names the device.
+template <typename F>
+void launch(const std::string& device, const char* op, F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(device + ": " + op + ": " + e.what());
+  }
+}
+
+// Device memory for `count` values of T on the current device. Grows only (contents are lost
+// when it grows); freed on destruction.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    if (this != &o) {
+      if (data_ != nullptr) cudaFree(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+
+  // At least `count` values; `device` and `what` name them in an out-of-memory error.
+  void reserve(size_t count, const std::string& device, const char* what) {
+    if (count <= count_) return;
+    if (data_ != nullptr) cudaFree(data_);  // waits for the work that may still read it
+    data_ = nullptr;
+    count_ = 0;
+    const cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T));
+    if (err != cudaSuccess) {
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      throw Error(device + ": cannot allocate " + mib(count * sizeof(T)) + " of GPU memory for " +
+                  what + " (" + mib(free_bytes) + " free of " + mib(total_bytes) +
+                  "): " + cudaGetErrorString(err));
+    }
+    count_ = count;
+  }
+  T* get() const { return data_; }
+  size_t size() const { return count_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+// The paged KV pool in device memory: per layer, K and V as fp16 bits, (n_blocks, n_kv_head,
+// block_size, head_dim) each, the CPU KvStorage's layout.
+class CudaKvPool final : public KvPool {
+ public:
+  CudaKvPool(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device,
+             cudaStream_t stream)
+      : hp_(hp), device_(std::move(device)), n_blocks_(n_blocks), block_size_(block_size),
+        stream_(stream) {
+    const size_t halves = block_halves() * static_cast<size_t>(n_blocks);
+    k_.resize(static_cast<size_t>(hp.n_layer));
+    v_.resize(static_cast<size_t>(hp.n_layer));
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      k_[static_cast<size_t>(l)].reserve(halves, device_, "the KV pool");
+      v_[static_cast<size_t>(l)].reserve(halves, device_, "the KV pool");
+    }
+  }
+
+  std::string_view device() const override { return device_; }
+  KvMemory memory() const override { return KvMemory::kCuda; }
+  int32_t n_layers() const override { return static_cast<int32_t>(hp_.n_layer); }
+  int32_t n_blocks() const override { return n_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  size_t block_bytes() const override { return block_halves() * sizeof(uint16_t); }
+  std::byte* k_block(int32_t layer, int32_t block) override {
+    return reinterpret_cast<std::byte*>(k(layer) + block_halves() * static_cast<size_t>(block));
+  }
+  std::byte* v_block(int32_t layer, int32_t block) override {
+    return reinterpret_cast<std::byte*>(v(layer) + block_halves() * static_cast<size_t>(block));
+  }
+
+  void copy_block(int32_t src, int32_t dst) override {
+    for (int32_t l = 0; l < n_layers(); ++l) {
+      check(cudaMemcpyAsync(k_block(l, dst), k_block(l, src), block_bytes(),
+                            cudaMemcpyDeviceToDevice, stream_),
+            device_, "copying a KV block");
+      check(cudaMemcpyAsync(v_block(l, dst), v_block(l, src), block_bytes(),
+                            cudaMemcpyDeviceToDevice, stream_),
+            device_, "copying a KV block");
+    }
+  }
+
+  void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) override {
+    const int32_t bs = block_size_;
+    const size_t row_bytes = static_cast<size_t>(hp_.head_dim) * sizeof(uint16_t);
+    const size_t pitch = row_bytes * static_cast<size_t>(bs);  // one kv head of a block
+    const int32_t src_block = blocks[static_cast<size_t>(from / bs)];
+    const int32_t dst_block = blocks[static_cast<size_t>(to / bs)];
+    for (int32_t l = 0; l < n_layers(); ++l) {
+      for (const bool is_k : {true, false}) {
+        std::byte* src = (is_k ? k_block(l, src_block) : v_block(l, src_block)) +
+                         static_cast<size_t>(from % bs) * row_bytes;
+        std::byte* dst = (is_k ? k_block(l, dst_block) : v_block(l, dst_block)) +
+                         static_cast<size_t>(to % bs) * row_bytes;
+        check(cudaMemcpy2DAsync(dst, pitch, src, pitch, row_bytes,
+                                static_cast<size_t>(hp_.n_kv_head), cudaMemcpyDeviceToDevice,
+                                stream_),
+              device_, "moving a KV row");
+      }
+    }
+  }
+
+  uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
+  uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
+
+ private:
+  size_t block_halves() const {
+    return static_cast<size_t>(hp_.n_kv_head) * static_cast<size_t>(block_size_) *
+           static_cast<size_t>(hp_.head_dim);
+  }
+
+  const HParams& hp_;
+  std::string device_;
+  int32_t n_blocks_;
+  int32_t block_size_;
+  cudaStream_t stream_;
+  std::vector<DeviceArray<uint16_t>> k_, v_;
+};
+
+struct CudaLayer {
+  DeviceArray<float> attn_norm, ffn_norm;
+  DeviceArray<uint16_t> wqkv;  // (q_dim + 2·kv_dim, n_embd): wq, then wk, then wv
+  DeviceArray<uint16_t> wo, w_gate, w_up, w_down;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
+             int32_t block_size);
+  ~CudaDevice() override;
+
+  const DeviceSpec& spec() const override { return spec_; }
+  int threads() const override { return pool_.size(); }
+  const LlamaModel& model() const override { return model_; }
+  KvPool& kv_storage() override { return *kv_; }
+  void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+           std::vector<float>* hidden = nullptr) override;
+  void lm_head(const float* z, int64_t n, std::vector<float>& logits) override;
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
+    parallel_for_on(pool_, n, fn);
+  }
+
+ private:
+  void check_fits(int32_t kv_blocks, int32_t block_size) const;
+  void upload_weights();
+  // Dequantizes `m` into `dst` (m.rows · m.cols bf16) through the staging buffers.
+  void upload_bf16(const WeightMatrix& m, uint16_t* dst);
+  void upload_f32(const std::vector<float>& host, DeviceArray<float>& dst, const char* what);
+  void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
+  // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
+  void linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n, int64_t k);
+  // logits (rows, n_vocab) on the host from final-norm hidden states xgn_ (rows, n_embd).
+  void lm_head_rows(int64_t rows, std::vector<float>& logits);
+  void sync(const char* what);
+
+  DeviceSpec spec_;
+  const std::string name_;
+  const LlamaModel& model_;
+  const HParams& hp_;
+  kernels::ThreadPool pool_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kernels::CublasGemm> gemm_;
+  std::unique_ptr<CudaKvPool> kv_;
+
+  // Weights.
+  int embd_type_ = 0;
+  DeviceArray<uint8_t> embd_;  // token_embd in the file's type and layout
+  std::vector<CudaLayer> layers_;
+  DeviceArray<float> output_norm_;
+  DeviceArray<uint16_t> lm_head_;  // (n_vocab, n_embd)
+  // Staging for the upload (freed once the weights are in).
+  DeviceArray<uint8_t> stage_raw_;
+  DeviceArray<float> stage_f32_;
+
+  // One pass's buffers, grown as batches grow.
+  BatchRows rows_;
+  std::vector<int32_t> h_i32_;  // host staging of the small int arrays below
+  std::vector<int32_t> h_tables_;
+  std::vector<kernels::PagedSequence> device_seqs_;
+  DeviceArray<int32_t> tokens_, positions_, slots_, tables_, paths_;
+  DeviceArray<kernels::CudaPagedRow> att_rows_;
+  DeviceArray<float> x_, xn_, qkv_, att_, proj_, gate_, up_, workspace_;
+  DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
+  DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
+};
+
+CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
+                       int32_t block_size)
+    : spec_(spec), name_(spec.name()), model_(model), hp_(model.hparams()), pool_(threads) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    throw Error(name_ + ": no CUDA device can be used: " + cudaGetErrorString(err));
+  if (spec.index >= count)
+    throw Error(name_ + ": this machine has " + std::to_string(count) + " CUDA device" +
+                (count == 1 ? "" : "s") + " (cuda:0" +
+                (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
+  check(cudaSetDevice(spec.index), name_, "selecting the device");
+  if (hp_.head_dim > kernels::kPagedDecodeMaxHeadDim || hp_.rot_dim > kernels::kRopeMaxRotDim ||
+      hp_.n_embd % 8 != 0 || hp_.q_dim() % 8 != 0 || hp_.n_ff % 8 != 0)
+    throw Error(name_ + ": the CUDA backend needs head_dim <= " +
+                std::to_string(kernels::kPagedDecodeMaxHeadDim) +
+                " and n_embd, q_dim and n_ff multiples of 8; this model has head_dim " +
+                std::to_string(hp_.head_dim) + ", n_embd " + std::to_string(hp_.n_embd) +
+                ", q_dim " + std::to_string(hp_.q_dim()) + ", n_ff " + std::to_string(hp_.n_ff));
+  check_fits(kv_blocks, block_size);
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name_, "creating a stream");
+  launch(name_, "cuBLASLt", [&] { gemm_ = std::make_unique<kernels::CublasGemm>(); });
+  kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, stream_);
+  upload_weights();
+}
+
+CudaDevice::~CudaDevice() {
+  cudaSetDevice(spec_.index);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  kv_.reset();
+  layers_.clear();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
+  uint64_t weights = 0;
+  auto matrix = [&](const WeightMatrix& m) {
+    weights += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols) * 2;
+  };
+  for (const LayerWeights& l : model_.layers()) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      matrix(*m);
+    weights += 2 * static_cast<uint64_t>(hp_.n_embd) * sizeof(float);
+  }
+  matrix(model_.output());
+  weights += model_.token_embedding().bytes();
+  const uint64_t kv = KvStorage::bytes_per_block(hp_, block_size) * static_cast<uint64_t>(kv_blocks);
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), name_, "reading the free memory");
+  // Room for cuBLASLt's workspace, the staging buffers and a batch's activations.
+  const uint64_t headroom = uint64_t{512} << 20;
+  if (weights + kv + headroom > free_bytes)
+    throw Error(name_ + ": the model's weights in BF16 (" + mib(weights) + ") and a KV pool of " +
+                std::to_string(kv_blocks) + " blocks (" + mib(kv) + "), with " + mib(headroom) +
+                " for work buffers, do not fit in the device's " + mib(free_bytes) +
+                " of free memory (of " + mib(total_bytes) + "); lower --kv-mem or --kv-blocks");
+}
+
+void CudaDevice::upload_f32(const std::vector<float>& host, DeviceArray<float>& dst,
+                            const char* what) {
+  dst.reserve(host.size(), name_, what);
+  check(cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(float),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading weights");
+}
+
+void CudaDevice::upload_bf16(const WeightMatrix& m, uint16_t* dst) {
+  check(cudaMemcpyAsync(stage_raw_.get(), m.data, m.bytes(), cudaMemcpyHostToDevice, stream_),
+        name_, "uploading weights");
+  launch(name_, "dequantize", [&] {
+    kernels::launch_dequantize_rows(static_cast<int>(m.type), stage_raw_.get(), stage_f32_.get(),
+                                    m.rows, m.cols, stream_);
+    kernels::launch_f32_to_bf16(stage_f32_.get(), dst, m.rows * m.cols, stream_);
+  });
+}
+
+void CudaDevice::upload_weights() {
+  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
+  // Staging sized for the largest matrix, so nothing is reallocated while uploads are queued.
+  uint64_t max_bytes = model_.output().bytes();
+  int64_t max_elems = model_.output().rows * model_.output().cols;
+  for (const LayerWeights& l : model_.layers())
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      max_bytes = std::max(max_bytes, m->bytes());
+      max_elems = std::max(max_elems, m->rows * m->cols);
+    }
+  stage_raw_.reserve(max_bytes, name_, "weight staging");
+  stage_f32_.reserve(static_cast<size_t>(max_elems), name_, "weight staging");
+
+  const WeightMatrix& embd = model_.token_embedding();
+  embd_type_ = static_cast<int>(embd.type);
+  embd_.reserve(embd.bytes(), name_, "the token embedding");
+  check(cudaMemcpyAsync(embd_.get(), embd.data, embd.bytes(), cudaMemcpyHostToDevice, stream_),
+        name_, "uploading the token embedding");
+  layers_.resize(static_cast<size_t>(hp_.n_layer));
+  for (int64_t i = 0; i < hp_.n_layer; ++i) {
+    const LayerWeights& w = model_.layers()[static_cast<size_t>(i)];
+    CudaLayer& l = layers_[static_cast<size_t>(i)];
+    upload_f32(w.attn_norm, l.attn_norm, "norm weights");
+    upload_f32(w.ffn_norm, l.ffn_norm, "norm weights");
+    l.wqkv.reserve(static_cast<size_t>((q_dim + 2 * kv_dim) * n_embd), name_, "weights");
+    upload_bf16(w.wq, l.wqkv.get());
+    upload_bf16(w.wk, l.wqkv.get() + q_dim * n_embd);
+    upload_bf16(w.wv, l.wqkv.get() + (q_dim + kv_dim) * n_embd);
+    for (auto [m, dst] : {std::pair{&w.wo, &l.wo}, std::pair{&w.w_gate, &l.w_gate},
+                          std::pair{&w.w_up, &l.w_up}, std::pair{&w.w_down, &l.w_down}}) {
+      dst->reserve(static_cast<size_t>(m->rows * m->cols), name_, "weights");
+      upload_bf16(*m, dst->get());
+    }
+  }
+  upload_f32(model_.output_norm(), output_norm_, "norm weights");
+  const WeightMatrix& out = model_.output();
+  lm_head_.reserve(static_cast<size_t>(out.rows * out.cols), name_, "the LM head");
+  upload_bf16(out, lm_head_.get());
+  sync("uploading the weights");
+  stage_raw_ = DeviceArray<uint8_t>();
+  stage_f32_ = DeviceArray<float>();
+}
+
+void CudaDevice::sync(const char* what) {
+  check(cudaStreamSynchronize(stream_), name_, what);
+}
+
+void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats) {
+  const auto r = static_cast<size_t>(rows);
+  const auto lr = static_cast<size_t>(std::max<int64_t>(logit_rows, 1));
+  const auto e = static_cast<size_t>(hp_.n_embd);
+  const size_t widest = static_cast<size_t>(std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff}));
+  x_.reserve(r * e, name_, "activations");
+  xn_.reserve(r * e, name_, "activations");
+  qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
+  att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
+  proj_.reserve(r * e, name_, "activations");
+  gate_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
+  up_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
+  act16_.reserve(std::max(r, lr) * widest, name_, "activations");
+  workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
+                     "the attention workspace");
+  xg_.reserve(lr * e, name_, "logit rows");
+  xgn_.reserve(lr * e, name_, "logit rows");
+  logits_.reserve(lr * static_cast<size_t>(hp_.n_vocab), name_, "logits");
+}
+
+void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
+                        int64_t k) {
+  launch(name_, "linear", [&] {
+    kernels::launch_f32_to_bf16(a, act16_.get(), m * k, stream_);
+    gemm_->bf16_nt(act16_.get(), w, c, m, n, k, stream_);
+  });
+}
+
+void CudaDevice::lm_head_rows(int64_t rows, std::vector<float>& logits) {
+  logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(hp_.n_vocab));
+  if (rows == 0) return;
+  linear(xgn_.get(), lm_head_.get(), logits_.get(), rows, hp_.n_vocab, hp_.n_embd);
+  check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
+        name_, "downloading logits");
+}
+
+void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& logits,
+                     std::vector<float>* hidden) {
+  validate_batch(batch, hp_, kv_->n_blocks(), kv_->block_size());
+  check(cudaSetDevice(spec_.index), name_, "selecting the device");
+  rows_.assign(batch);
+  const auto n = static_cast<int64_t>(rows_.tokens.size());
+  const auto n_logit = static_cast<int64_t>(rows_.logit_rows.size());
+  logits.resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_vocab));
+  if (hidden) hidden->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_embd));
+  if (n == 0) return;
+  const int32_t bs = kv_->block_size();
+
+  // Block tables, back to back, and each sequence's view with device pointers into them.
+  h_tables_.clear();
+  for (const BatchSequence& s : batch) h_tables_.insert(h_tables_.end(), s.blocks.begin(), s.blocks.end());
+  tables_.reserve(h_tables_.size(), name_, "block tables");
+  device_seqs_ = rows_.seqs;
+  size_t offset = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    device_seqs_[i].blocks = tables_.get() + offset;
+    offset += batch[i].blocks.size();
+  }
+  kernels::CudaPagedRows att;
+  launch(name_, "attention rows", [&] { att = kernels::flatten_paged_rows(device_seqs_); });
+  const int64_t ws_floats = kernels::paged_decode_workspace_floats(n, hp_.n_head, hp_.head_dim,
+                                                                   att.max_keys);
+  reserve_rows(n, n_logit, ws_floats);
+  tokens_.reserve(static_cast<size_t>(n), name_, "tokens");
+  positions_.reserve(static_cast<size_t>(n), name_, "positions");
+  slots_.reserve(static_cast<size_t>(n), name_, "KV slots");
+  att_rows_.reserve(att.rows.size(), name_, "attention rows");
+  paths_.reserve(std::max<size_t>(att.paths.size(), 1), name_, "tree paths");
+
+  // The small per-step arrays (pageable sources: the copy has read them when the call returns).
+  auto upload = [&](auto* dst, const auto& host, const char* what) {
+    if (host.empty()) return;
+    check(cudaMemcpyAsync(dst, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice,
+                          stream_),
+          name_, what);
+  };
+  upload(tokens_.get(), rows_.tokens, "uploading tokens");
+  h_i32_.assign(rows_.positions.begin(), rows_.positions.end());
+  upload(positions_.get(), h_i32_, "uploading positions");
+  // Row i of a sequence keeps its K/V at position pos0 + i (tree rows too; see BatchSequence).
+  h_i32_.clear();
+  for (const BatchSequence& s : batch)
+    for (int64_t i = 0; i < static_cast<int64_t>(s.tokens.size()); ++i) {
+      const int64_t pos = s.pos0 + i;
+      h_i32_.push_back(s.blocks[static_cast<size_t>(pos / bs)] * bs + static_cast<int32_t>(pos % bs));
+    }
+  upload(slots_.get(), h_i32_, "uploading KV slots");
+  upload(tables_.get(), h_tables_, "uploading block tables");
+  upload(att_rows_.get(), att.rows, "uploading attention rows");
+  upload(paths_.get(), att.paths, "uploading tree paths");
+
+  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  launch(name_, "forward pass", [&] {
+    kernels::launch_embedding(embd_type_, embd_.get(), tokens_.get(), x_.get(), n, n_embd, stream_);
+    for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+      const CudaLayer& w = layers_[static_cast<size_t>(layer)];
+      // Attention block.
+      kernels::launch_rms_norm(x_.get(), w.attn_norm.get(), xn_.get(), n, n_embd, hp_.rms_eps,
+                               stream_);
+      linear(xn_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd);
+      kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head, hp_.head_dim,
+                           hp_.rot_dim, hp_.rope_base, stream_);
+      kernels::launch_rope(qkv_.get() + q_dim, positions_.get(), n, qkv_dim, hp_.n_kv_head,
+                           hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_);
+      kernels::launch_kv_store_rows(qkv_.get() + q_dim, qkv_.get() + q_dim + kv_dim, qkv_dim,
+                                    slots_.get(), n, hp_.n_kv_head, hp_.head_dim, bs,
+                                    kv_->k(layer), kv_->v(layer), stream_);
+      const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head,
+                                      hp_.head_dim};
+      kernels::launch_paged_decode_attention(
+          pool, att_rows_.get(), static_cast<int64_t>(att.rows.size()),
+          att.paths.empty() ? nullptr : paths_.get(), att.max_keys, qkv_.get(), qkv_dim,
+          att_.get(), q_dim, hp_.n_head, scale, workspace_.get(), ws_floats, stream_);
+      linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
+      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
+      // FFN block.
+      kernels::launch_rms_norm(x_.get(), w.ffn_norm.get(), xn_.get(), n, n_embd, hp_.rms_eps,
+                               stream_);
+      linear(xn_.get(), w.w_gate.get(), gate_.get(), n, n_ff, n_embd);
+      linear(xn_.get(), w.w_up.get(), up_.get(), n, n_ff, n_embd);
+      kernels::launch_silu_mul(gate_.get(), up_.get(), n * n_ff, stream_);
+      linear(gate_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff);
+      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
+    }
+  });
+  // The logit rows, gathered in order, through the final norm and the LM head.
+  for (int64_t j = 0; j < n_logit; ++j)
+    check(cudaMemcpyAsync(xg_.get() + j * n_embd, x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * n_embd,
+                          static_cast<size_t>(n_embd) * sizeof(float), cudaMemcpyDeviceToDevice,
+                          stream_),
+          name_, "gathering logit rows");
+  if (n_logit > 0)
+    launch(name_, "final norm", [&] {
+      kernels::launch_rms_norm(xg_.get(), output_norm_.get(), xgn_.get(), n_logit, n_embd,
+                               hp_.rms_eps, stream_);
+    });
+  lm_head_rows(n_logit, logits);
+  if (hidden && n_logit > 0)
+    check(cudaMemcpyAsync(hidden->data(), xgn_.get(), hidden->size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, "downloading hidden states");
+  sync("running a batch");
+}
+
+void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) {
+  check(cudaSetDevice(spec_.index), name_, "selecting the device");
+  logits.resize(static_cast<size_t>(std::max<int64_t>(n, 0)) * static_cast<size_t>(hp_.n_vocab));
+  if (n <= 0) return;
+  reserve_rows(1, n, 1);
+  check(cudaMemcpyAsync(xgn_.get(), z, static_cast<size_t>(n * hp_.n_embd) * sizeof(float),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft states");
+  lm_head_rows(n, logits);
+  sync("running the LM head");
+}
+
+}  // namespace
+
+std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
+                                         int32_t kv_blocks, int32_t block_size) {
+  if (spec.kind != DeviceKind::kCuda)
+    throw Error(spec.name() + " is not a CUDA device");
+  return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size);
+}
+
+#endif
+
+}  // namespace tokenfab

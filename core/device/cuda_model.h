@@ -1,0 +1,36 @@
+#pragma once
+// The CUDA backend's Device: the model's weights and a paged KV pool in one GPU's memory, and one
+// forward pass per planned batch on one CUDA stream, through the ops of kernels/cuda. The serving
+// loop (core/serving/worker) drives it exactly as it drives a CpuDevice.
+//
+// Weights: the matrices are dequantized at load to BF16 (Q, K and V fused into one matrix) and
+// multiplied with cuBLASLt (BF16 inputs, FP32 accumulate); norms stay f32; the token embedding
+// stays in the file's type and is gathered by the embedding op. The activations between ops are
+// f32 and are rounded to BF16 only on their way into a GEMM. The alternative, quantized blocks with
+// a dequantize-in-kernel GEMV for decode, has not been measured against this yet.
+// KV: fp16 in the same (n_blocks, n_kv_head, block_size, head_dim) layout per layer as the CPU's
+// KvStorage, so the pool's blocks mean the same on both backends.
+// Attention: the flash-decoding kernel (paged_decode_attention.cuh) for every row, decode rows,
+// prefill rows (causal) and draft-tree rows alike.
+// Not yet: CUDA graphs for the decode steps, a tiled prefill attention, KV transfers between GPUs.
+//
+// This header is plain C++: it builds without CUDA, where make_cuda_device says so.
+
+#include <cstdint>
+#include <memory>
+
+#include "core/device/device.h"
+
+namespace tokenfab {
+
+// Whether this binary was built with the CUDA backend.
+bool cuda_backend_built();
+
+// A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of
+// block_size tokens in GPU memory, and `threads` host threads for sampling. Throws Error in a
+// build without CUDA, for a device index the machine does not have, and when the weights and the
+// pool do not fit in the device's free memory (naming both sizes).
+std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
+                                         int32_t kv_blocks, int32_t block_size);
+
+}  // namespace tokenfab

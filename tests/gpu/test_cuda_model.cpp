@@ -1,0 +1,266 @@
+// The CUDA Device against the CPU device on the same batches: logits of a synthetic model of the
+// embedded model's shape on mixed batches (prefill chunks, decode rows, a draft tree), the real
+// model's logits and greedy tokens when its file is present, and the engine serving on a GPU
+// exactly what it serves on the CPU (label gpu; skipped without a CUDA device).
+//
+// Tolerance. The two backends round differently on purpose: the CPU multiplies the file's
+// quantized blocks by activations quantized to 8 bits per block of 32 (relative error up to
+// 2^-8 of the block's largest value per element); the GPU multiplies the same weights
+// dequantized and rounded to BF16 by activations rounded to BF16 (2^-9 relative per element,
+// both operands), accumulating in f32. Both differ from the exact product by a fraction of a
+// percent per matmul, in random directions, over 30 layers. Each logit row is allowed a relative
+// L2 distance of kRowRel = 5% from the CPU's row, and its top token must match whenever the CPU's
+// lead over its runner-up exceeds 2·kRowRel·rms(row), a margin the allowed error cannot cross.
+// This bound is a first estimate; the first GPU run of this test reports the distances it saw.
+
+#include <QtTest/QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/device/cuda_model.h"
+#include "core/device/device.h"
+#include "core/model/llama_model.h"
+#include "core/model/model_files.h"
+#include "core/model/synthetic_model.h"
+#include "core/serving/engine.h"
+#include "core/tokenizer/tokenizer.h"
+#include "tests/gpu/cuda_test_support.h"
+
+using namespace tokenfab;
+
+namespace {
+
+constexpr double kRowRel = 0.05;
+constexpr int32_t kBlockSize = 16;
+constexpr int32_t kBlocks = 64;
+
+struct RowCheck {
+  double worst_rel = 0.0;  // the largest relative L2 distance seen
+  QString failure;         // empty while every row is within bounds
+};
+
+// Compares (rows, n) logits row by row as the header says; `what` names the step.
+void compare_rows(const std::vector<float>& gpu, const std::vector<float>& cpu, int64_t n,
+                  const QString& what, RowCheck& check) {
+  if (gpu.size() != cpu.size()) {
+    check.failure = what + QStringLiteral(": %1 logits on the GPU, %2 on the CPU")
+                               .arg(gpu.size())
+                               .arg(cpu.size());
+    return;
+  }
+  for (size_t r = 0; r * static_cast<size_t>(n) < cpu.size(); ++r) {
+    const float* c = cpu.data() + r * static_cast<size_t>(n);
+    const float* g = gpu.data() + r * static_cast<size_t>(n);
+    double diff = 0.0, norm = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      diff += (static_cast<double>(g[i]) - c[i]) * (static_cast<double>(g[i]) - c[i]);
+      norm += static_cast<double>(c[i]) * c[i];
+    }
+    const double rel = std::sqrt(diff / std::max(norm, 1e-30));
+    check.worst_rel = std::max(check.worst_rel, rel);
+    if (!check.failure.isEmpty()) continue;
+    if (!(rel <= kRowRel)) {
+      check.failure = what + QStringLiteral(": row %1 is %2 away (relative L2), allowed %3")
+                                 .arg(r)
+                                 .arg(rel)
+                                 .arg(kRowRel);
+      continue;
+    }
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](int64_t a, int64_t b) { return c[a] > c[b]; });
+    const double rms = std::sqrt(norm / static_cast<double>(n));
+    const int64_t gpu_top = std::max_element(g, g + n) - g;
+    if (c[order[0]] - c[order[1]] > 2 * kRowRel * rms && gpu_top != order[0])
+      check.failure = what + QStringLiteral(": row %1's top token is %2 on the GPU, %3 on the CPU")
+                                 .arg(r)
+                                 .arg(gpu_top)
+                                 .arg(order[0]);
+  }
+}
+
+std::vector<int32_t> identity_table(int32_t first, int32_t count) {
+  std::vector<int32_t> t(static_cast<size_t>(count));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+}  // namespace
+
+class TestCudaModel : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void synthetic_logits_match_cpu_on_mixed_batches();
+  void real_model_greedy_tokens_match_cpu();
+  void engine_on_gpu_serves_what_cpu_serves();
+  void cuda_devices_in_disaggregated_mode_are_refused();
+
+ private:
+  QTemporaryDir dir_;
+  std::unique_ptr<LlamaModel> synthetic_;
+};
+
+void TestCudaModel::initTestCase() {
+  if (const QString why = kernels::testing::no_cuda_device(); !why.isEmpty())
+    QSKIP(qPrintable(why));
+  QVERIFY(cuda_backend_built());
+  QVERIFY(dir_.isValid());
+  const std::filesystem::path path = dir_.filePath("smollm2-shape.gguf").toStdString();
+  write_synthetic_llama(path, SyntheticShape::smollm2_135m(), kernels::WeightType::Q4_1, 7);
+  synthetic_ = LlamaModel::load(path);
+}
+
+void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
+  const LlamaModel& model = *synthetic_;
+  const HParams& hp = model.hparams();
+  CpuDevice cpu({DeviceKind::kCpu, 0}, model, 2, kBlocks, kBlockSize);
+  const std::unique_ptr<Device> gpu =
+      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize);
+
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(hp.n_vocab) - 1);
+  std::vector<int32_t> a(64), b(48);
+  for (int32_t& t : a) t = token(rng);
+  for (int32_t& t : b) t = token(rng);
+  const std::vector<int32_t> table_a = identity_table(0, 8), table_b = identity_table(8, 8);
+  const std::vector<int32_t> tree_parent = {-1, 0, 0, 1, -1};
+
+  // Step 1: A's first 40 tokens and B's first 17 (prefill chunks).
+  // Step 2: A decodes one token; B reads 20 more (a chunk that starts mid-block).
+  // Step 3: A verifies a draft tree of 5 (every row's logits); B decodes one token.
+  const std::span<const int32_t> sa(a), sb(b);
+  const std::vector<std::vector<BatchSequence>> steps = {
+      {{sa.subspan(0, 40), 0, table_a, true}, {sb.subspan(0, 17), 0, table_b, true}},
+      {{sa.subspan(40, 1), 40, table_a, true}, {sb.subspan(17, 20), 17, table_b, true}},
+      {{sa.subspan(41, 5), 41, table_a, false, true, tree_parent},
+       {sb.subspan(37, 1), 37, table_b, true}},
+  };
+  RowCheck logits_check, hidden_check;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::vector<float> cpu_logits, gpu_logits, cpu_hidden, gpu_hidden;
+    cpu.run(steps[i], cpu_logits, &cpu_hidden);
+    gpu->run(steps[i], gpu_logits, &gpu_hidden);
+    compare_rows(gpu_logits, cpu_logits, hp.n_vocab, QStringLiteral("step %1 logits").arg(i + 1),
+                 logits_check);
+    compare_rows(gpu_hidden, cpu_hidden, hp.n_embd, QStringLiteral("step %1 hidden").arg(i + 1),
+                 hidden_check);
+  }
+  qInfo("worst relative L2 distance: logits %.5f, final hidden states %.5f",
+        logits_check.worst_rel, hidden_check.worst_rel);
+  QVERIFY2(logits_check.failure.isEmpty(), qPrintable(logits_check.failure));
+  QVERIFY2(hidden_check.failure.isEmpty(), qPrintable(hidden_check.failure));
+
+  // The draft heads' LM head on the GPU, over the CPU's hidden states.
+  std::vector<float> z(static_cast<size_t>(3 * hp.n_embd));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : z) v = normal(rng);
+  std::vector<float> cpu_logits, gpu_logits;
+  cpu.lm_head(z.data(), 3, cpu_logits);
+  gpu->lm_head(z.data(), 3, gpu_logits);
+  RowCheck head_check;
+  compare_rows(gpu_logits, cpu_logits, hp.n_vocab, QStringLiteral("lm_head"), head_check);
+  QVERIFY2(head_check.failure.isEmpty(), qPrintable(head_check.failure));
+}
+
+void TestCudaModel::real_model_greedy_tokens_match_cpu() {
+  const std::filesystem::path path = default_model_path();
+  if (!std::filesystem::exists(path))
+    QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")
+                         .arg(QString::fromStdString(path.string()))));
+  const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  CpuDevice cpu({DeviceKind::kCpu, 0}, *model, 2, kBlocks, kBlockSize);
+  const std::unique_ptr<Device> gpu =
+      make_cuda_device({DeviceKind::kCuda, 0}, *model, 1, kBlocks, kBlockSize);
+  const std::vector<int32_t> table = identity_table(0, kBlocks);
+  const int64_t n_vocab = model->hparams().n_vocab;
+  for (const char* text : {"The capital of France is",
+                           "def fibonacci(n):\n    if n < 2:\n        return n\n    return"}) {
+    std::vector<int32_t> cpu_tokens = tokenizer.encode(text, true, false);
+    std::vector<int32_t> gpu_tokens = cpu_tokens;
+    const size_t n_prompt = cpu_tokens.size();
+    RowCheck check;
+    for (int step = 0; step < 24; ++step) {
+      std::vector<float> cpu_logits, gpu_logits;
+      const size_t from = step == 0 ? 0 : cpu_tokens.size() - 1;
+      const BatchSequence c{std::span<const int32_t>(cpu_tokens).subspan(from), static_cast<int64_t>(from), table, true};
+      const BatchSequence g{std::span<const int32_t>(gpu_tokens).subspan(from), static_cast<int64_t>(from), table, true};
+      cpu.run({&c, 1}, cpu_logits);
+      gpu->run({&g, 1}, gpu_logits);
+      compare_rows(gpu_logits, cpu_logits, n_vocab, QStringLiteral("step %1").arg(step), check);
+      cpu_tokens.push_back(static_cast<int32_t>(
+          std::max_element(cpu_logits.begin(), cpu_logits.end()) - cpu_logits.begin()));
+      gpu_tokens.push_back(static_cast<int32_t>(
+          std::max_element(gpu_logits.begin(), gpu_logits.end()) - gpu_logits.begin()));
+    }
+    qInfo("\"%s\": worst relative L2 distance of the logits %.5f", text, check.worst_rel);
+    QVERIFY2(check.failure.isEmpty(), qPrintable(check.failure));
+    QCOMPARE(std::vector<int32_t>(gpu_tokens.begin() + static_cast<ptrdiff_t>(n_prompt), gpu_tokens.end()),
+             std::vector<int32_t>(cpu_tokens.begin() + static_cast<ptrdiff_t>(n_prompt), cpu_tokens.end()));
+  }
+}
+
+void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
+  const std::filesystem::path path = default_model_path();
+  if (!std::filesystem::exists(path))
+    QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")
+                         .arg(QString::fromStdString(path.string()))));
+  const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  std::vector<std::vector<TokenId>> prompts;
+  for (const char* text :
+       {"The capital of France is", "Once upon a time, in a small village by the sea, there lived",
+        "Water boils at one hundred degrees Celsius at sea level because",
+        "A list of three primary colours:"})
+    prompts.push_back(tokenizer.encode(text, true, false));
+  auto serve = [&](const std::string& devices) {
+    EngineConfig c;
+    c.devices = devices;
+    c.threads = 2;
+    c.kv_blocks = 256;
+    Engine engine(*model, c);
+    std::vector<RequestId> ids;
+    for (const auto& p : prompts) ids.push_back(engine.submit({p, 24}));
+    std::vector<std::vector<TokenId>> out;
+    for (const RequestId id : ids) {
+      const RequestInfo info = engine.wait(id);
+      if (info.state != RequestState::kFinished)
+        qWarning("%s: request %lld ended %s: %s", devices.c_str(), static_cast<long long>(id),
+                 request_state_name(info.state), info.error.c_str());
+      out.push_back(info.output);
+    }
+    return out;
+  };
+  const auto cpu = serve("cpu:0");
+  const auto gpu = serve("cuda:0");
+  for (size_t i = 0; i < prompts.size(); ++i) QCOMPARE(gpu[i], cpu[i]);
+}
+
+void TestCudaModel::cuda_devices_in_disaggregated_mode_are_refused() {
+  EngineConfig c;
+  c.prefill = "cpu:0";
+  c.decode = "cuda:0";
+  c.threads = 2;
+  c.kv_blocks = 64;
+  try {
+    Engine engine(*synthetic_, c);
+    QFAIL("an engine with a CUDA decode device in disaggregated mode was built");
+  } catch (const Error& e) {
+    QVERIFY2(std::string(e.what()).find("cuda:0 in disaggregated mode") != std::string::npos,
+             e.what());
+  }
+}
+
+QTEST_GUILESS_MAIN(TestCudaModel)
+#include "test_cuda_model.moc"
