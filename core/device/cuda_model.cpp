@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -205,6 +207,133 @@ struct CudaLayer {
   DeviceArray<uint16_t> wo, w_gate, w_up, w_down;
 };
 
+// One model's weights on one GPU, shared by the devices (partitions) that run it there.
+struct CudaWeights {
+  int device = 0;
+  int embd_type = 0;
+  DeviceArray<uint8_t> embd;  // token_embd in the file's type and layout
+  std::vector<CudaLayer> layers;
+  DeviceArray<float> output_norm;
+  DeviceArray<uint16_t> lm_head;  // (n_vocab, n_embd)
+  ~CudaWeights() {
+    cudaSetDevice(device);
+    layers.clear();
+  }
+};
+
+// Bytes the weights take on a GPU: the matrices in BF16, the norms in f32, the token embedding in
+// the file's type.
+uint64_t weight_bytes_on_gpu(const LlamaModel& model) {
+  const HParams& hp = model.hparams();
+  uint64_t bytes = 0;
+  auto matrix = [&](const WeightMatrix& m) {
+    bytes += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols) * 2;
+  };
+  for (const LayerWeights& l : model.layers()) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      matrix(*m);
+    bytes += 2 * static_cast<uint64_t>(hp.n_embd) * sizeof(float);
+  }
+  matrix(model.output());
+  return bytes + model.token_embedding().bytes() + static_cast<uint64_t>(hp.n_embd) * sizeof(float);
+}
+
+// Uploads a model's weights to the current GPU on `stream`, dequantizing each matrix to BF16
+// through staging buffers sized for the largest one; returns when they are in.
+class WeightUploader {
+ public:
+  WeightUploader(const LlamaModel& model, std::string device, cudaStream_t stream)
+      : model_(model), hp_(model.hparams()), device_(std::move(device)), stream_(stream) {}
+
+  std::shared_ptr<CudaWeights> upload(int index) {
+    auto w = std::make_shared<CudaWeights>();
+    w->device = index;
+    const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
+    uint64_t max_bytes = model_.output().bytes();
+    int64_t max_elems = model_.output().rows * model_.output().cols;
+    for (const LayerWeights& l : model_.layers())
+      for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        max_bytes = std::max(max_bytes, m->bytes());
+        max_elems = std::max(max_elems, m->rows * m->cols);
+      }
+    raw_.reserve(max_bytes, device_, "weight staging");
+    f32_.reserve(static_cast<size_t>(max_elems), device_, "weight staging");
+
+    const WeightMatrix& embd = model_.token_embedding();
+    w->embd_type = static_cast<int>(embd.type);
+    w->embd.reserve(embd.bytes(), device_, "the token embedding");
+    check(cudaMemcpyAsync(w->embd.get(), embd.data, embd.bytes(), cudaMemcpyHostToDevice, stream_),
+          device_, "uploading the token embedding");
+    w->layers.resize(static_cast<size_t>(hp_.n_layer));
+    for (int64_t i = 0; i < hp_.n_layer; ++i) {
+      const LayerWeights& lw = model_.layers()[static_cast<size_t>(i)];
+      CudaLayer& l = w->layers[static_cast<size_t>(i)];
+      f32(lw.attn_norm, l.attn_norm);
+      f32(lw.ffn_norm, l.ffn_norm);
+      l.wqkv.reserve(static_cast<size_t>((q_dim + 2 * kv_dim) * n_embd), device_, "weights");
+      bf16(lw.wq, l.wqkv.get());
+      bf16(lw.wk, l.wqkv.get() + q_dim * n_embd);
+      bf16(lw.wv, l.wqkv.get() + (q_dim + kv_dim) * n_embd);
+      for (auto [m, dst] : {std::pair{&lw.wo, &l.wo}, std::pair{&lw.w_gate, &l.w_gate},
+                            std::pair{&lw.w_up, &l.w_up}, std::pair{&lw.w_down, &l.w_down}}) {
+        dst->reserve(static_cast<size_t>(m->rows * m->cols), device_, "weights");
+        bf16(*m, dst->get());
+      }
+    }
+    f32(model_.output_norm(), w->output_norm);
+    const WeightMatrix& out = model_.output();
+    w->lm_head.reserve(static_cast<size_t>(out.rows * out.cols), device_, "the LM head");
+    bf16(out, w->lm_head.get());
+    check(cudaStreamSynchronize(stream_), device_, "uploading the weights");
+    return w;
+  }
+
+ private:
+  void f32(const std::vector<float>& host, DeviceArray<float>& dst) {
+    dst.reserve(host.size(), device_, "norm weights");
+    check(cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_),
+          device_, "uploading weights");
+  }
+  // m, dequantized, into dst (m.rows · m.cols bf16).
+  void bf16(const WeightMatrix& m, uint16_t* dst) {
+    check(cudaMemcpyAsync(raw_.get(), m.data, m.bytes(), cudaMemcpyHostToDevice, stream_), device_,
+          "uploading weights");
+    launch(device_, "dequantize", [&] {
+      kernels::launch_dequantize_rows(static_cast<int>(m.type), raw_.get(), f32_.get(), m.rows,
+                                      m.cols, stream_);
+      kernels::launch_f32_to_bf16(f32_.get(), dst, m.rows * m.cols, stream_);
+    });
+  }
+
+  const LlamaModel& model_;
+  const HParams& hp_;
+  const std::string device_;
+  cudaStream_t stream_;
+  DeviceArray<uint8_t> raw_;
+  DeviceArray<float> f32_;
+};
+
+// The weights of (model, GPU) while any device holds them: partitions of one GPU share one copy.
+std::mutex g_weights_mutex;
+std::map<std::pair<const LlamaModel*, int>, std::weak_ptr<CudaWeights>> g_weights;
+
+std::shared_ptr<const CudaWeights> resident_weights(const LlamaModel& model, int index) {
+  std::lock_guard lock(g_weights_mutex);
+  const auto it = g_weights.find({&model, index});
+  return it == g_weights.end() ? nullptr : it->second.lock();
+}
+
+std::shared_ptr<const CudaWeights> shared_weights(const LlamaModel& model, int index,
+                                                  const std::string& device, cudaStream_t stream) {
+  std::lock_guard lock(g_weights_mutex);  // held through an upload: the second partition waits
+  std::weak_ptr<CudaWeights>& slot = g_weights[{&model, index}];
+  if (std::shared_ptr<CudaWeights> w = slot.lock()) return w;
+  std::shared_ptr<CudaWeights> w = WeightUploader(model, device, stream).upload(index);
+  slot = w;
+  return w;
+}
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
@@ -224,10 +353,6 @@ class CudaDevice final : public Device {
 
  private:
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
-  void upload_weights();
-  // Dequantizes `m` into `dst` (m.rows · m.cols bf16) through the staging buffers.
-  void upload_bf16(const WeightMatrix& m, uint16_t* dst);
-  void upload_f32(const std::vector<float>& host, DeviceArray<float>& dst, const char* what);
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
   void linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n, int64_t k);
@@ -244,15 +369,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<kernels::CublasGemm> gemm_;
   std::unique_ptr<CudaKvPool> kv_;
 
-  // Weights.
-  int embd_type_ = 0;
-  DeviceArray<uint8_t> embd_;  // token_embd in the file's type and layout
-  std::vector<CudaLayer> layers_;
-  DeviceArray<float> output_norm_;
-  DeviceArray<uint16_t> lm_head_;  // (n_vocab, n_embd)
-  // Staging for the upload (freed once the weights are in).
-  DeviceArray<uint8_t> stage_raw_;
-  DeviceArray<float> stage_f32_;
+  std::shared_ptr<const CudaWeights> w_;
 
   // One pass's buffers, grown as batches grow.
   BatchRows rows_;
@@ -286,10 +403,17 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                 std::to_string(hp_.head_dim) + ", n_embd " + std::to_string(hp_.n_embd) +
                 ", q_dim " + std::to_string(hp_.q_dim()) + ", n_ff " + std::to_string(hp_.n_ff));
   check_fits(kv_blocks, block_size);
-  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name_, "creating a stream");
+  // Partitions of one GPU: the decode stream's kernels are scheduled ahead of the prefill's.
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), name_, "reading stream priorities");
+  const int priority = spec.partition == DevicePartition::kDecode    ? greatest
+                       : spec.partition == DevicePartition::kPrefill ? least
+                                                                     : 0;
+  check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority), name_,
+        "creating a stream");
   launch(name_, "cuBLASLt", [&] { gemm_ = std::make_unique<kernels::CublasGemm>(); });
   kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, stream_);
-  upload_weights();
+  w_ = shared_weights(model_, spec.index, name_, stream_);
 }
 
 CudaDevice::~CudaDevice() {
@@ -297,22 +421,14 @@ CudaDevice::~CudaDevice() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
   kv_.reset();
-  layers_.clear();
+  w_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
-  uint64_t weights = 0;
-  auto matrix = [&](const WeightMatrix& m) {
-    weights += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols) * 2;
-  };
-  for (const LayerWeights& l : model_.layers()) {
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      matrix(*m);
-    weights += 2 * static_cast<uint64_t>(hp_.n_embd) * sizeof(float);
-  }
-  matrix(model_.output());
-  weights += model_.token_embedding().bytes();
+  // Weights already on this GPU (another partition's) are shared, not loaded again.
+  const uint64_t weights =
+      resident_weights(model_, spec_.index) ? 0 : weight_bytes_on_gpu(model_);
   const uint64_t kv = KvStorage::bytes_per_block(hp_, block_size) * static_cast<uint64_t>(kv_blocks);
   size_t free_bytes = 0, total_bytes = 0;
   check(cudaMemGetInfo(&free_bytes, &total_bytes), name_, "reading the free memory");
@@ -323,67 +439,6 @@ void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
                 std::to_string(kv_blocks) + " blocks (" + mib(kv) + "), with " + mib(headroom) +
                 " for work buffers, do not fit in the device's " + mib(free_bytes) +
                 " of free memory (of " + mib(total_bytes) + "); lower --kv-mem or --kv-blocks");
-}
-
-void CudaDevice::upload_f32(const std::vector<float>& host, DeviceArray<float>& dst,
-                            const char* what) {
-  dst.reserve(host.size(), name_, what);
-  check(cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(float),
-                        cudaMemcpyHostToDevice, stream_),
-        name_, "uploading weights");
-}
-
-void CudaDevice::upload_bf16(const WeightMatrix& m, uint16_t* dst) {
-  check(cudaMemcpyAsync(stage_raw_.get(), m.data, m.bytes(), cudaMemcpyHostToDevice, stream_),
-        name_, "uploading weights");
-  launch(name_, "dequantize", [&] {
-    kernels::launch_dequantize_rows(static_cast<int>(m.type), stage_raw_.get(), stage_f32_.get(),
-                                    m.rows, m.cols, stream_);
-    kernels::launch_f32_to_bf16(stage_f32_.get(), dst, m.rows * m.cols, stream_);
-  });
-}
-
-void CudaDevice::upload_weights() {
-  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
-  // Staging sized for the largest matrix, so nothing is reallocated while uploads are queued.
-  uint64_t max_bytes = model_.output().bytes();
-  int64_t max_elems = model_.output().rows * model_.output().cols;
-  for (const LayerWeights& l : model_.layers())
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      max_bytes = std::max(max_bytes, m->bytes());
-      max_elems = std::max(max_elems, m->rows * m->cols);
-    }
-  stage_raw_.reserve(max_bytes, name_, "weight staging");
-  stage_f32_.reserve(static_cast<size_t>(max_elems), name_, "weight staging");
-
-  const WeightMatrix& embd = model_.token_embedding();
-  embd_type_ = static_cast<int>(embd.type);
-  embd_.reserve(embd.bytes(), name_, "the token embedding");
-  check(cudaMemcpyAsync(embd_.get(), embd.data, embd.bytes(), cudaMemcpyHostToDevice, stream_),
-        name_, "uploading the token embedding");
-  layers_.resize(static_cast<size_t>(hp_.n_layer));
-  for (int64_t i = 0; i < hp_.n_layer; ++i) {
-    const LayerWeights& w = model_.layers()[static_cast<size_t>(i)];
-    CudaLayer& l = layers_[static_cast<size_t>(i)];
-    upload_f32(w.attn_norm, l.attn_norm, "norm weights");
-    upload_f32(w.ffn_norm, l.ffn_norm, "norm weights");
-    l.wqkv.reserve(static_cast<size_t>((q_dim + 2 * kv_dim) * n_embd), name_, "weights");
-    upload_bf16(w.wq, l.wqkv.get());
-    upload_bf16(w.wk, l.wqkv.get() + q_dim * n_embd);
-    upload_bf16(w.wv, l.wqkv.get() + (q_dim + kv_dim) * n_embd);
-    for (auto [m, dst] : {std::pair{&w.wo, &l.wo}, std::pair{&w.w_gate, &l.w_gate},
-                          std::pair{&w.w_up, &l.w_up}, std::pair{&w.w_down, &l.w_down}}) {
-      dst->reserve(static_cast<size_t>(m->rows * m->cols), name_, "weights");
-      upload_bf16(*m, dst->get());
-    }
-  }
-  upload_f32(model_.output_norm(), output_norm_, "norm weights");
-  const WeightMatrix& out = model_.output();
-  lm_head_.reserve(static_cast<size_t>(out.rows * out.cols), name_, "the LM head");
-  upload_bf16(out, lm_head_.get());
-  sync("uploading the weights");
-  stage_raw_ = DeviceArray<uint8_t>();
-  stage_f32_ = DeviceArray<float>();
 }
 
 void CudaDevice::sync(const char* what) {
@@ -421,7 +476,7 @@ void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, 
 void CudaDevice::lm_head_rows(int64_t rows, std::vector<float>& logits) {
   logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(hp_.n_vocab));
   if (rows == 0) return;
-  linear(xgn_.get(), lm_head_.get(), logits_.get(), rows, hp_.n_vocab, hp_.n_embd);
+  linear(xgn_.get(), w_->lm_head.get(), logits_.get(), rows, hp_.n_vocab, hp_.n_embd);
   check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         name_, "downloading logits");
@@ -486,9 +541,9 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   launch(name_, "forward pass", [&] {
-    kernels::launch_embedding(embd_type_, embd_.get(), tokens_.get(), x_.get(), n, n_embd, stream_);
+    kernels::launch_embedding(w_->embd_type, w_->embd.get(), tokens_.get(), x_.get(), n, n_embd, stream_);
     for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
-      const CudaLayer& w = layers_[static_cast<size_t>(layer)];
+      const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
       // Attention block.
       kernels::launch_rms_norm(x_.get(), w.attn_norm.get(), xn_.get(), n, n_embd, hp_.rms_eps,
                                stream_);
@@ -526,7 +581,7 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
           name_, "gathering logit rows");
   if (n_logit > 0)
     launch(name_, "final norm", [&] {
-      kernels::launch_rms_norm(xg_.get(), output_norm_.get(), xgn_.get(), n_logit, n_embd,
+      kernels::launch_rms_norm(xg_.get(), w_->output_norm.get(), xgn_.get(), n_logit, n_embd,
                                hp_.rms_eps, stream_);
     });
   lm_head_rows(n_logit, logits);

@@ -8,7 +8,11 @@
 namespace tokenfab {
 
 std::string DeviceSpec::name() const {
-  return std::string(kind == DeviceKind::kCpu ? "cpu" : "cuda") + ":" + std::to_string(index);
+  const char* part = partition == DevicePartition::kPrefill  ? "/prefill"
+                     : partition == DevicePartition::kDecode ? "/decode"
+                                                             : "";
+  return std::string(kind == DeviceKind::kCpu ? "cpu" : "cuda") + ":" + std::to_string(index) +
+         part;
 }
 
 std::vector<DeviceSpec> parse_device_list(std::string_view text, std::string_view flag) {

@@ -24,10 +24,16 @@ namespace tokenfab {
 
 enum class DeviceKind : uint8_t { kCpu, kCuda };
 
+// A GPU named in both --prefill and --decode serves as two partitions of itself: two workers,
+// each with its own stream (decode at the higher priority) and KV pool, sharing one copy of the
+// weights (core/device/cuda_model.h).
+enum class DevicePartition : uint8_t { kWhole, kPrefill, kDecode };
+
 struct DeviceSpec {
   DeviceKind kind = DeviceKind::kCpu;
   int32_t index = 0;
-  std::string name() const;  // "cpu:0"
+  DevicePartition partition = DevicePartition::kWhole;
+  std::string name() const;  // "cpu:0", "cuda:1", "cuda:0/prefill"
   bool operator==(const DeviceSpec&) const = default;
 };
 

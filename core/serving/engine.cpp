@@ -66,11 +66,22 @@ struct DevicePlan {
 std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
   std::vector<DevicePlan> plan;
   auto add = [&](const std::string& list, const char* flag, WorkerRole role) {
-    for (const DeviceSpec& d : parse_device_list(list, flag)) {
-      for (const DevicePlan& p : plan)
-        if (p.spec == d)
-          throw Error(std::string(flag) + ": " + d.name() + " is already a " +
-                      worker_role_name(p.role) + " device; the device lists must be disjoint");
+    for (DeviceSpec d : parse_device_list(list, flag)) {
+      for (DevicePlan& p : plan) {
+        if (p.spec != d) continue;
+        // One GPU as prefill and decode devices: two partitions of it.
+        if (d.kind == DeviceKind::kCuda && p.role == WorkerRole::kPrefill &&
+            role == WorkerRole::kDecode) {
+          p.spec.partition = DevicePartition::kPrefill;
+          d.partition = DevicePartition::kDecode;
+          continue;
+        }
+        throw Error(std::string(flag) + ": " + d.name() + " is already a " +
+                    worker_role_name(p.role) + " device; the device lists must be disjoint" +
+                    (d.kind == DeviceKind::kCuda
+                         ? " (a GPU may be both a --prefill and a --decode device: two partitions)"
+                         : ""));
+      }
       plan.push_back({d, role});
     }
   };
@@ -78,16 +89,27 @@ std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
     add(c.prefill, "--prefill", WorkerRole::kPrefill);
     if (!c.long_prefill.empty()) add(c.long_prefill, "--long-prefill", WorkerRole::kLongPrefill);
     add(c.decode, "--decode", WorkerRole::kDecode);
-    for (const DevicePlan& p : plan)
-      if (p.spec.kind == DeviceKind::kCuda)
-        throw Error("engine configuration: " + p.spec.name() +
-                    " in disaggregated mode: moving KV between CUDA pools (cuda_p2p, host_staged) "
-                    "and one-GPU prefill/decode partitions are not built yet; serve it colocated "
-                    "with --devices " + p.spec.name());
   } else {
     add(c.devices, "--devices", WorkerRole::kColocated);
   }
   return plan;
+}
+
+// The connector for the plan: loopback cannot reach GPU memory, so with a GPU among the devices
+// the default (loopback) becomes "cuda" (peer copies where possible, host staging otherwise). A
+// CUDA connector without a GPU is refused.
+std::string connector_for(const EngineConfig& c, const std::vector<DevicePlan>& plan) {
+  const bool any_gpu = std::any_of(plan.begin(), plan.end(), [](const DevicePlan& p) {
+    return p.spec.kind == DeviceKind::kCuda;
+  });
+  if (any_gpu && c.connector == "loopback") return "cuda";
+  const bool gpu_connector =
+      c.connector == "cuda" || c.connector == "cuda_p2p" || c.connector == "host_staged";
+  if (!any_gpu && gpu_connector)
+    throw Error("engine configuration: the " + c.connector +
+                " connector moves KV to or from GPU memory, and every device is a CPU (use "
+                "loopback)");
+  return c.connector;
 }
 
 }  // namespace
@@ -106,7 +128,7 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   const std::vector<int> threads = divide_threads(total_threads, static_cast<int>(plan.size()));
   const int32_t kv_blocks = kv_blocks_for_budget(model.hparams(), config_.block_size,
                                                  config_.kv_mem_mb, config_.kv_blocks);
-  connector_ = make_kv_connector(config_.connector);
+  connector_ = make_kv_connector(connector_for(config_, plan));
   std::vector<Worker*> prefill, long_prefill, decode;
   for (size_t i = 0; i < plan.size(); ++i) {
     std::unique_ptr<Device> device;

@@ -35,8 +35,10 @@ std::optional<double> KvTransferStats::gb_per_s() const {
 
 std::unique_ptr<KvConnector> make_kv_connector(std::string_view backend) {
   if (backend == "loopback") return make_loopback_connector();
+  if (backend == "cuda_p2p" || backend == "host_staged" || backend == "cuda")
+    return make_cuda_connector(backend);
   throw Error("unknown KV connector backend \"" + std::string(backend) +
-              "\" (built in: loopback; host_staged and cuda_p2p come with the CUDA backend)");
+              "\" (loopback; with the CUDA backend also cuda, cuda_p2p and host_staged)");
 }
 
 }  // namespace tokenfab

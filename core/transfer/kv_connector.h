@@ -6,9 +6,12 @@
 //
 // Backends:
 //   loopback     two pools of this process in host memory (CPU virtual devices): memcpy on the
-//                connector's own thread (this file's LoopbackConnector).
-//   host_staged  (CUDA issue) device → pinned host buffer → device, where GPUs have no peer access.
-//   cuda_p2p     (CUDA issue) cudaMemcpyPeerAsync between two GPUs' pools.
+//                connector's own thread (loopback_connector.cpp).
+//   host_staged  GPU → pinned host memory → GPU (or a host pool on either side), double-buffered.
+//   cuda_p2p     cudaMemcpyPeerAsync between two GPUs' pools, or no move at all between two pools
+//                of one GPU (its prefill and decode partitions).
+//   cuda         cuda_p2p where the two GPUs have peer access, host_staged otherwise.
+// (cuda_connector.cpp; the CUDA ones exist in builds with the CUDA backend.)
 // All three see a pool only through KvBlockStore: per (layer, block), where its K and V bytes
 // live and in which memory; a backend refuses stores whose memory it cannot reach.
 //
@@ -119,8 +122,10 @@ class KvConnector {
 // Copies between KvBlockStores in host memory on one background thread, in send() order.
 std::unique_ptr<KvConnector> make_loopback_connector();
 
-// Makes a connector by backend name; throws Error naming the backends built in for an unknown
-// one (host_staged and cuda_p2p come with the CUDA backend).
+// A CUDA backend by name (cuda_p2p, host_staged, cuda); throws Error in a build without CUDA.
+std::unique_ptr<KvConnector> make_cuda_connector(std::string_view backend);
+
+// Makes a connector by backend name; throws Error naming the backends for an unknown one.
 std::unique_ptr<KvConnector> make_kv_connector(std::string_view backend);
 
 }  // namespace tokenfab

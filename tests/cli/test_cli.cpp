@@ -362,6 +362,16 @@ void CliTest::bad_input_data() {
   QTest::newRow("fewer threads than devices")
       << QStringList{"generate", "--prompt", "hi", "--devices", "cpu:0,cpu:1", "--threads", "1"}
       << "cannot give each of the 2 devices a thread" << true;
+  QTest::newRow("bench on two devices")
+      << QStringList{"bench", "--device", "cpu:0,cpu:1", "--gen-tokens", "2"}
+      << "bench runs on one device" << true;
+  QTest::newRow("batch-bench on two devices")
+      << QStringList{"batch-bench", "--device", "cpu:0,cpu:1", "--streams", "1"}
+      << "a benchmark runs on one device" << true;
+  QTest::newRow("GPU connector without a GPU")
+      << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0", "--decode", "cpu:1",
+                     "--connector", "host_staged"}
+      << "every device is a CPU (use loopback)" << true;
   QTest::newRow("bad prompt length range")
       << QStringList{"serve-bench", "--prompt-len", "90:40"} << "expected MIN:MAX" << true;
   QTest::newRow("ids not integers")

@@ -1,7 +1,8 @@
 // The CUDA Device against the CPU device on the same batches: logits of a synthetic model of the
 // embedded model's shape on mixed batches (prefill chunks, decode rows, a draft tree), the real
-// model's logits and greedy tokens when its file is present, and the engine serving on a GPU
-// exactly what it serves on the CPU (label gpu; skipped without a CUDA device).
+// model's logits and greedy tokens when its file is present, and the engine serving on a GPU,
+// colocated and disaggregated (two partitions of the GPU; CPU prefill → GPU decode), exactly what
+// it serves on the CPU (label gpu; skipped without a CUDA device).
 //
 // Tolerance. The two backends round differently on purpose: the CPU multiplies the file's
 // quantized blocks by activations quantized to 8 bits per block of 32 (relative error up to
@@ -104,7 +105,6 @@ class TestCudaModel : public QObject {
   void synthetic_logits_match_cpu_on_mixed_batches();
   void real_model_greedy_tokens_match_cpu();
   void engine_on_gpu_serves_what_cpu_serves();
-  void cuda_devices_in_disaggregated_mode_are_refused();
 
  private:
   QTemporaryDir dir_;
@@ -224,9 +224,13 @@ void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
         "Water boils at one hundred degrees Celsius at sea level because",
         "A list of three primary colours:"})
     prompts.push_back(tokenizer.encode(text, true, false));
-  auto serve = [&](const std::string& devices) {
+  // devices: colocated list; prefill/decode: disaggregated lists.
+  auto serve = [&](const std::string& devices, const std::string& prefill,
+                   const std::string& decode) {
     EngineConfig c;
     c.devices = devices;
+    c.prefill = prefill;
+    c.decode = decode;
     c.threads = 2;
     c.kv_blocks = 256;
     Engine engine(*model, c);
@@ -236,29 +240,23 @@ void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
     for (const RequestId id : ids) {
       const RequestInfo info = engine.wait(id);
       if (info.state != RequestState::kFinished)
-        qWarning("%s: request %lld ended %s: %s", devices.c_str(), static_cast<long long>(id),
-                 request_state_name(info.state), info.error.c_str());
+        qWarning("%s%s→%s: request %lld ended %s: %s", devices.c_str(), prefill.c_str(),
+                 decode.c_str(), static_cast<long long>(id), request_state_name(info.state),
+                 info.error.c_str());
       out.push_back(info.output);
     }
     return out;
   };
-  const auto cpu = serve("cpu:0");
-  const auto gpu = serve("cuda:0");
-  for (size_t i = 0; i < prompts.size(); ++i) QCOMPARE(gpu[i], cpu[i]);
-}
-
-void TestCudaModel::cuda_devices_in_disaggregated_mode_are_refused() {
-  EngineConfig c;
-  c.prefill = "cpu:0";
-  c.decode = "cuda:0";
-  c.threads = 2;
-  c.kv_blocks = 64;
-  try {
-    Engine engine(*synthetic_, c);
-    QFAIL("an engine with a CUDA decode device in disaggregated mode was built");
-  } catch (const Error& e) {
-    QVERIFY2(std::string(e.what()).find("cuda:0 in disaggregated mode") != std::string::npos,
-             e.what());
+  const auto cpu = serve("cpu:0", "", "");
+  const auto gpu = serve("cuda:0", "", "");
+  // Two partitions of one GPU (KV handed over on the GPU), and CPU prefill → GPU decode (KV
+  // staged through pinned host memory).
+  const auto partitions = serve("", "cuda:0", "cuda:0");
+  const auto cpu_to_gpu = serve("", "cpu:0", "cuda:0");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    QCOMPARE(gpu[i], cpu[i]);
+    QCOMPARE(partitions[i], gpu[i]);
+    QCOMPARE(cpu_to_gpu[i], gpu[i]);
   }
 }
 
