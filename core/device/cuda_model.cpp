@@ -40,7 +40,7 @@ namespace tokenfab {
 bool cuda_backend_built() { return false; }
 
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int, int32_t,
-                                         int32_t) {
+                                         int32_t, bool) {
   throw Error(spec.name() + ": this build has no CUDA backend (it is built where nvcc is found)");
 }
 
@@ -51,6 +51,10 @@ bool cuda_backend_built() { return true; }
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
+
+// Decode steps' CUDA graphs are captured per row count and per this many keys of context: the
+// attention grid covers the bucket (about 1 µs of idle splits per 1,024 keys).
+constexpr int32_t kGraphKeyBucket = 1024;
 
 std::string mib(uint64_t bytes) {
   return std::to_string(static_cast<int64_t>(std::ceil(static_cast<double>(bytes) / kMiB))) +
@@ -99,8 +103,9 @@ class DeviceArray {
   }
 
   // At least `count` values; `device` and `what` name them in an out-of-memory error.
-  void reserve(size_t count, const std::string& device, const char* what) {
-    if (count <= count_) return;
+  // Returns true when it allocated (the old pointer is gone).
+  bool reserve(size_t count, const std::string& device, const char* what) {
+    if (count <= count_) return false;
     if (data_ != nullptr) cudaFree(data_);  // waits for the work that may still read it
     data_ = nullptr;
     count_ = 0;
@@ -114,6 +119,7 @@ class DeviceArray {
                   "): " + cudaGetErrorString(err));
     }
     count_ = count;
+    return true;
   }
   T* get() const { return data_; }
   size_t size() const { return count_; }
@@ -337,7 +343,7 @@ std::shared_ptr<const CudaWeights> shared_weights(const LlamaModel& model, int i
 class CudaDevice final : public Device {
  public:
   CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
-             int32_t block_size);
+             int32_t block_size, bool use_graphs);
   ~CudaDevice() override;
 
   const DeviceSpec& spec() const override { return spec_; }
@@ -358,6 +364,15 @@ class CudaDevice final : public Device {
   void linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n, int64_t k);
   // logits (rows, n_vocab) on the host from final-norm hidden states xgn_ (rows, n_embd).
   void lm_head_rows(int64_t rows, std::vector<float>& logits);
+  // Enqueues the layers over the uploaded rows, then the final norm and LM head of the logit
+  // rows (from x_ itself when every row's logits are wanted in order, `gathered` false) into
+  // logits_ and xgn_.
+  void enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
+                       int32_t max_keys, int64_t ws_floats, bool gathered);
+  // A decode-only step through its CUDA graph: captured on the second step of a shape (the first
+  // runs directly, so cuBLASLt has chosen its algorithms), replayed after that.
+  void run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats);
+  void drop_graphs();
   void sync(const char* what);
 
   DeviceSpec spec_;
@@ -381,11 +396,21 @@ class CudaDevice final : public Device {
   DeviceArray<float> x_, xn_, qkv_, att_, proj_, gate_, up_, workspace_;
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
+
+  // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
+  // so any buffer it uses growing drops them all.
+  const bool use_graphs_;
+  struct Graph {
+    int runs = 0;  // direct runs so far (capture on the second)
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::map<std::pair<int64_t, int32_t>, Graph> graphs_;
 };
 
 CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
-                       int32_t block_size)
-    : spec_(spec), name_(spec.name()), model_(model), hp_(model.hparams()), pool_(threads) {
+                       int32_t block_size, bool use_graphs)
+    : spec_(spec), name_(spec.name()), model_(model), hp_(model.hparams()), pool_(threads),
+      use_graphs_(use_graphs) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
@@ -419,6 +444,7 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
 CudaDevice::~CudaDevice() {
   cudaSetDevice(spec_.index);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  drop_graphs();
   gemm_.reset();
   kv_.reset();
   w_.reset();
@@ -450,19 +476,31 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   const auto lr = static_cast<size_t>(std::max<int64_t>(logit_rows, 1));
   const auto e = static_cast<size_t>(hp_.n_embd);
   const size_t widest = static_cast<size_t>(std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff}));
-  x_.reserve(r * e, name_, "activations");
-  xn_.reserve(r * e, name_, "activations");
-  qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
-  att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
-  proj_.reserve(r * e, name_, "activations");
-  gate_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
-  up_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
-  act16_.reserve(std::max(r, lr) * widest, name_, "activations");
-  workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
-                     "the attention workspace");
-  xg_.reserve(lr * e, name_, "logit rows");
-  xgn_.reserve(lr * e, name_, "logit rows");
-  logits_.reserve(lr * static_cast<size_t>(hp_.n_vocab), name_, "logits");
+  bool grew = false;
+  grew |= x_.reserve(r * e, name_, "activations");
+  grew |= xn_.reserve(r * e, name_, "activations");
+  grew |= qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
+  grew |= att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
+  grew |= proj_.reserve(r * e, name_, "activations");
+  grew |= gate_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
+  grew |= up_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
+  grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
+  grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
+                             "the attention workspace");
+  grew |= xg_.reserve(lr * e, name_, "logit rows");
+  grew |= xgn_.reserve(lr * e, name_, "logit rows");
+  grew |= logits_.reserve(lr * static_cast<size_t>(hp_.n_vocab), name_, "logits");
+  grew |= tokens_.reserve(r, name_, "tokens");
+  grew |= positions_.reserve(r, name_, "positions");
+  grew |= slots_.reserve(r, name_, "KV slots");
+  grew |= att_rows_.reserve(r, name_, "attention rows");
+  if (grew) drop_graphs();
+}
+
+void CudaDevice::drop_graphs() {
+  for (auto& [key, g] : graphs_)
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
 }
 
 void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
@@ -506,13 +544,17 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
   }
   kernels::CudaPagedRows att;
   launch(name_, "attention rows", [&] { att = kernels::flatten_paged_rows(device_seqs_); });
-  const int64_t ws_floats = kernels::paged_decode_workspace_floats(n, hp_.n_head, hp_.head_dim,
-                                                                   att.max_keys);
+  // Decode-only steps (one token per sequence, every row's logits, in order) replay a CUDA graph
+  // captured for their row count and a bucket of key counts: the attention kernel's grid is sized
+  // for the bucket, and the splits past a row's own keys return at once.
+  const bool decode_only =
+      use_graphs_ && n_logit == n && static_cast<int64_t>(batch.size()) == n && att.paths.empty();
+  const int32_t max_keys =
+      decode_only ? (att.max_keys + kGraphKeyBucket - 1) / kGraphKeyBucket * kGraphKeyBucket
+                  : att.max_keys;
+  const int64_t ws_floats =
+      kernels::paged_decode_workspace_floats(n, hp_.n_head, hp_.head_dim, max_keys);
   reserve_rows(n, n_logit, ws_floats);
-  tokens_.reserve(static_cast<size_t>(n), name_, "tokens");
-  positions_.reserve(static_cast<size_t>(n), name_, "positions");
-  slots_.reserve(static_cast<size_t>(n), name_, "KV slots");
-  att_rows_.reserve(att.rows.size(), name_, "attention rows");
   paths_.reserve(std::max<size_t>(att.paths.size(), 1), name_, "tree paths");
 
   // The small per-step arrays (pageable sources: the copy has read them when the call returns).
@@ -537,11 +579,39 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
   upload(att_rows_.get(), att.rows, "uploading attention rows");
   upload(paths_.get(), att.paths, "uploading tree paths");
 
+  if (decode_only) {
+    run_graph(n, max_keys, ws_floats);
+  } else {
+    // The logit rows, gathered in order, for the final norm and the LM head.
+    for (int64_t j = 0; j < n_logit; ++j)
+      check(cudaMemcpyAsync(xg_.get() + j * hp_.n_embd,
+                            x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * hp_.n_embd,
+                            static_cast<size_t>(hp_.n_embd) * sizeof(float),
+                            cudaMemcpyDeviceToDevice, stream_),
+            name_, "gathering logit rows");
+    enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(),
+                    max_keys, ws_floats, true);
+  }
+  if (n_logit > 0)
+    check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, "downloading logits");
+  if (hidden && n_logit > 0)
+    check(cudaMemcpyAsync(hidden->data(), xgn_.get(), hidden->size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, "downloading hidden states");
+  sync("running a batch");
+}
+
+void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
+                                 int32_t max_keys, int64_t ws_floats, bool gathered) {
+  const int32_t bs = kv_->block_size();
   const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   launch(name_, "forward pass", [&] {
-    kernels::launch_embedding(w_->embd_type, w_->embd.get(), tokens_.get(), x_.get(), n, n_embd, stream_);
+    kernels::launch_embedding(w_->embd_type, w_->embd.get(), tokens_.get(), x_.get(), n, n_embd,
+                              stream_);
     for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
       const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
       // Attention block.
@@ -557,10 +627,10 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
                                     kv_->k(layer), kv_->v(layer), stream_);
       const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head,
                                       hp_.head_dim};
-      kernels::launch_paged_decode_attention(
-          pool, att_rows_.get(), static_cast<int64_t>(att.rows.size()),
-          att.paths.empty() ? nullptr : paths_.get(), att.max_keys, qkv_.get(), qkv_dim,
-          att_.get(), q_dim, hp_.n_head, scale, workspace_.get(), ws_floats, stream_);
+      kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
+                                             has_paths ? paths_.get() : nullptr, max_keys,
+                                             qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                             scale, workspace_.get(), ws_floats, stream_);
       linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
       // FFN block.
@@ -572,24 +642,37 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
       linear(gate_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
     }
+    if (n_logit == 0) return;
+    kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
+                             n_logit, n_embd, hp_.rms_eps, stream_);
   });
-  // The logit rows, gathered in order, through the final norm and the LM head.
-  for (int64_t j = 0; j < n_logit; ++j)
-    check(cudaMemcpyAsync(xg_.get() + j * n_embd, x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * n_embd,
-                          static_cast<size_t>(n_embd) * sizeof(float), cudaMemcpyDeviceToDevice,
-                          stream_),
-          name_, "gathering logit rows");
-  if (n_logit > 0)
-    launch(name_, "final norm", [&] {
-      kernels::launch_rms_norm(xg_.get(), w_->output_norm.get(), xgn_.get(), n_logit, n_embd,
-                               hp_.rms_eps, stream_);
-    });
-  lm_head_rows(n_logit, logits);
-  if (hidden && n_logit > 0)
-    check(cudaMemcpyAsync(hidden->data(), xgn_.get(), hidden->size() * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_),
-          name_, "downloading hidden states");
-  sync("running a batch");
+  if (n_logit > 0) linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd);
+}
+
+void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats) {
+  Graph& g = graphs_[{n, max_keys_bucket}];
+  if (g.exec == nullptr && g.runs < 1) {
+    ++g.runs;
+    enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, false);
+    return;
+  }
+  if (g.exec == nullptr) {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), name_,
+          "starting a CUDA graph capture");
+    try {
+      enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, false);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);  // the stream leaves capture mode either way
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), name_, "capturing a decode step");
+    const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(err, name_, "instantiating a decode step's CUDA graph");
+  }
+  check(cudaGraphLaunch(g.exec, stream_), name_, "launching a decode step's CUDA graph");
 }
 
 void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) {
@@ -607,10 +690,10 @@ void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) 
 }  // namespace
 
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
-                                         int32_t kv_blocks, int32_t block_size) {
+                                         int32_t kv_blocks, int32_t block_size, bool cuda_graphs) {
   if (spec.kind != DeviceKind::kCuda)
     throw Error(spec.name() + " is not a CUDA device");
-  return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size);
+  return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size, cuda_graphs);
 }
 
 #endif

@@ -12,7 +12,8 @@
 // KvStorage, so the pool's blocks mean the same on both backends.
 // Attention: the flash-decoding kernel (paged_decode_attention.cuh) for every row, decode rows,
 // prefill rows (causal) and draft-tree rows alike.
-// Not yet: CUDA graphs for the decode steps, a tiled prefill attention, KV transfers between GPUs.
+// Decode-only steps replay CUDA graphs, captured per row count and per 1,024 keys of context.
+// Not yet: a tiled prefill attention.
 //
 // This header is plain C++: it builds without CUDA, where make_cuda_device says so.
 
@@ -27,10 +28,12 @@ namespace tokenfab {
 bool cuda_backend_built();
 
 // A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of
-// block_size tokens in GPU memory, and `threads` host threads for sampling. Throws Error in a
-// build without CUDA, for a device index the machine does not have, and when the weights and the
-// pool do not fit in the device's free memory (naming both sizes).
+// block_size tokens in GPU memory, and `threads` host threads for sampling; `cuda_graphs` false
+// runs every step's kernels directly (the reference the graphs are tested against). Throws Error
+// in a build without CUDA, for a device index the machine does not have, and when the weights
+// and the pool do not fit in the device's free memory (naming both sizes).
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
-                                         int32_t kv_blocks, int32_t block_size);
+                                         int32_t kv_blocks, int32_t block_size,
+                                         bool cuda_graphs = true);
 
 }  // namespace tokenfab
