@@ -4,7 +4,8 @@
 # machine) and prints ONE JSON object on stdout:
 #   {"tests":{"passed":…,"failed":…,"skipped":…,"suites":[{"name":…,"exit":…,"passed":…,
 #    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"benchmarks":{"model":…,"bench":{…},
-#    "batch_bench_32":{…},"batch_bench_64":{…}},"cublas":"…","elapsed_s":…}
+#    "batch_bench_1":{…},"batch_bench_32":{…},"batch_bench_256":{…},"bench_llama3_8b":{…}},
+#    "cublas":"…","elapsed_s":…}
 # The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME or
 # the XDG cache), else with its synthetic twin (`tokenfab-cli synth`, same shape and types).
 # Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
@@ -104,21 +105,25 @@ if [ ! -f "$model" ]; then
   timeout 120 "$cli" synth --shape smollm2-135m --type q4_1 --out "$model" >/dev/null 2>&1 ||
     model_kind="none: tokenfab-cli synth failed"
 fi
-run_bench() {  # name, then the tokenfab-cli arguments
-  local name="$1" out rc
-  shift
+run_bench() {  # name, seconds allowed, then the tokenfab-cli arguments
+  local name="$1" limit="$2" out rc
+  shift 2
   echo "gpu_check: $name" >&2
-  out="$(timeout "$suite_timeout" "$cli" "$@" --model "$model" --json 2>/tmp/gpu_check_bench.err)"
+  out="$(timeout "$limit" "$cli" "$@" --json 2>/tmp/gpu_check_bench.err)"
   rc=$?
   if [ "$rc" -ne 0 ] || [ -z "$out" ]; then
     out="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_bench.err)")}"
   fi
   printf '%s' "$out"
 }
-bench_json="$(run_bench bench bench --device cuda:0 --prompt-tokens 512 --gen-tokens 128)"
-batch32_json="$(run_bench batch-bench-32 batch-bench --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 128)"
-batch64_json="$(run_bench batch-bench-64 batch-bench --device cuda:0 --streams 64 --prompt-tokens 128 --gen-tokens 128)"
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_32\":$batch32_json,\"batch_bench_64\":$batch64_json}"
+bench_json="$(run_bench bench 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256)"
+batch1_json="$(run_bench batch-bench-1 120 batch-bench --model "$model" --device cuda:0 --streams 1 --prompt-tokens 128 --gen-tokens 256)"
+batch32_json="$(run_bench batch-bench-32 120 batch-bench --model "$model" --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 256)"
+batch256_json="$(run_bench batch-bench-256 120 batch-bench --model "$model" --device cuda:0 --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096)"
+# The Llama 3 8B shape at batch 1 against the HBM roofline (a Q4_0 file is written quicker than a
+# BF16 one; the GPU holds BF16 weights either way).
+bench8b_json="$(run_bench bench-llama3-8b 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1)"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json}"
 
 printf '{"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$devices" \

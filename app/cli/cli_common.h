@@ -2,6 +2,7 @@
 // What every tokenfab-cli subcommand shares: the common flags, loading the model and tokenizer,
 // and printing one JSON object on stdout.
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,9 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset)
 // Throws Error for a list of several devices, or a CUDA device this build or machine lacks.
 std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
                                           int threads, int32_t kv_blocks, int32_t block_size);
+
+// The weight types `synth` writes, by their CLI names (f32, f16, bf16, q8_0, q4_0, q4_1).
+const std::map<std::string, kernels::WeightType>& weight_types();
 
 // Registration of each subcommand (cmd_*.cpp).
 void register_fetch(CLI::App& app);

@@ -3,7 +3,10 @@
 // (end-of-generation ignored); the medians are reported. On the CPU (--device cpu, the default)
 // it runs the single-sequence Generator; on a GPU (--device cuda:N) the CUDA Device over its
 // paged pool, one sequence per pass, after one untimed warm-up repetition (cuBLASLt picks its
-// algorithms on a shape's first call).
+// algorithms on a shape's first call), with TTFT and each decode step against the device's memory
+// roofline: (the weights as the GPU holds them + the KV read) ÷ its peak bandwidth.
+// --synthetic SHAPE benchmarks a synthetic model of that shape (random weights, written to a
+// temporary file and removed after) instead of --model.
 
 #include <algorithm>
 #include <iostream>
@@ -12,8 +15,15 @@
 #include <chrono>
 #include <numeric>
 
+#include <filesystem>
+#include <unistd.h>
+
 #include "cli_common.h"
 #include "core/common/error.h"
+#include "core/device/cuda_device.h"
+#include "core/device/cuda_model.h"
+#include "core/device/roofline.h"
+#include "core/model/synthetic_model.h"
 #include "core/runtime/generator.h"
 #include "core/runtime/kv_storage.h"
 
@@ -27,6 +37,35 @@ struct BenchCommand {
   int gen_tokens = 128;
   int repetitions = 3;
   std::string device = "cpu";
+  std::string synthetic;             // a SyntheticShape preset, or empty: --model
+  std::string synthetic_type = "q4_0";
+};
+
+// A synthetic model written for one benchmark: removed when the benchmark ends.
+class SyntheticFile {
+ public:
+  SyntheticFile(const std::string& shape_name, const std::string& type_name) {
+    const std::optional<SyntheticShape> shape = SyntheticShape::preset(shape_name);
+    if (!shape) throw Error("--synthetic \"" + shape_name + "\": unknown shape");
+    const auto type = weight_types().find(type_name);
+    if (type == weight_types().end())
+      throw Error("--synthetic-type \"" + type_name + "\": unknown weight type");
+    path_ = std::filesystem::temp_directory_path() /
+            ("tokenfab-bench-" + shape_name + "-" + std::to_string(::getpid()) + ".gguf");
+    std::cerr << "bench: writing a synthetic " << shape_name << " (" << type_name << ") to "
+              << path_.string() << std::endl;
+    write_synthetic_llama(path_, *shape, type->second, 1);
+  }
+  ~SyntheticFile() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  SyntheticFile(const SyntheticFile&) = delete;
+  SyntheticFile& operator=(const SyntheticFile&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -36,10 +75,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct DeviceRun {
+  double prefill_tok_s = 0, decode_tok_s = 0, ttft_ms = 0;
+  double step_ms = 0;  // median decode step
+};
+
 // One repetition on a Device: the prompt in one pass, then one pass per generated token.
-void device_repetition(Device& device, std::span<const TokenId> prompt, int gen_tokens,
-                       std::span<const int32_t> table, double& prefill_tok_s,
-                       double& decode_tok_s) {
+DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int gen_tokens,
+                            std::span<const int32_t> table) {
   const int64_t n_vocab = device.model().hparams().n_vocab;
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   std::vector<float> logits;
@@ -52,23 +95,37 @@ void device_repetition(Device& device, std::span<const TokenId> prompt, int gen_
   device.run({&seq, 1}, logits);
   const Clock::time_point first = Clock::now();
   tokens.push_back(next());
+  std::vector<double> steps;
   for (int i = 1; i < gen_tokens; ++i) {
     const auto pos = static_cast<int64_t>(tokens.size()) - 1;
     seq = BatchSequence{std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos), 1), pos,
                         table, true};
+    const Clock::time_point step_start = Clock::now();
     device.run({&seq, 1}, logits);
     tokens.push_back(next());
+    steps.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
   }
   const Clock::time_point last = Clock::now();
-  prefill_tok_s = static_cast<double>(prompt.size()) /
-                  std::max(1e-9, std::chrono::duration<double>(first - start).count());
-  decode_tok_s = static_cast<double>(gen_tokens - 1) /
-                 std::max(1e-9, std::chrono::duration<double>(last - first).count());
+  DeviceRun r;
+  const double prefill_s = std::chrono::duration<double>(first - start).count();
+  r.ttft_ms = prefill_s * 1e3;
+  r.prefill_tok_s = static_cast<double>(prompt.size()) / std::max(1e-9, prefill_s);
+  r.decode_tok_s = static_cast<double>(gen_tokens - 1) /
+                   std::max(1e-9, std::chrono::duration<double>(last - first).count());
+  r.step_ms = median(steps);
+  return r;
 }
 
 void run_device_bench(const BenchCommand& c) {
-  LoadedModel m = load_model(c.common);
-  const int64_t n_ctx = m.model->hparams().n_ctx_train;
+  std::unique_ptr<SyntheticFile> synthetic;
+  CommonOptions common = c.common;
+  if (!c.synthetic.empty()) {
+    synthetic = std::make_unique<SyntheticFile>(c.synthetic, c.synthetic_type);
+    common.model = synthetic->path().string();
+  }
+  LoadedModel m = load_model(common);
+  const HParams& hp = m.model->hparams();
+  const int64_t n_ctx = hp.n_ctx_train;
   if (c.prompt_tokens + c.gen_tokens > n_ctx)
     throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + --gen-tokens " +
                 std::to_string(c.gen_tokens) + " exceed the model's context of " +
@@ -80,27 +137,50 @@ void run_device_bench(const BenchCommand& c) {
       make_bench_device(c.device, *m.model, 1, n_blocks, block_size);
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
   std::iota(table.begin(), table.end(), 0);
-  std::vector<double> prefill, decode;
+  std::vector<double> prefill, decode, ttft, step;
   for (int rep = -1; rep < c.repetitions; ++rep) {  // rep −1: the warm-up
-    double p = 0, d = 0;
-    device_repetition(*device, prompt, c.gen_tokens, table, p, d);
+    const DeviceRun r = device_repetition(*device, prompt, c.gen_tokens, table);
     if (rep < 0) continue;
-    prefill.push_back(p);
-    decode.push_back(d);
+    prefill.push_back(r.prefill_tok_s);
+    decode.push_back(r.decode_tok_s);
+    ttft.push_back(r.ttft_ms);
+    step.push_back(r.step_ms);
     if (!c.common.json)
-      std::cerr << "run " << rep + 1 << ": prefill " << p << " tok/s, decode " << d << " tok/s"
-                << std::endl;
+      std::cerr << "run " << rep + 1 << ": prefill " << r.prefill_tok_s << " tok/s, decode "
+                << r.decode_tok_s << " tok/s" << std::endl;
   }
-  const nlohmann::json j = {{"prefill_tok_s", median(prefill)},
-                            {"decode_tok_s", median(decode)},
-                            {"model", m.model->file().name()},
-                            {"prompt_tokens", c.prompt_tokens},
-                            {"gen_tokens", c.gen_tokens},
-                            {"repetitions", c.repetitions},
-                            {"prefill_tok_s_runs", prefill},
-                            {"decode_tok_s_runs", decode},
-                            {"device", device->name()},
-                            {"backend", "cuda"}};
+  nlohmann::json j = {{"prefill_tok_s", median(prefill)},
+                      {"decode_tok_s", median(decode)},
+                      {"ttft_ms", median(ttft)},
+                      {"decode_step_ms", median(step)},
+                      {"model", m.model->file().name()},
+                      {"synthetic", !c.synthetic.empty()},
+                      {"prompt_tokens", c.prompt_tokens},
+                      {"gen_tokens", c.gen_tokens},
+                      {"repetitions", c.repetitions},
+                      {"prefill_tok_s_runs", prefill},
+                      {"decode_tok_s_runs", decode},
+                      {"device", device->name()},
+                      {"backend", "cuda"}};
+  // The memory roofline of a decode step at the middle of the generation: every weight byte the
+  // GPU holds and the KV of the context, read once at the device's peak bandwidth.
+  const CudaInventory inventory = enumerate_cuda_devices();
+  const int index = device->spec().index;
+  if (index < static_cast<int>(inventory.devices.size()) &&
+      inventory.devices[static_cast<size_t>(index)].bandwidth_gbs > 0) {
+    const double bandwidth = inventory.devices[static_cast<size_t>(index)].bandwidth_gbs;
+    StepWork work;
+    work.rows = 1;
+    work.logit_rows = 1;
+    work.kv_positions = c.prompt_tokens + c.gen_tokens / 2;
+    work.attended_positions = work.kv_positions;
+    work.compute_s = median(step) / 1e3;
+    const RooflinePoint point =
+        roofline(work, hp, cuda_weight_bytes(*m.model), bandwidth, /*peak_gmacs=*/0.0);
+    j["bandwidth_gbs"] = bandwidth;
+    j["roofline_step_ms"] = point.memory_bound_s * 1e3;
+    j["roofline_ratio"] = point.measured_s > 0 ? point.memory_bound_s / point.measured_s : 0.0;
+  }
   print_report(j, c.common.json);
 }
 
@@ -114,6 +194,9 @@ void run_bench(const BenchCommand& c) {
   }
   if (specs.size() != 1)
     throw Error("--device \"" + c.device + "\": bench runs on one device (e.g. cpu or cuda:0)");
+  if (!c.synthetic.empty())
+    throw Error("--synthetic is for GPU devices (--device cuda:N); on the CPU, write the model "
+                "with `tokenfab-cli synth` and pass it with --model");
   LoadedModel m = load_model(c.common);
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int threads = resolve_threads(c.common.threads);
@@ -156,6 +239,17 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--gen-tokens", c->gen_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--repetitions", c->repetitions, "runs; the median is reported")->capture_default_str();
   cmd->add_option("--device", c->device, "cpu, or cuda:N for a GPU")->capture_default_str();
+  cmd->add_option("--synthetic", c->synthetic,
+                  "benchmark a synthetic model of this shape (GPU devices): " +
+                      [] {
+                        std::string names;
+                        for (const std::string& n : SyntheticShape::preset_names())
+                          names += (names.empty() ? "" : ", ") + n;
+                        return names;
+                      }());
+  cmd->add_option("--synthetic-type", c->synthetic_type,
+                  "weight type of the synthetic file (the GPU holds BF16 either way)")
+      ->capture_default_str();
   cmd->callback([c] { run_bench(*c); });
 }
 

@@ -22,15 +22,6 @@ struct SynthCommand {
   bool json = false;
 };
 
-const std::map<std::string, kernels::WeightType>& weight_types() {
-  static const std::map<std::string, kernels::WeightType> types = {
-      {"f32", kernels::WeightType::F32},   {"f16", kernels::WeightType::F16},
-      {"bf16", kernels::WeightType::BF16}, {"q8_0", kernels::WeightType::Q8_0},
-      {"q4_0", kernels::WeightType::Q4_0}, {"q4_1", kernels::WeightType::Q4_1},
-  };
-  return types;
-}
-
 void run_synth(const SynthCommand& c) {
   const std::optional<SyntheticShape> shape = SyntheticShape::preset(c.shape);
   if (!shape)
@@ -53,6 +44,15 @@ void run_synth(const SynthCommand& c) {
 }
 
 }  // namespace
+
+const std::map<std::string, kernels::WeightType>& weight_types() {
+  static const std::map<std::string, kernels::WeightType> types = {
+      {"f32", kernels::WeightType::F32},   {"f16", kernels::WeightType::F16},
+      {"bf16", kernels::WeightType::BF16}, {"q8_0", kernels::WeightType::Q8_0},
+      {"q4_0", kernels::WeightType::Q4_0}, {"q4_1", kernels::WeightType::Q4_1},
+  };
+  return types;
+}
 
 void register_synth(CLI::App& app) {
   auto c = std::make_shared<SynthCommand>();

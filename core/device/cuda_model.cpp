@@ -35,6 +35,21 @@
 
 namespace tokenfab {
 
+uint64_t cuda_weight_bytes(const LlamaModel& model) {
+  const HParams& hp = model.hparams();
+  uint64_t bytes = 0;
+  auto matrix = [&](const WeightMatrix& m) {
+    bytes += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols) * 2;
+  };
+  for (const LayerWeights& l : model.layers()) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      matrix(*m);
+    bytes += 2 * static_cast<uint64_t>(hp.n_embd) * sizeof(float);
+  }
+  matrix(model.output());
+  return bytes + model.token_embedding().bytes() + static_cast<uint64_t>(hp.n_embd) * sizeof(float);
+}
+
 #if !TOKENFAB_HAVE_CUDA
 
 bool cuda_backend_built() { return false; }
@@ -226,23 +241,6 @@ struct CudaWeights {
     layers.clear();
   }
 };
-
-// Bytes the weights take on a GPU: the matrices in BF16, the norms in f32, the token embedding in
-// the file's type.
-uint64_t weight_bytes_on_gpu(const LlamaModel& model) {
-  const HParams& hp = model.hparams();
-  uint64_t bytes = 0;
-  auto matrix = [&](const WeightMatrix& m) {
-    bytes += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols) * 2;
-  };
-  for (const LayerWeights& l : model.layers()) {
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      matrix(*m);
-    bytes += 2 * static_cast<uint64_t>(hp.n_embd) * sizeof(float);
-  }
-  matrix(model.output());
-  return bytes + model.token_embedding().bytes() + static_cast<uint64_t>(hp.n_embd) * sizeof(float);
-}
 
 // Uploads a model's weights to the current GPU on `stream`, dequantizing each matrix to BF16
 // through staging buffers sized for the largest one; returns when they are in.
@@ -454,7 +452,7 @@ CudaDevice::~CudaDevice() {
 void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
   // Weights already on this GPU (another partition's) are shared, not loaded again.
   const uint64_t weights =
-      resident_weights(model_, spec_.index) ? 0 : weight_bytes_on_gpu(model_);
+      resident_weights(model_, spec_.index) ? 0 : cuda_weight_bytes(model_);
   const uint64_t kv = KvStorage::bytes_per_block(hp_, block_size) * static_cast<uint64_t>(kv_blocks);
   size_t free_bytes = 0, total_bytes = 0;
   check(cudaMemGetInfo(&free_bytes, &total_bytes), name_, "reading the free memory");

@@ -27,6 +27,10 @@ namespace tokenfab {
 // Whether this binary was built with the CUDA backend.
 bool cuda_backend_built();
 
+// Bytes a CUDA device holds for the model's weights: the matrices in BF16 (the LM head too), the
+// norms in f32, the token embedding in the file's type. Pure arithmetic; every build has it.
+uint64_t cuda_weight_bytes(const LlamaModel& model);
+
 // A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of
 // block_size tokens in GPU memory, and `threads` host threads for sampling; `cuda_graphs` false
 // runs every step's kernels directly (the reference the graphs are tested against). Throws Error
