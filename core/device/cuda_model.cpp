@@ -27,6 +27,7 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
+#include "kernels/cuda/paged_prefill_attention.cuh"
 #include "kernels/cuda/paged_rows.h"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -70,6 +71,10 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Decode steps' CUDA graphs are captured per row count and per this many keys of context: the
 // attention grid covers the bucket (about 1 µs of idle splits per 1,024 keys).
 constexpr int32_t kGraphKeyBucket = 1024;
+
+// Causal chunks of at least this many tokens use the tiled prefill attention kernel (their rows
+// share each key tile); shorter ones are decode rows.
+constexpr int64_t kMinPrefillChunk = 4;
 
 std::string mib(uint64_t bytes) {
   return std::to_string(static_cast<int64_t>(std::ceil(static_cast<double>(bytes) / kMiB))) +
@@ -366,7 +371,8 @@ class CudaDevice final : public Device {
   // rows (from x_ itself when every row's logits are wanted in order, `gathered` false) into
   // logits_ and xgn_.
   void enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
-                       int32_t max_keys, int64_t ws_floats, bool gathered);
+                       int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
+                       int32_t max_chunk_tokens, bool gathered);
   // A decode-only step through its CUDA graph: captured on the second step of a shape (the first
   // runs directly, so cuBLASLt has chosen its algorithms), replayed after that.
   void run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats);
@@ -388,7 +394,9 @@ class CudaDevice final : public Device {
   BatchRows rows_;
   std::vector<int32_t> h_i32_;  // host staging of the small int arrays below
   std::vector<int32_t> h_tables_;
-  std::vector<kernels::PagedSequence> device_seqs_;
+  std::vector<kernels::PagedSequence> device_seqs_, decode_seqs_;
+  std::vector<kernels::CudaPrefillChunk> h_chunks_;
+  DeviceArray<kernels::CudaPrefillChunk> chunks_;
   DeviceArray<int32_t> tokens_, positions_, slots_, tables_, paths_;
   DeviceArray<kernels::CudaPagedRow> att_rows_;
   DeviceArray<float> x_, xn_, qkv_, att_, proj_, gate_, up_, workspace_;
@@ -540,8 +548,22 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
     device_seqs_[i].blocks = tables_.get() + offset;
     offset += batch[i].blocks.size();
   }
+  // Causal chunks of kMinPrefillChunk tokens or more go to the tiled prefill kernel; decode rows
+  // and draft trees to the flash-decoding kernel.
+  decode_seqs_.clear();
+  h_chunks_.clear();
+  int32_t max_chunk_tokens = 0;
+  for (const kernels::PagedSequence& s : device_seqs_) {
+    if (s.parent == nullptr && s.n_tokens >= kMinPrefillChunk) {
+      h_chunks_.push_back({s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens),
+                           static_cast<int32_t>(s.pos0)});
+      max_chunk_tokens = std::max(max_chunk_tokens, static_cast<int32_t>(s.n_tokens));
+    } else {
+      decode_seqs_.push_back(s);
+    }
+  }
   kernels::CudaPagedRows att;
-  launch(name_, "attention rows", [&] { att = kernels::flatten_paged_rows(device_seqs_); });
+  launch(name_, "attention rows", [&] { att = kernels::flatten_paged_rows(decode_seqs_); });
   // Decode-only steps (one token per sequence, every row's logits, in order) replay a CUDA graph
   // captured for their row count and a bucket of key counts: the attention kernel's grid is sized
   // for the bucket, and the splits past a row's own keys return at once.
@@ -550,10 +572,11 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
   const int32_t max_keys =
       decode_only ? (att.max_keys + kGraphKeyBucket - 1) / kGraphKeyBucket * kGraphKeyBucket
                   : att.max_keys;
-  const int64_t ws_floats =
-      kernels::paged_decode_workspace_floats(n, hp_.n_head, hp_.head_dim, max_keys);
+  const int64_t ws_floats = kernels::paged_decode_workspace_floats(
+      static_cast<int64_t>(att.rows.size()), hp_.n_head, hp_.head_dim, max_keys);
   reserve_rows(n, n_logit, ws_floats);
   paths_.reserve(std::max<size_t>(att.paths.size(), 1), name_, "tree paths");
+  chunks_.reserve(std::max<size_t>(h_chunks_.size(), 1), name_, "prefill chunks");
 
   // The small per-step arrays (pageable sources: the copy has read them when the call returns).
   auto upload = [&](auto* dst, const auto& host, const char* what) {
@@ -576,6 +599,7 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
   upload(tables_.get(), h_tables_, "uploading block tables");
   upload(att_rows_.get(), att.rows, "uploading attention rows");
   upload(paths_.get(), att.paths, "uploading tree paths");
+  upload(chunks_.get(), h_chunks_, "uploading prefill chunks");
 
   if (decode_only) {
     run_graph(n, max_keys, ws_floats);
@@ -588,7 +612,8 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
                             cudaMemcpyDeviceToDevice, stream_),
             name_, "gathering logit rows");
     enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(),
-                    max_keys, ws_floats, true);
+                    max_keys, ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens,
+                    true);
   }
   if (n_logit > 0)
     check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
@@ -602,7 +627,8 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
 }
 
 void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
-                                 int32_t max_keys, int64_t ws_floats, bool gathered) {
+                                 int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
+                                 int32_t max_chunk_tokens, bool gathered) {
   const int32_t bs = kv_->block_size();
   const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
@@ -629,6 +655,9 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                                              has_paths ? paths_.get() : nullptr, max_keys,
                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
                                              scale, workspace_.get(), ws_floats, stream_);
+      kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
+                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                              scale, stream_);
       linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
       // FFN block.
@@ -651,7 +680,7 @@ void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats
   Graph& g = graphs_[{n, max_keys_bucket}];
   if (g.exec == nullptr && g.runs < 1) {
     ++g.runs;
-    enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, false);
+    enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false);
     return;
   }
   if (g.exec == nullptr) {
@@ -659,7 +688,7 @@ void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), name_,
           "starting a CUDA graph capture");
     try {
-      enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, false);
+      enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);  // the stream leaves capture mode either way
       if (graph != nullptr) cudaGraphDestroy(graph);

@@ -10,10 +10,10 @@
 // a dequantize-in-kernel GEMV for decode, has not been measured against this yet.
 // KV: fp16 in the same (n_blocks, n_kv_head, block_size, head_dim) layout per layer as the CPU's
 // KvStorage, so the pool's blocks mean the same on both backends.
-// Attention: the flash-decoding kernel (paged_decode_attention.cuh) for every row, decode rows,
-// prefill rows (causal) and draft-tree rows alike.
+// Attention: causal chunks of 4 tokens or more through the tiled prefill kernel
+// (paged_prefill_attention.cuh), decode rows and draft trees through the flash-decoding kernel
+// (paged_decode_attention.cuh).
 // Decode-only steps replay CUDA graphs, captured per row count and per 1,024 keys of context.
-// Not yet: a tiled prefill attention.
 //
 // This header is plain C++: it builds without CUDA, where make_cuda_device says so.
 

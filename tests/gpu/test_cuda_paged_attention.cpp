@@ -9,6 +9,8 @@
 // the exponentials (std::exp vs CUDA's expf, ≤ 2 ulp) and the dot products (≤ 256 f32 terms) add
 // about 1e-6. Allowed per element: 4e-6 + n_keys·2^-24. Rows with few keys are held to about
 // 1e-5, so a wrong or missing key (which moves an output by ~1/n_keys) cannot pass there.
+// The tiled prefill kernel is held to the same bound (one online softmax per row over its keys in
+// order, so its sums are within the same n·2^-24).
 
 #include <QtTest/QtTest>
 
@@ -26,6 +28,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
+#include "kernels/cuda/paged_prefill_attention.cuh"
 #include "kernels/cuda/paged_rows.h"
 #include "tests/gpu/cuda_test_support.h"
 
@@ -66,6 +69,8 @@ class TestCudaPagedAttention : public QObject {
   void decode_attention_matches_cpu_data();
   void decode_attention_matches_cpu();
   void decode_attention_rejects_bad_shapes();
+  void prefill_attention_matches_cpu_data();
+  void prefill_attention_matches_cpu();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -201,6 +206,103 @@ void TestCudaPagedAttention::decode_attention_rejects_bad_shapes() {
   const int32_t parent[] = {-1, 1};  // row 1 names itself
   const PagedSequence bad_tree{nullptr, 2, 0, 0, parent};
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, flatten_paged_rows({&bad_tree, 1}));
+}
+
+void TestCudaPagedAttention::prefill_attention_matches_cpu_data() {
+  QTest::addColumn<int>("n_head");
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("block_size");
+  QTest::newRow("9/3 x64 bs16") << 9 << 3 << 64 << 16;
+  QTest::newRow("32/8 x128 bs16") << 32 << 8 << 128 << 16;
+  QTest::newRow("6/1 x96 bs8") << 6 << 1 << 96 << 8;
+  QTest::newRow("2/1 x256 bs16") << 2 << 1 << 256 << 16;
+  QTest::newRow("3/3 x40 bs4") << 3 << 3 << 40 << 4;
+}
+
+// Causal chunks of several lengths, from position 0 and after earlier context, tiles ending
+// inside and on chunk boundaries, against the CPU.
+void TestCudaPagedAttention::prefill_attention_matches_cpu() {
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  std::mt19937 rng(static_cast<uint32_t>(n_head * 7 + n_kv_head * 13 + head_dim + block_size));
+  const std::vector<SequenceShape> shapes = {{37, 0, {}}, {4, 5, {}},    {16, 0, {}},
+                                             {17, 33, {}}, {100, 300, {}}, {64, 0, {}}};
+  std::vector<int64_t> n_seq_blocks;
+  int64_t n_blocks = 0, n_rows = 0;
+  int32_t max_tokens = 0;
+  for (const SequenceShape& s : shapes) {
+    n_seq_blocks.push_back((s.pos0 + s.n_tokens + block_size - 1) / block_size);
+    n_blocks += n_seq_blocks.back();
+    n_rows += s.n_tokens;
+    max_tokens = std::max(max_tokens, static_cast<int32_t>(s.n_tokens));
+  }
+  std::vector<int32_t> order(n_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  const int64_t pool_halves = n_blocks * n_kv_head * block_size * head_dim;
+  std::vector<uint16_t> k(pool_halves), v(pool_halves);
+  for (std::vector<uint16_t>* pool_part : {&k, &v}) {
+    const std::vector<float> values = random_floats(rng, pool_halves, -1.0f, 1.0f);
+    std::transform(values.begin(), values.end(), pool_part->begin(), fp32_to_fp16);
+  }
+  const int64_t stride = int64_t{n_head} * head_dim + 3;
+  const std::vector<float> q = random_floats(rng, n_rows * stride, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+  DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
+  DeviceBuffer<int32_t> dtables(order.size());
+  dk.upload(k);
+  dv.upload(v);
+  dtables.upload(order);
+  std::vector<PagedSequence> cpu_seqs;
+  std::vector<CudaPrefillChunk> chunks;
+  int64_t block0 = 0, q_row = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const SequenceShape& s = shapes[i];
+    cpu_seqs.push_back({order.data() + block0, s.n_tokens, s.pos0, q_row, nullptr});
+    chunks.push_back({dtables.get() + block0, q_row, static_cast<int32_t>(s.n_tokens),
+                      static_cast<int32_t>(s.pos0)});
+    block0 += n_seq_blocks[i];
+    q_row += s.n_tokens;
+  }
+  std::vector<float> want(q.size(), 0.0f);
+  const PagedKv cpu_kv{k.data(), v.data(), block_size, n_kv_head, head_dim};
+  ThreadPool pool(1);
+  PagedAttentionScratch scratch;
+  paged_attention(cpu_kv, cpu_seqs, q.data(), stride, want.data(), stride, n_head, scale, pool,
+                  scratch);
+
+  DeviceBuffer<CudaPrefillChunk> dchunks(chunks.size());
+  dchunks.upload(chunks);
+  DeviceBuffer<float> dq(q.size()), dout(q.size());
+  dq.upload(q);
+  TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
+  const CudaPagedKv gpu_kv{dk.get(), dv.get(), block_size, n_kv_head, head_dim};
+  launch_paged_prefill_attention(gpu_kv, dchunks.get(), static_cast<int64_t>(chunks.size()),
+                                 max_tokens, dq.get(), stride, dout.get(), stride, n_head, scale,
+                                 stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dout.download();
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const SequenceShape& s = shapes[si];
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+      const int64_t row = cpu_seqs[si].q_row + t;
+      const double bound = kAttentionAbs + (s.pos0 + t + 1) * std::ldexp(1.0, -24);
+      for (int64_t c = 0; c < stride; ++c) {
+        const int64_t i = row * stride + c;
+        QVERIFY2(std::fabs(double{got[i]} - want[i]) <= bound,
+                 qPrintable(QStringLiteral("chunk %1 token %2 col %3: gpu %4, cpu %5")
+                                .arg(si)
+                                .arg(t)
+                                .arg(c)
+                                .arg(static_cast<double>(got[i]), 0, 'g', 9)
+                                .arg(static_cast<double>(want[i]), 0, 'g', 9)));
+      }
+    }
+  }
 }
 
 QTEST_APPLESS_MAIN(TestCudaPagedAttention)

@@ -1,0 +1,40 @@
+#pragma once
+// Causal attention of prefill chunks over the fp16 paged KV pool on the GPU, tiled: a block takes
+// kPrefillQueryTile query rows of one head of one chunk and walks the keys in tiles of
+// kPrefillKeyTile, each tile of K and V gathered from the pool into shared memory once and read by
+// all the block's rows (the decode kernel reads every key once per row). Each warp keeps the
+// online softmax of its rows, a lane holding head elements lane, lane + 32, ... as in the decode
+// kernel. Mirrors kernels::paged_attention (kernels/cpu/paged_attention.h) for causal rows, to f32
+// rounding. Draft trees and single decode rows go to paged_decode_attention.cuh.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_decode_attention.cuh"
+
+namespace tokenfab::kernels {
+
+inline constexpr int kPrefillQueryTile = 16;  // query rows per block (4 warps × 4 rows)
+inline constexpr int kPrefillKeyTile = 32;    // keys per shared-memory tile
+
+// One causal chunk, device memory: token t (t < n_tokens) is q row q_row0 + t, at position
+// pos0 + t, and attends positions [0, pos0 + t] of the sequence whose block table is `blocks`.
+struct CudaPrefillChunk {
+  const int32_t* blocks;
+  int64_t q_row0;
+  int32_t n_tokens;
+  int32_t pos0;
+};
+
+// q: (q rows, n_head, head_dim) device f32, q_stride floats between rows; out: same layout,
+// out_stride. chunks: (n_chunks) device CudaPrefillChunk; max_tokens: the largest n_tokens.
+// Query head h reads kv head h / (n_head / kv.n_kv_head). Asynchronous on `stream`. Throws
+// std::invalid_argument for a bad shape (head_dim above kPagedDecodeMaxHeadDim, n_head not a
+// multiple of n_kv_head, more than 65535 chunks or heads), std::runtime_error if the launch fails.
+void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChunk* chunks,
+                                    int64_t n_chunks, int32_t max_tokens, const float* q,
+                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
+                                    float scale, cudaStream_t stream);
+
+}  // namespace tokenfab::kernels
