@@ -83,11 +83,12 @@ struct GpuBuffer {
   }
 };
 
-// What the connector keeps per GPU between transfers.
+// What the connector keeps per GPU between transfers. A GPU can be both ends (two partitions of
+// it), so the source and destination roles have buffers of their own.
 struct GpuSide {
   cudaStream_t stream = nullptr;
-  GpuBuffer ids;                 // the transfer's block ids on this GPU
-  std::array<GpuBuffer, 2> buf;  // packed layers, by parity
+  GpuBuffer src_ids, dst_ids;                // the transfer's block ids on this GPU
+  std::array<GpuBuffer, 2> src_buf, dst_buf;  // packed layers, by parity
 };
 
 class CudaConnector final : public QueuedConnector {
@@ -107,7 +108,7 @@ class CudaConnector final : public QueuedConnector {
 
  private:
   std::string side(int device, GpuSide*& out);
-  std::string upload_ids(int device, GpuSide& s, const std::vector<int32_t>& ids);
+  std::string upload_ids(int device, GpuSide& s, GpuBuffer& buffer, const std::vector<int32_t>& ids);
   std::string pinned(size_t bytes);
   void destroy_events();
 
@@ -131,7 +132,8 @@ CudaConnector::~CudaConnector() {
   for (auto& [device, s] : gpus_) {
     cudaSetDevice(device);
     if (s.stream != nullptr) cudaStreamSynchronize(s.stream);
-    for (GpuBuffer* b : {&s.ids, &s.buf[0], &s.buf[1]})
+    for (GpuBuffer* b : {&s.src_ids, &s.dst_ids, &s.src_buf[0], &s.src_buf[1], &s.dst_buf[0],
+                         &s.dst_buf[1]})
       if (b->data != nullptr) cudaFree(b->data);
     if (s.stream != nullptr) cudaStreamDestroy(s.stream);
   }
@@ -169,10 +171,11 @@ std::string CudaConnector::side(int device, GpuSide*& out) {
   return {};
 }
 
-std::string CudaConnector::upload_ids(int device, GpuSide& s, const std::vector<int32_t>& ids) {
-  if (std::string e = s.ids.reserve(device, ids.size() * sizeof(int32_t)); !e.empty()) return e;
+std::string CudaConnector::upload_ids(int device, GpuSide& s, GpuBuffer& buffer,
+                                      const std::vector<int32_t>& ids) {
+  if (std::string e = buffer.reserve(device, ids.size() * sizeof(int32_t)); !e.empty()) return e;
   TOKENFAB_TRY_CUDA(cudaSetDevice(device));
-  TOKENFAB_TRY_CUDA(cudaMemcpyAsync(s.ids.data, ids.data(), ids.size() * sizeof(int32_t),
+  TOKENFAB_TRY_CUDA(cudaMemcpyAsync(buffer.data, ids.data(), ids.size() * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, s.stream));
   // The ids live in pageable memory the caller keeps; the copy has read them once the stream has.
   TOKENFAB_TRY_CUDA(cudaStreamSynchronize(s.stream));
@@ -217,22 +220,24 @@ std::string CudaConnector::begin_transfer(const KvTransferSpec& spec) {
   }
   destroy_events();
   used_ = {false, false};
-  for (int p = 0; p < 2; ++p) {
-    if (src_dev_ >= 0) {
-      GpuSide* s = nullptr;
-      if (std::string e = side(src_dev_, s); !e.empty()) return e;
-      if (std::string e = upload_ids(src_dev_, *s, spec.src_blocks); !e.empty()) return e;
-      if (std::string e = s->buf[p].reserve(src_dev_, layer_bytes_); !e.empty()) return e;
+  if (src_dev_ >= 0) {
+    GpuSide* s = nullptr;
+    if (std::string e = side(src_dev_, s); !e.empty()) return e;
+    if (std::string e = upload_ids(src_dev_, *s, s->src_ids, spec.src_blocks); !e.empty()) return e;
+    for (int p = 0; p < 2; ++p) {
+      if (std::string e = s->src_buf[p].reserve(src_dev_, layer_bytes_); !e.empty()) return e;
       TOKENFAB_TRY_CUDA(cudaSetDevice(src_dev_));
       TOKENFAB_TRY_CUDA(cudaEventCreateWithFlags(&copied_[p], cudaEventDisableTiming));
     }
-    if (dst_dev_ >= 0) {
-      GpuSide* s = nullptr;
-      if (std::string e = side(dst_dev_, s); !e.empty()) return e;
-      if (std::string e = upload_ids(dst_dev_, *s, spec.dst_blocks); !e.empty()) return e;
+  }
+  if (dst_dev_ >= 0) {
+    GpuSide* s = nullptr;
+    if (std::string e = side(dst_dev_, s); !e.empty()) return e;
+    if (std::string e = upload_ids(dst_dev_, *s, s->dst_ids, spec.dst_blocks); !e.empty()) return e;
+    for (int p = 0; p < 2; ++p) {
       // One GPU: the destination unpacks straight from the source's buffer.
       if (!(peer_ && src_dev_ == dst_dev_))
-        if (std::string e = s->buf[p].reserve(dst_dev_, layer_bytes_); !e.empty()) return e;
+        if (std::string e = s->dst_buf[p].reserve(dst_dev_, layer_bytes_); !e.empty()) return e;
       TOKENFAB_TRY_CUDA(cudaSetDevice(dst_dev_));
       TOKENFAB_TRY_CUDA(cudaEventCreateWithFlags(&unpacked_[p], cudaEventDisableTiming));
     }
@@ -250,7 +255,7 @@ std::string CudaConnector::copy_layer(const KvTransferSpec& spec, int32_t layer)
   auto halves = [](std::byte* b) { return reinterpret_cast<uint16_t*>(b); };
   GpuSide* src = src_dev_ >= 0 ? &gpus_[src_dev_] : nullptr;
   GpuSide* dst = dst_dev_ >= 0 ? &gpus_[dst_dev_] : nullptr;
-  void* dst_buf = dst != nullptr ? dst->buf[p].data : nullptr;
+  void* dst_buf = dst != nullptr ? dst->dst_buf[p].data : nullptr;
   try {
     // 1. The layer, packed: on the source GPU, or gathered into pinned memory from a host pool.
     if (src != nullptr) {
@@ -259,8 +264,9 @@ std::string CudaConnector::copy_layer(const KvTransferSpec& spec, int32_t layer)
       if (used_[p]) TOKENFAB_TRY_CUDA(cudaStreamWaitEvent(src->stream, unpacked_[p], 0));
       kernels::launch_kv_pack_blocks(halves(spec.src->k_block(layer, 0)),
                                      halves(spec.src->v_block(layer, 0)),
-                                     static_cast<const int32_t*>(src->ids.data), n, block_halves,
-                                     static_cast<uint16_t*>(src->buf[p].data), src->stream);
+                                     static_cast<const int32_t*>(src->src_ids.data), n,
+                                     block_halves, static_cast<uint16_t*>(src->src_buf[p].data),
+                                     src->stream);
     } else {
       if (used_[p]) TOKENFAB_TRY_CUDA(cudaEventSynchronize(unpacked_[p]));
       auto* out = static_cast<std::byte*>(host_[p]);
@@ -273,14 +279,14 @@ std::string CudaConnector::copy_layer(const KvTransferSpec& spec, int32_t layer)
     // 2. Across.
     if (peer_) {
       if (src_dev_ == dst_dev_) {
-        dst_buf = src->buf[p].data;
+        dst_buf = src->src_buf[p].data;
       } else {
-        TOKENFAB_TRY_CUDA(cudaMemcpyPeerAsync(dst_buf, dst_dev_, src->buf[p].data, src_dev_,
+        TOKENFAB_TRY_CUDA(cudaMemcpyPeerAsync(dst_buf, dst_dev_, src->src_buf[p].data, src_dev_,
                                               layer_bytes_, src->stream));
       }
       TOKENFAB_TRY_CUDA(cudaEventRecord(copied_[p], src->stream));
     } else if (src != nullptr) {
-      TOKENFAB_TRY_CUDA(cudaMemcpyAsync(host_[p], src->buf[p].data, layer_bytes_,
+      TOKENFAB_TRY_CUDA(cudaMemcpyAsync(host_[p], src->src_buf[p].data, layer_bytes_,
                                         cudaMemcpyDeviceToHost, src->stream));
       TOKENFAB_TRY_CUDA(cudaEventRecord(copied_[p], src->stream));
     }
@@ -292,7 +298,7 @@ std::string CudaConnector::copy_layer(const KvTransferSpec& spec, int32_t layer)
         TOKENFAB_TRY_CUDA(cudaMemcpyAsync(dst_buf, host_[p], layer_bytes_, cudaMemcpyHostToDevice,
                                           dst->stream));
       kernels::launch_kv_unpack_blocks(static_cast<const uint16_t*>(dst_buf),
-                                       static_cast<const int32_t*>(dst->ids.data), n, block_halves,
+                                       static_cast<const int32_t*>(dst->dst_ids.data), n, block_halves,
                                        halves(spec.dst->k_block(layer, 0)),
                                        halves(spec.dst->v_block(layer, 0)), dst->stream);
       TOKENFAB_TRY_CUDA(cudaEventRecord(unpacked_[p], dst->stream));
