@@ -229,8 +229,9 @@ class CudaKvPool final : public KvPool {
 
 struct CudaLayer {
   DeviceArray<float> attn_norm, ffn_norm;
-  DeviceArray<uint16_t> wqkv;  // (q_dim + 2·kv_dim, n_embd): wq, then wk, then wv
-  DeviceArray<uint16_t> wo, w_gate, w_up, w_down;
+  DeviceArray<uint16_t> wqkv;       // (q_dim + 2·kv_dim, n_embd): wq, then wk, then wv
+  DeviceArray<uint16_t> w_gate_up;  // (2·n_ff, n_embd): w_gate, then w_up
+  DeviceArray<uint16_t> wo, w_down;
 };
 
 // One model's weights on one GPU, shared by the devices (partitions) that run it there.
@@ -283,8 +284,10 @@ class WeightUploader {
       bf16(lw.wq, l.wqkv.get());
       bf16(lw.wk, l.wqkv.get() + q_dim * n_embd);
       bf16(lw.wv, l.wqkv.get() + (q_dim + kv_dim) * n_embd);
-      for (auto [m, dst] : {std::pair{&lw.wo, &l.wo}, std::pair{&lw.w_gate, &l.w_gate},
-                            std::pair{&lw.w_up, &l.w_up}, std::pair{&lw.w_down, &l.w_down}}) {
+      l.w_gate_up.reserve(static_cast<size_t>(2 * hp_.n_ff * n_embd), device_, "weights");
+      bf16(lw.w_gate, l.w_gate_up.get());
+      bf16(lw.w_up, l.w_gate_up.get() + hp_.n_ff * n_embd);
+      for (auto [m, dst] : {std::pair{&lw.wo, &l.wo}, std::pair{&lw.w_down, &l.w_down}}) {
         dst->reserve(static_cast<size_t>(m->rows * m->cols), device_, "weights");
         bf16(*m, dst->get());
       }
@@ -399,7 +402,7 @@ class CudaDevice final : public Device {
   DeviceArray<kernels::CudaPrefillChunk> chunks_;
   DeviceArray<int32_t> tokens_, positions_, slots_, tables_, paths_;
   DeviceArray<kernels::CudaPagedRow> att_rows_;
-  DeviceArray<float> x_, xn_, qkv_, att_, proj_, gate_, up_, workspace_;
+  DeviceArray<float> x_, qkv_, att_, proj_, gate_up_, workspace_;
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
 
@@ -484,12 +487,10 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   const size_t widest = static_cast<size_t>(std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff}));
   bool grew = false;
   grew |= x_.reserve(r * e, name_, "activations");
-  grew |= xn_.reserve(r * e, name_, "activations");
   grew |= qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
   grew |= att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
   grew |= proj_.reserve(r * e, name_, "activations");
-  grew |= gate_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
-  grew |= up_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
+  grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
   grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
                              "the attention workspace");
@@ -638,13 +639,12 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                               stream_);
     for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
       const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
-      // Attention block.
-      kernels::launch_rms_norm(x_.get(), w.attn_norm.get(), xn_.get(), n, n_embd, hp_.rms_eps,
-                               stream_);
-      linear(xn_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd);
-      kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head, hp_.head_dim,
-                           hp_.rot_dim, hp_.rope_base, stream_);
-      kernels::launch_rope(qkv_.get() + q_dim, positions_.get(), n, qkv_dim, hp_.n_kv_head,
+      // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
+      // the row), K/V into the pool, attention, output projection, residual.
+      kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd,
+                                    hp_.rms_eps, stream_);
+      gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
+      kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
                            hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_);
       kernels::launch_kv_store_rows(qkv_.get() + q_dim, qkv_.get() + q_dim + kv_dim, qkv_dim,
                                     slots_.get(), n, hp_.n_kv_head, hp_.head_dim, bs,
@@ -660,13 +660,13 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                                               scale, stream_);
       linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
-      // FFN block.
-      kernels::launch_rms_norm(x_.get(), w.ffn_norm.get(), xn_.get(), n, n_embd, hp_.rms_eps,
-                               stream_);
-      linear(xn_.get(), w.w_gate.get(), gate_.get(), n, n_ff, n_embd);
-      linear(xn_.get(), w.w_up.get(), up_.get(), n, n_ff, n_embd);
-      kernels::launch_silu_mul(gate_.get(), up_.get(), n * n_ff, stream_);
-      linear(gate_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff);
+      // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
+      kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd,
+                                    hp_.rms_eps, stream_);
+      gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd,
+                     stream_);
+      kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_);
+      gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
     }
     if (n_logit == 0) return;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace tokenfab::kernels {
@@ -11,13 +12,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // the grid-stride loop covers any n beyond this
 
-// The integer rounding of kernels::fp32_to_bf16, so NaN payloads and ties come out the same.
-__device__ inline uint16_t to_bf16_bits(float f) {
-  uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
+using cuda_detail::to_bf16_bits;
 
 __global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

@@ -13,4 +13,9 @@ namespace tokenfab::kernels {
 void launch_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
                      cudaStream_t stream);
 
+// The same, written as bf16 bits: exactly launch_rms_norm followed by launch_f32_to_bf16 (one
+// kernel instead of two; a GEMM's input).
+void launch_rms_norm_bf16(const float* x, const float* w, uint16_t* y, int64_t rows, int64_t n,
+                          float eps, cudaStream_t stream);
+
 }  // namespace tokenfab::kernels

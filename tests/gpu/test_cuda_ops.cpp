@@ -122,6 +122,8 @@ class TestCudaOps : public QObject {
   void f32_to_bf16_matches_cpu_exactly();
   void kv_store_matches_cpu_exactly_data();
   void kv_store_matches_cpu_exactly();
+  void bf16_outputs_equal_the_f32_ops_rounded_data() { add_shape_rows(); }
+  void bf16_outputs_equal_the_f32_ops_rounded();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -623,6 +625,52 @@ void TestCudaOps::kv_store_matches_cpu_exactly() {
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   QVERIFY2(dk.download() == want_k, "K pool differs from the CPU store");
   QVERIFY2(dv.download() == want_v, "V pool differs from the CPU store");
+}
+
+// The fused bf16 outputs (rms_norm_bf16, silu_mul_rows_bf16) are the f32 ops (each tested
+// against the CPU above) followed by kernels::fp32_to_bf16, bit for bit.
+void TestCudaOps::bf16_outputs_equal_the_f32_ops_rounded() {
+  QFETCH(qint64, rows);
+  QFETCH(qint64, n);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 31 + n));
+  const std::vector<float> x = random_floats(rng, rows * n, -3.0f, 3.0f);
+  const std::vector<float> w = random_floats(rng, n, 0.5f, 1.5f);
+  DeviceBuffer<float> dx(x.size()), dw(w.size()), dy(x.size());
+  DeviceBuffer<uint16_t> dy16(x.size());
+  dx.upload(x);
+  dw.upload(w);
+  launch_rms_norm(dx.get(), dw.get(), dy.get(), rows, n, kEps, stream_);
+  launch_rms_norm_bf16(dx.get(), dw.get(), dy16.get(), rows, n, kEps, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  {
+    const std::vector<float> f32 = dy.download();
+    const std::vector<uint16_t> got = dy16.download();
+    for (size_t i = 0; i < f32.size(); ++i)
+      QVERIFY2(got[i] == fp32_to_bf16(f32[i]),
+               qPrintable(QStringLiteral("rms_norm_bf16 element %1").arg(i)));
+  }
+
+  // silu_mul over [gate | up] rows against silu_mul over the separated halves.
+  const std::vector<float> gu = random_floats(rng, rows * 2 * n, -6.0f, 6.0f);
+  std::vector<float> gate(static_cast<size_t>(rows * n)), up(gate.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      gate[r * n + i] = gu[r * 2 * n + i];
+      up[r * n + i] = gu[r * 2 * n + n + i];
+    }
+  DeviceBuffer<float> dgu(gu.size()), dgate(gate.size()), dup(up.size());
+  DeviceBuffer<uint16_t> dout(gate.size());
+  dgu.upload(gu);
+  dgate.upload(gate);
+  dup.upload(up);
+  launch_silu_mul(dgate.get(), dup.get(), rows * n, stream_);
+  launch_silu_mul_rows_bf16(dgu.get(), rows, n, dout.get(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> f32 = dgate.download();
+  const std::vector<uint16_t> got = dout.download();
+  for (size_t i = 0; i < f32.size(); ++i)
+    QVERIFY2(got[i] == fp32_to_bf16(f32[i]),
+             qPrintable(QStringLiteral("silu_mul_rows_bf16 element %1").arg(i)));
 }
 
 QTEST_APPLESS_MAIN(TestCudaOps)
