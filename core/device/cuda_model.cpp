@@ -21,6 +21,7 @@
 
 #include "core/runtime/model_runner.h"
 #include "kernels/cuda/add_inplace.cuh"
+#include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -362,8 +363,15 @@ class CudaDevice final : public Device {
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
     parallel_for_on(pool_, n, fn);
   }
+  bool greedy_on_device() const override { return true; }
+  void run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
+                  std::vector<float>* hidden = nullptr) override;
 
  private:
+  // The pass itself; logits (or, with `argmax`, each row's argmax only) and hidden states to the
+  // host.
+  void forward(std::span<const BatchSequence> batch, std::vector<float>* logits,
+               std::vector<int32_t>* argmax, std::vector<float>* hidden);
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
@@ -405,6 +413,7 @@ class CudaDevice final : public Device {
   DeviceArray<float> x_, qkv_, att_, proj_, gate_up_, workspace_;
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
+  DeviceArray<int32_t> argmax_;           // each logit row's argmax (greedy steps)
 
   // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
   // so any buffer it uses growing drops them all.
@@ -497,6 +506,7 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= xg_.reserve(lr * e, name_, "logit rows");
   grew |= xgn_.reserve(lr * e, name_, "logit rows");
   grew |= logits_.reserve(lr * static_cast<size_t>(hp_.n_vocab), name_, "logits");
+  grew |= argmax_.reserve(lr, name_, "argmax");
   grew |= tokens_.reserve(r, name_, "tokens");
   grew |= positions_.reserve(r, name_, "positions");
   grew |= slots_.reserve(r, name_, "KV slots");
@@ -529,12 +539,23 @@ void CudaDevice::lm_head_rows(int64_t rows, std::vector<float>& logits) {
 
 void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& logits,
                      std::vector<float>* hidden) {
+  forward(batch, &logits, nullptr, hidden);
+}
+
+void CudaDevice::run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
+                            std::vector<float>* hidden) {
+  forward(batch, nullptr, &argmax, hidden);
+}
+
+void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float>* logits,
+                         std::vector<int32_t>* argmax, std::vector<float>* hidden) {
   validate_batch(batch, hp_, kv_->n_blocks(), kv_->block_size());
   check(cudaSetDevice(spec_.index), name_, "selecting the device");
   rows_.assign(batch);
   const auto n = static_cast<int64_t>(rows_.tokens.size());
   const auto n_logit = static_cast<int64_t>(rows_.logit_rows.size());
-  logits.resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_vocab));
+  if (logits) logits->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_vocab));
+  if (argmax) argmax->resize(static_cast<size_t>(n_logit));
   if (hidden) hidden->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_embd));
   if (n == 0) return;
   const int32_t bs = kv_->block_size();
@@ -616,10 +637,18 @@ void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& l
                     max_keys, ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens,
                     true);
   }
-  if (n_logit > 0)
-    check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
+  if (n_logit > 0 && logits)
+    check(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * sizeof(float),
                           cudaMemcpyDeviceToHost, stream_),
           name_, "downloading logits");
+  if (n_logit > 0 && argmax) {
+    launch(name_, "argmax", [&] {
+      kernels::launch_argmax_rows(logits_.get(), argmax_.get(), n_logit, hp_.n_vocab, stream_);
+    });
+    check(cudaMemcpyAsync(argmax->data(), argmax_.get(), argmax->size() * sizeof(int32_t),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, "downloading argmax");
+  }
   if (hidden && n_logit > 0)
     check(cudaMemcpyAsync(hidden->data(), xgn_.get(), hidden->size() * sizeof(float),
                           cudaMemcpyDeviceToHost, stream_),

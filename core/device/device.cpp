@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "core/common/error.h"
+#include "kernels/cpu/ops.h"
 
 namespace tokenfab {
 
@@ -92,6 +93,16 @@ CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int3
       pool_(threads),
       storage_(model.hparams(), kv_blocks, block_size, spec.name()),
       runner_(model, pool_, storage_) {}
+
+void Device::run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
+                        std::vector<float>* hidden) {
+  std::vector<float> logits;
+  run(batch, logits, hidden);
+  const int64_t n_vocab = model().hparams().n_vocab;
+  argmax.resize(logits.size() / static_cast<size_t>(n_vocab));
+  for (size_t r = 0; r < argmax.size(); ++r)
+    argmax[r] = static_cast<int32_t>(kernels::argmax(logits.data() + r * n_vocab, n_vocab));
+}
 
 void parallel_for_on(kernels::ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 1 || pool.size() == 1) {

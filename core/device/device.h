@@ -64,6 +64,14 @@ class Device {
   // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
   virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
                    std::vector<float>* hidden = nullptr) = 0;
+  // Whether run_greedy computes the rows' argmax on the device (a GPU: only n_logit ids cross
+  // back instead of n_logit · n_vocab logits). False: the caller samples host logits.
+  virtual bool greedy_on_device() const { return false; }
+  // As run, but gives each logit row's argmax (kernels::argmax's choice: the lowest id among equal
+  // maxima) instead of its logits; for steps whose every sampled row is greedy. The default runs
+  // run() and takes the argmax on the host.
+  virtual void run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
+                          std::vector<float>* hidden = nullptr);
   // logits (n, n_vocab) of the model's LM head over z (n, n_embd) (draft heads). Worker thread.
   virtual void lm_head(const float* z, int64_t n, std::vector<float>& logits) = 0;
   // Calls fn(i) for i in [0, n) on the device's host threads (sampling a batch's rows); fn must

@@ -368,8 +368,18 @@ bool Worker::step() {
   const bool need_hidden = std::any_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
     return c.wants_logits && requests_.at(c.seq)->head != nullptr;
   });
+  // A device that takes the argmax itself (a GPU) sends back one id per row instead of the
+  // row's logits when every sampled request of the step is greedy.
+  greedy_step_ = device_->greedy_on_device() &&
+                 std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
+                   return !c.wants_logits ||
+                          requests_.at(c.seq)->sampler.params().temperature == 0.0f;
+                 });
   const MetricsTime run_start = MetricsClock::now();
-  device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
+  if (greedy_step_)
+    device_->run_greedy(batch_, argmax_, need_hidden ? &hidden_ : nullptr);
+  else
+    device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
   const double compute_s = seconds_between(run_start, MetricsClock::now());
   const std::vector<ChunkResult> results = sample(plan);
   move_accepted_tree_rows(plan, results);
@@ -531,6 +541,19 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
                                     static_cast<size_t>(n_vocab));
     };
     Sampler& sampler = job.record->sampler;
+    // Greedy steps on a device that took the argmax: the sampler's greedy choice is that argmax
+    // (kernels::argmax), and greedy sampling draws no random numbers, so nothing else changes.
+    auto choose = [&](int64_t r) {
+      return greedy_step_ ? argmax_[static_cast<size_t>(job.row + r)] : sampler.sample(logits(r));
+    };
+    auto accept = [&](int64_t r, TokenId draft) {
+      return greedy_step_ ? argmax_[static_cast<size_t>(job.row + r)] == draft
+                          : sampler.accept_draft(logits(r), draft);
+    };
+    auto rejected = [&](int64_t r, TokenId draft) {
+      return greedy_step_ ? argmax_[static_cast<size_t>(job.row + r)]
+                          : sampler.sample_rejected(logits(r), draft);
+    };
     ChunkResult& result = results[static_cast<size_t>(i)];
     const ScheduledChunk& chunk = *job.chunk;
     auto draft_at = [&](int32_t row) {
@@ -544,7 +567,7 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
         found = false;
         for (int32_t c = at + 1; c < chunk.n_tokens && !found; ++c) {
           if (chunk.tree_parent[static_cast<size_t>(c)] != at) continue;
-          if (sampler.accept_draft(logits(at), draft_at(c))) {
+          if (accept(at, draft_at(c))) {
             result.tokens.push_back(draft_at(c));
             result.path.push_back(c);
             at = c;
@@ -552,7 +575,7 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
           }
         }
       }
-      result.tokens.push_back(sampler.sample(logits(at)));
+      result.tokens.push_back(choose(at));
       return;
     }
     // A chain: accept drafts in order while the target agrees (speculative sampling keeps the
@@ -560,14 +583,14 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
     int32_t j = 0;
     for (; j < chunk.n_draft; ++j) {
       const TokenId draft = draft_at(1 + j);
-      if (!sampler.accept_draft(logits(j), draft)) {
-        result.tokens.push_back(sampler.sample_rejected(logits(j), draft));
+      if (!accept(j, draft)) {
+        result.tokens.push_back(rejected(j, draft));
         break;
       }
       result.tokens.push_back(draft);
       result.path.push_back(1 + j);
     }
-    if (j == chunk.n_draft) result.tokens.push_back(sampler.sample(logits(j)));
+    if (j == chunk.n_draft) result.tokens.push_back(choose(j));
   });
   // Per-depth acceptance statistics: proposed at depth d when the drafts reached it, accepted
   // when the accepted path did.

@@ -126,6 +126,8 @@ class Worker {
   std::unordered_map<RequestId, std::shared_ptr<Engine::Record>> requests_;  // in the scheduler
   std::deque<Incoming> incoming_;  // decode role: arrived prompts, oldest first
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;  // greedy steps on a device that takes the argmax: one id per row
+  bool greedy_step_ = false;
   std::vector<float> hidden_;        // final-norm hidden states of the logit rows
   std::vector<float> draft_z_;       // draft heads' residual outputs, (rows, n_embd)
   std::vector<float> draft_logits_;  // their LM-head logits

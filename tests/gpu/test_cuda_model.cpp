@@ -34,6 +34,7 @@
 #include "core/serving/engine.h"
 #include "core/speculative/draft_head.h"
 #include "core/tokenizer/tokenizer.h"
+#include "kernels/cpu/ops.h"
 #include "tests/gpu/cuda_test_support.h"
 
 using namespace tokenfab;
@@ -153,7 +154,14 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   for (size_t i = 0; i < steps.size(); ++i) {
     std::vector<float> cpu_logits, gpu_logits, cpu_hidden, gpu_hidden;
     cpu.run(steps[i], cpu_logits, &cpu_hidden);
+    // The same pass again (it rewrites the same K/V) for the device-side argmax of greedy steps.
+    std::vector<int32_t> gpu_argmax;
+    gpu->run_greedy(steps[i], gpu_argmax);
     gpu->run(steps[i], gpu_logits, &gpu_hidden);
+    QCOMPARE(gpu_argmax.size() * static_cast<size_t>(hp.n_vocab), gpu_logits.size());
+    for (size_t r = 0; r < gpu_argmax.size(); ++r)
+      QCOMPARE(gpu_argmax[r], static_cast<int32_t>(kernels::argmax(
+                                  gpu_logits.data() + r * hp.n_vocab, hp.n_vocab)));
     compare_rows(gpu_logits, cpu_logits, hp.n_vocab, QStringLiteral("step %1 logits").arg(i + 1),
                  logits_check);
     compare_rows(gpu_hidden, cpu_hidden, hp.n_embd, QStringLiteral("step %1 hidden").arg(i + 1),
