@@ -171,6 +171,19 @@ __global__ void paged_decode_combine_kernel(const CudaPagedRow* rows, int head_d
 
 }  // namespace
 
+void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* where) {
+  const std::string w = std::string(where) + ": ";
+  if (kv.head_dim <= 0 || kv.head_dim > kPagedDecodeMaxHeadDim)
+    throw std::invalid_argument(w + "head_dim " + std::to_string(kv.head_dim) + " is outside 1.." +
+                                std::to_string(kPagedDecodeMaxHeadDim));
+  if (kv.n_kv_head <= 0 || n_head <= 0 || n_head % kv.n_kv_head != 0 || n_head > 65535)
+    throw std::invalid_argument(w + "n_head " + std::to_string(n_head) +
+                                " is not a positive multiple of n_kv_head " +
+                                std::to_string(kv.n_kv_head) + " (at most 65535)");
+  if (kv.block_size <= 0)
+    throw std::invalid_argument(w + "block_size " + std::to_string(kv.block_size));
+}
+
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys) {
   return n_rows * n_head * split_count(max_keys) * (static_cast<int64_t>(head_dim) + 2);
 }
@@ -181,15 +194,7 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
                                    float scale, float* workspace, int64_t workspace_floats,
                                    cudaStream_t stream) {
   const std::string where = "launch_paged_decode_attention: ";
-  if (kv.head_dim <= 0 || kv.head_dim > kPagedDecodeMaxHeadDim)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(kv.head_dim) +
-                                " is outside 1.." + std::to_string(kPagedDecodeMaxHeadDim));
-  if (kv.n_kv_head <= 0 || n_head <= 0 || n_head % kv.n_kv_head != 0 || n_head > 65535)
-    throw std::invalid_argument(where + "n_head " + std::to_string(n_head) +
-                                " is not a positive multiple of n_kv_head " +
-                                std::to_string(kv.n_kv_head) + " (at most 65535)");
-  if (kv.block_size <= 0)
-    throw std::invalid_argument(where + "block_size " + std::to_string(kv.block_size));
+  check_paged_attention_shape(kv, n_head, "launch_paged_decode_attention");
   if (n_rows < 0 || n_rows > 65535 || max_keys < 0)
     throw std::invalid_argument(where + std::to_string(n_rows) + " rows, max_keys " +
                                 std::to_string(max_keys) + " (rows must be at most 65535)");

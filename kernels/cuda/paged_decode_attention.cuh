@@ -40,6 +40,11 @@ struct CudaPagedRow {
   int32_t reserved = 0;  // keeps the struct's size a multiple of 8 on host and device alike
 };
 
+// The checks both paged attention launchers make of the pool and the heads: throws
+// std::invalid_argument, prefixed with `where`, for head_dim outside 1..kPagedDecodeMaxHeadDim,
+// n_head not a positive multiple of n_kv_head (or above 65535), or a block_size below 1.
+void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* where);
+
 // Floats of workspace a call needs: (n_rows, n_head, n_splits) maxima and sums plus
 // (n_rows, n_head, n_splits, head_dim) partial outputs, n_splits = ⌈max_keys / split keys⌉.
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys);

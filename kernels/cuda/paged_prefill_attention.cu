@@ -128,15 +128,7 @@ void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChun
                                     int64_t q_stride, float* out, int64_t out_stride, int n_head,
                                     float scale, cudaStream_t stream) {
   const std::string where = "launch_paged_prefill_attention: ";
-  if (kv.head_dim <= 0 || kv.head_dim > kPagedDecodeMaxHeadDim)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(kv.head_dim) +
-                                " is outside 1.." + std::to_string(kPagedDecodeMaxHeadDim));
-  if (kv.n_kv_head <= 0 || n_head <= 0 || n_head % kv.n_kv_head != 0 || n_head > 65535)
-    throw std::invalid_argument(where + "n_head " + std::to_string(n_head) +
-                                " is not a positive multiple of n_kv_head " +
-                                std::to_string(kv.n_kv_head) + " (at most 65535)");
-  if (kv.block_size <= 0)
-    throw std::invalid_argument(where + "block_size " + std::to_string(kv.block_size));
+  check_paged_attention_shape(kv, n_head, "launch_paged_prefill_attention");
   if (n_chunks < 0 || n_chunks > 65535 || max_tokens < 0)
     throw std::invalid_argument(where + std::to_string(n_chunks) + " chunks of up to " +
                                 std::to_string(max_tokens) + " tokens (at most 65535 chunks)");

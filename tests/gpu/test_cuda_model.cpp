@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -90,6 +91,18 @@ void compare_rows(const std::vector<float>& gpu, const std::vector<float>& cpu, 
                                  .arg(order[0]);
   }
 }
+
+// The embedded model and its tokenizer, or the test is skipped: the GPU machine may not have the
+// file (it is larger than what reaches that machine with the working tree).
+#define LOAD_REAL_MODEL_OR_SKIP(model, tokenizer)                                         \
+  do {                                                                                     \
+    const std::filesystem::path real_path_ = default_model_path();                         \
+    if (!std::filesystem::exists(real_path_))                                              \
+      QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")               \
+                           .arg(QString::fromStdString(real_path_.string()))));            \
+    (model) = LlamaModel::load(real_path_);                                                \
+    (tokenizer).emplace(Tokenizer::from_gguf((model)->file()));                            \
+  } while (0)
 
 std::vector<int32_t> identity_table(int32_t first, int32_t count) {
   std::vector<int32_t> t(static_cast<size_t>(count));
@@ -228,12 +241,9 @@ void TestCudaModel::decode_graphs_match_direct_launches_exactly() {
 }
 
 void TestCudaModel::real_model_greedy_tokens_match_cpu() {
-  const std::filesystem::path path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")
-                         .arg(QString::fromStdString(path.string()))));
-  const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  std::unique_ptr<LlamaModel> model;
+  std::optional<Tokenizer> tokenizer;
+  LOAD_REAL_MODEL_OR_SKIP(model, tokenizer);
   CpuDevice cpu({DeviceKind::kCpu, 0}, *model, 2, kBlocks, kBlockSize);
   const std::unique_ptr<Device> gpu =
       make_cuda_device({DeviceKind::kCuda, 0}, *model, 1, kBlocks, kBlockSize);
@@ -241,7 +251,7 @@ void TestCudaModel::real_model_greedy_tokens_match_cpu() {
   const int64_t n_vocab = model->hparams().n_vocab;
   for (const char* text : {"The capital of France is",
                            "def fibonacci(n):\n    if n < 2:\n        return n\n    return"}) {
-    std::vector<int32_t> cpu_tokens = tokenizer.encode(text, true, false);
+    std::vector<int32_t> cpu_tokens = tokenizer->encode(text, true, false);
     std::vector<int32_t> gpu_tokens = cpu_tokens;
     const size_t n_prompt = cpu_tokens.size();
     RowCheck check;
@@ -266,18 +276,15 @@ void TestCudaModel::real_model_greedy_tokens_match_cpu() {
 }
 
 void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
-  const std::filesystem::path path = default_model_path();
-  if (!std::filesystem::exists(path))
-    QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")
-                         .arg(QString::fromStdString(path.string()))));
-  const std::unique_ptr<LlamaModel> model = LlamaModel::load(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  std::unique_ptr<LlamaModel> model;
+  std::optional<Tokenizer> tokenizer;
+  LOAD_REAL_MODEL_OR_SKIP(model, tokenizer);
   std::vector<std::vector<TokenId>> prompts;
   for (const char* text :
        {"The capital of France is", "Once upon a time, in a small village by the sea, there lived",
         "Water boils at one hundred degrees Celsius at sea level because",
         "A list of three primary colours:"})
-    prompts.push_back(tokenizer.encode(text, true, false));
+    prompts.push_back(tokenizer->encode(text, true, false));
   // devices: colocated list; prefill/decode: disaggregated lists.
   auto serve = [&](const std::string& devices, const std::string& prefill,
                    const std::string& decode) {

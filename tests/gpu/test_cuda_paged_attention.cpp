@@ -58,6 +58,60 @@ std::vector<SequenceShape> batch_shapes() {
           {7, 300, {-1, 0, 0, 1, 1, 2, 5}}};
 }
 
+// A random pool for `shapes`: each sequence's blocks drawn from one shuffled list, so tables
+// interleave; K and V fp16 in [-1, 1]; q rows in [-2, 2] with 3 floats of padding per row.
+struct RandomBatch {
+  std::vector<int64_t> n_seq_blocks;  // per sequence
+  std::vector<int32_t> order;         // the block tables, back to back
+  std::vector<uint16_t> k, v;         // (n_blocks, n_kv_head, block_size, head_dim)
+  std::vector<float> q;               // (n_rows, stride)
+  int64_t n_rows = 0, stride = 0;
+};
+
+RandomBatch random_batch(const std::vector<SequenceShape>& shapes, int n_head, int n_kv_head,
+                         int head_dim, int block_size, std::mt19937& rng) {
+  RandomBatch b;
+  int64_t n_blocks = 0;
+  for (const SequenceShape& s : shapes) {
+    b.n_seq_blocks.push_back((s.pos0 + s.n_tokens + block_size - 1) / block_size);
+    n_blocks += b.n_seq_blocks.back();
+    b.n_rows += s.n_tokens;
+  }
+  b.order.resize(static_cast<size_t>(n_blocks));
+  std::iota(b.order.begin(), b.order.end(), 0);
+  std::shuffle(b.order.begin(), b.order.end(), rng);
+  const int64_t pool_halves = n_blocks * n_kv_head * block_size * head_dim;
+  for (std::vector<uint16_t>* pool_part : {&b.k, &b.v}) {
+    const std::vector<float> values = random_floats(rng, pool_halves, -1.0f, 1.0f);
+    pool_part->resize(static_cast<size_t>(pool_halves));
+    std::transform(values.begin(), values.end(), pool_part->begin(), fp32_to_fp16);
+  }
+  b.stride = int64_t{n_head} * head_dim + 3;
+  b.q = random_floats(rng, b.n_rows * b.stride, -2.0f, 2.0f);
+  return b;
+}
+
+// kernels::paged_attention over the batch's pool: the reference output, (n_rows, stride).
+std::vector<float> cpu_attention(const RandomBatch& b, const std::vector<SequenceShape>& shapes,
+                                 int n_head, int n_kv_head, int head_dim, int block_size) {
+  std::vector<PagedSequence> seqs;
+  int64_t block0 = 0, q_row = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const SequenceShape& s = shapes[i];
+    const int32_t* parent = s.parent.empty() ? nullptr : s.parent.data();
+    seqs.push_back({b.order.data() + block0, s.n_tokens, s.pos0, q_row, parent});
+    block0 += b.n_seq_blocks[i];
+    q_row += s.n_tokens;
+  }
+  std::vector<float> want(b.q.size(), 0.0f);
+  const PagedKv kv{b.k.data(), b.v.data(), block_size, n_kv_head, head_dim};
+  ThreadPool pool(1);
+  PagedAttentionScratch scratch;
+  paged_attention(kv, seqs, b.q.data(), b.stride, want.data(), b.stride, n_head,
+                  1.0f / std::sqrt(static_cast<float>(head_dim)), pool, scratch);
+  return want;
+}
+
 }  // namespace
 
 class TestCudaPagedAttention : public QObject {
@@ -69,7 +123,7 @@ class TestCudaPagedAttention : public QObject {
   void decode_attention_matches_cpu_data();
   void decode_attention_matches_cpu();
   void decode_attention_rejects_bad_shapes();
-  void prefill_attention_matches_cpu_data();
+  void prefill_attention_matches_cpu_data() { decode_attention_matches_cpu_data(); }
   void prefill_attention_matches_cpu();
 
  private:
@@ -107,29 +161,13 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   QFETCH(int, block_size);
   std::mt19937 rng(static_cast<uint32_t>(n_head * 1009 + n_kv_head * 101 + head_dim + block_size));
   const std::vector<SequenceShape> shapes = batch_shapes();
-
-  // Block tables: every sequence's blocks drawn from one shuffled pool, so tables interleave.
-  std::vector<int64_t> n_seq_blocks;
-  int64_t n_blocks = 0, n_rows = 0;
-  for (const SequenceShape& s : shapes) {
-    n_seq_blocks.push_back((s.pos0 + s.n_tokens + block_size - 1) / block_size);
-    n_blocks += n_seq_blocks.back();
-    n_rows += s.n_tokens;
-  }
-  std::vector<int32_t> order(n_blocks);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-
-  // Pool k, v: (n_blocks, n_kv_head, block_size, head_dim) fp16 in [-1, 1].
-  const int64_t pool_halves = n_blocks * n_kv_head * block_size * head_dim;
-  std::vector<uint16_t> k(pool_halves), v(pool_halves);
-  for (std::vector<uint16_t>* pool_part : {&k, &v}) {
-    const std::vector<float> values = random_floats(rng, pool_halves, -1.0f, 1.0f);
-    std::transform(values.begin(), values.end(), pool_part->begin(), fp32_to_fp16);
-  }
-  // q, out: (n_rows, n_head, head_dim) with 3 floats of padding per row.
-  const int64_t stride = int64_t{n_head} * head_dim + 3;
-  const std::vector<float> q = random_floats(rng, n_rows * stride, -2.0f, 2.0f);
+  const RandomBatch b = random_batch(shapes, n_head, n_kv_head, head_dim, block_size, rng);
+  const std::vector<int64_t>& n_seq_blocks = b.n_seq_blocks;
+  const std::vector<int32_t>& order = b.order;
+  const std::vector<uint16_t>& k = b.k;
+  const std::vector<uint16_t>& v = b.v;
+  const std::vector<float>& q = b.q;
+  const int64_t n_rows = b.n_rows, stride = b.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
   DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
@@ -137,24 +175,17 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   dk.upload(k);
   dv.upload(v);
   dtables.upload(order);
-  // The same sequences twice: host tables for the CPU, device tables for the GPU rows.
-  std::vector<PagedSequence> cpu_seqs, gpu_seqs;
+  // The sequences over the device's copy of the block tables.
+  std::vector<PagedSequence> gpu_seqs;
   int64_t block0 = 0, q_row = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const SequenceShape& s = shapes[i];
     const int32_t* parent = s.parent.empty() ? nullptr : s.parent.data();
-    cpu_seqs.push_back({order.data() + block0, s.n_tokens, s.pos0, q_row, parent});
     gpu_seqs.push_back({dtables.get() + block0, s.n_tokens, s.pos0, q_row, parent});
     block0 += n_seq_blocks[i];
     q_row += s.n_tokens;
   }
-
-  std::vector<float> want(q.size(), 0.0f);
-  const PagedKv cpu_kv{k.data(), v.data(), block_size, n_kv_head, head_dim};
-  ThreadPool pool(1);
-  PagedAttentionScratch scratch;
-  paged_attention(cpu_kv, cpu_seqs, q.data(), stride, want.data(), stride, n_head, scale, pool,
-                  scratch);
+  const std::vector<float> want = cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size);
 
   const CudaPagedRows rows = flatten_paged_rows(gpu_seqs);
   QCOMPARE(static_cast<int64_t>(rows.rows.size()), n_rows);
@@ -208,18 +239,6 @@ void TestCudaPagedAttention::decode_attention_rejects_bad_shapes() {
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, flatten_paged_rows({&bad_tree, 1}));
 }
 
-void TestCudaPagedAttention::prefill_attention_matches_cpu_data() {
-  QTest::addColumn<int>("n_head");
-  QTest::addColumn<int>("n_kv_head");
-  QTest::addColumn<int>("head_dim");
-  QTest::addColumn<int>("block_size");
-  QTest::newRow("9/3 x64 bs16") << 9 << 3 << 64 << 16;
-  QTest::newRow("32/8 x128 bs16") << 32 << 8 << 128 << 16;
-  QTest::newRow("6/1 x96 bs8") << 6 << 1 << 96 << 8;
-  QTest::newRow("2/1 x256 bs16") << 2 << 1 << 256 << 16;
-  QTest::newRow("3/3 x40 bs4") << 3 << 3 << 40 << 4;
-}
-
 // Causal chunks of several lengths, from position 0 and after earlier context, tiles ending
 // inside and on chunk boundaries, against the CPU.
 void TestCudaPagedAttention::prefill_attention_matches_cpu() {
@@ -230,26 +249,16 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
   std::mt19937 rng(static_cast<uint32_t>(n_head * 7 + n_kv_head * 13 + head_dim + block_size));
   const std::vector<SequenceShape> shapes = {{37, 0, {}}, {4, 5, {}},    {16, 0, {}},
                                              {17, 33, {}}, {100, 300, {}}, {64, 0, {}}};
-  std::vector<int64_t> n_seq_blocks;
-  int64_t n_blocks = 0, n_rows = 0;
   int32_t max_tokens = 0;
-  for (const SequenceShape& s : shapes) {
-    n_seq_blocks.push_back((s.pos0 + s.n_tokens + block_size - 1) / block_size);
-    n_blocks += n_seq_blocks.back();
-    n_rows += s.n_tokens;
+  for (const SequenceShape& s : shapes)
     max_tokens = std::max(max_tokens, static_cast<int32_t>(s.n_tokens));
-  }
-  std::vector<int32_t> order(n_blocks);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  const int64_t pool_halves = n_blocks * n_kv_head * block_size * head_dim;
-  std::vector<uint16_t> k(pool_halves), v(pool_halves);
-  for (std::vector<uint16_t>* pool_part : {&k, &v}) {
-    const std::vector<float> values = random_floats(rng, pool_halves, -1.0f, 1.0f);
-    std::transform(values.begin(), values.end(), pool_part->begin(), fp32_to_fp16);
-  }
-  const int64_t stride = int64_t{n_head} * head_dim + 3;
-  const std::vector<float> q = random_floats(rng, n_rows * stride, -2.0f, 2.0f);
+  const RandomBatch b = random_batch(shapes, n_head, n_kv_head, head_dim, block_size, rng);
+  const std::vector<int64_t>& n_seq_blocks = b.n_seq_blocks;
+  const std::vector<int32_t>& order = b.order;
+  const std::vector<uint16_t>& k = b.k;
+  const std::vector<uint16_t>& v = b.v;
+  const std::vector<float>& q = b.q;
+  const int64_t stride = b.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
   DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
@@ -257,23 +266,18 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
   dk.upload(k);
   dv.upload(v);
   dtables.upload(order);
-  std::vector<PagedSequence> cpu_seqs;
   std::vector<CudaPrefillChunk> chunks;
+  std::vector<int64_t> q_row0;
   int64_t block0 = 0, q_row = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const SequenceShape& s = shapes[i];
-    cpu_seqs.push_back({order.data() + block0, s.n_tokens, s.pos0, q_row, nullptr});
     chunks.push_back({dtables.get() + block0, q_row, static_cast<int32_t>(s.n_tokens),
                       static_cast<int32_t>(s.pos0)});
+    q_row0.push_back(q_row);
     block0 += n_seq_blocks[i];
     q_row += s.n_tokens;
   }
-  std::vector<float> want(q.size(), 0.0f);
-  const PagedKv cpu_kv{k.data(), v.data(), block_size, n_kv_head, head_dim};
-  ThreadPool pool(1);
-  PagedAttentionScratch scratch;
-  paged_attention(cpu_kv, cpu_seqs, q.data(), stride, want.data(), stride, n_head, scale, pool,
-                  scratch);
+  const std::vector<float> want = cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size);
 
   DeviceBuffer<CudaPrefillChunk> dchunks(chunks.size());
   dchunks.upload(chunks);
@@ -289,7 +293,7 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
   for (size_t si = 0; si < shapes.size(); ++si) {
     const SequenceShape& s = shapes[si];
     for (int64_t t = 0; t < s.n_tokens; ++t) {
-      const int64_t row = cpu_seqs[si].q_row + t;
+      const int64_t row = q_row0[si] + t;
       const double bound = kAttentionAbs + (s.pos0 + t + 1) * std::ldexp(1.0, -24);
       for (int64_t c = 0; c < stride; ++c) {
         const int64_t i = row * stride + c;
