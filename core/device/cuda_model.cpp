@@ -379,8 +379,8 @@ class CudaDevice final : public Device {
   // logits (rows, n_vocab) on the host from final-norm hidden states xgn_ (rows, n_embd).
   void lm_head_rows(int64_t rows, std::vector<float>& logits);
   // Enqueues the layers over the uploaded rows, then the final norm and LM head of the logit
-  // rows (from x_ itself when every row's logits are wanted in order, `gathered` false) into
-  // logits_ and xgn_.
+  // rows (rows_.logit_rows gathered after the layers; from x_ itself when every row's logits are
+  // wanted in order, `gathered` false) into logits_ and xgn_.
   void enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
                        int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
                        int32_t max_chunk_tokens, bool gathered);
@@ -626,13 +626,6 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
   if (decode_only) {
     run_graph(n, max_keys, ws_floats);
   } else {
-    // The logit rows, gathered in order, for the final norm and the LM head.
-    for (int64_t j = 0; j < n_logit; ++j)
-      check(cudaMemcpyAsync(xg_.get() + j * hp_.n_embd,
-                            x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * hp_.n_embd,
-                            static_cast<size_t>(hp_.n_embd) * sizeof(float),
-                            cudaMemcpyDeviceToDevice, stream_),
-            name_, "gathering logit rows");
     enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(),
                     max_keys, ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens,
                     true);
@@ -699,6 +692,14 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
     }
     if (n_logit == 0) return;
+    // The logit rows, gathered in order (rows_.logit_rows), for the final norm and the LM head.
+    if (gathered)
+      for (int64_t j = 0; j < n_logit; ++j)
+        check(cudaMemcpyAsync(xg_.get() + j * n_embd,
+                              x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * n_embd,
+                              static_cast<size_t>(n_embd) * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream_),
+              name_, "gathering logit rows");
     kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
                              n_logit, n_embd, hp_.rms_eps, stream_);
   });
