@@ -155,9 +155,9 @@ class DeviceArray {
 class CudaKvPool final : public KvPool {
  public:
   CudaKvPool(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device,
-             cudaStream_t stream)
-      : hp_(hp), device_(std::move(device)), n_blocks_(n_blocks), block_size_(block_size),
-        stream_(stream) {
+             int index, cudaStream_t stream)
+      : hp_(hp), device_(std::move(device)), index_(index), n_blocks_(n_blocks),
+        block_size_(block_size), stream_(stream) {
     const size_t halves = block_halves() * static_cast<size_t>(n_blocks);
     k_.resize(static_cast<size_t>(hp.n_layer));
     v_.resize(static_cast<size_t>(hp.n_layer));
@@ -180,7 +180,10 @@ class CudaKvPool final : public KvPool {
     return reinterpret_cast<std::byte*>(v(layer) + block_halves() * static_cast<size_t>(block));
   }
 
+  // The copies are queued on the device's stream, ahead of the pass that reads them; the caller's
+  // thread may have another GPU current, hence the cudaSetDevice.
   void copy_block(int32_t src, int32_t dst) override {
+    check(cudaSetDevice(index_), device_, "selecting the device");
     for (int32_t l = 0; l < n_layers(); ++l) {
       check(cudaMemcpyAsync(k_block(l, dst), k_block(l, src), block_bytes(),
                             cudaMemcpyDeviceToDevice, stream_),
@@ -197,6 +200,7 @@ class CudaKvPool final : public KvPool {
     const size_t pitch = row_bytes * static_cast<size_t>(bs);  // one kv head of a block
     const int32_t src_block = blocks[static_cast<size_t>(from / bs)];
     const int32_t dst_block = blocks[static_cast<size_t>(to / bs)];
+    check(cudaSetDevice(index_), device_, "selecting the device");
     for (int32_t l = 0; l < n_layers(); ++l) {
       for (const bool is_k : {true, false}) {
         std::byte* src = (is_k ? k_block(l, src_block) : v_block(l, src_block)) +
@@ -222,6 +226,7 @@ class CudaKvPool final : public KvPool {
 
   const HParams& hp_;
   std::string device_;
+  int index_;  // the GPU
   int32_t n_blocks_;
   int32_t block_size_;
   cudaStream_t stream_;
@@ -455,7 +460,7 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
   check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority), name_,
         "creating a stream");
   launch(name_, "cuBLASLt", [&] { gemm_ = std::make_unique<kernels::CublasGemm>(); });
-  kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, stream_);
+  kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_);
   w_ = shared_weights(model_, spec.index, name_, stream_);
 }
 
