@@ -91,6 +91,17 @@ RandomBatch random_batch(const std::vector<SequenceShape>& shapes, int n_head, i
   return b;
 }
 
+// The batch's pool and block tables in device memory.
+struct DeviceBatch {
+  explicit DeviceBatch(const RandomBatch& b) : k(b.k.size()), v(b.v.size()), tables(b.order.size()) {
+    k.upload(b.k);
+    v.upload(b.v);
+    tables.upload(b.order);
+  }
+  DeviceBuffer<uint16_t> k, v;
+  DeviceBuffer<int32_t> tables;
+};
+
 // kernels::paged_attention over the batch's pool: the reference output, (n_rows, stride).
 std::vector<float> cpu_attention(const RandomBatch& b, const std::vector<SequenceShape>& shapes,
                                  int n_head, int n_kv_head, int head_dim, int block_size) {
@@ -163,18 +174,12 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   const std::vector<SequenceShape> shapes = batch_shapes();
   const RandomBatch b = random_batch(shapes, n_head, n_kv_head, head_dim, block_size, rng);
   const std::vector<int64_t>& n_seq_blocks = b.n_seq_blocks;
-  const std::vector<int32_t>& order = b.order;
-  const std::vector<uint16_t>& k = b.k;
-  const std::vector<uint16_t>& v = b.v;
   const std::vector<float>& q = b.q;
   const int64_t n_rows = b.n_rows, stride = b.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-
-  DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
-  DeviceBuffer<int32_t> dtables(order.size());
-  dk.upload(k);
-  dv.upload(v);
-  dtables.upload(order);
+  const DeviceBatch d(b);
+  const DeviceBuffer<uint16_t>&dk = d.k, &dv = d.v;
+  const DeviceBuffer<int32_t>& dtables = d.tables;
   // The sequences over the device's copy of the block tables.
   std::vector<PagedSequence> gpu_seqs;
   int64_t block0 = 0, q_row = 0;
@@ -254,18 +259,12 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
     max_tokens = std::max(max_tokens, static_cast<int32_t>(s.n_tokens));
   const RandomBatch b = random_batch(shapes, n_head, n_kv_head, head_dim, block_size, rng);
   const std::vector<int64_t>& n_seq_blocks = b.n_seq_blocks;
-  const std::vector<int32_t>& order = b.order;
-  const std::vector<uint16_t>& k = b.k;
-  const std::vector<uint16_t>& v = b.v;
   const std::vector<float>& q = b.q;
   const int64_t stride = b.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-
-  DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
-  DeviceBuffer<int32_t> dtables(order.size());
-  dk.upload(k);
-  dv.upload(v);
-  dtables.upload(order);
+  const DeviceBatch d(b);
+  const DeviceBuffer<uint16_t>&dk = d.k, &dv = d.v;
+  const DeviceBuffer<int32_t>& dtables = d.tables;
   std::vector<CudaPrefillChunk> chunks;
   std::vector<int64_t> q_row0;
   int64_t block0 = 0, q_row = 0;
