@@ -11,11 +11,13 @@
 # Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
 # libraries come from the bundle. Progress goes to stderr. Each suite is cut off after
 # SUITE_TIMEOUT_S seconds (default 150), so the whole check ends in well under 8 minutes.
+# GPU_CHECK_LOG=FILE appends each suite's and each benchmark's whole output to FILE as it ends, so
+# that a check cut short still leaves what it saw.
 # gpu-bundle/ is git-ignored: name it among the paths carried to the GPU machine.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bundle="$root/gpu-bundle"
 suite_timeout="${SUITE_TIMEOUT_S:-150}"
+log="${GPU_CHECK_LOG:-/dev/null}"
 start=$(date +%s)
 
 # A JSON string literal of $1 (control characters other than tab and newline dropped).
@@ -32,27 +34,8 @@ fail() {  # one JSON summary even when the check cannot run
   exit 1
 }
 
-[ -d "$bundle/bin" ] && [ -f "$bundle/lib.tar.gz" ] ||
-  fail "no gpu-bundle/ here: run tools/gpu_package.sh on the build machine and carry gpu-bundle"
-libs="$(mktemp -d)"
-trap 'rm -rf "$libs"' EXIT
-tar -C "$libs" -xzf "$bundle/lib.tar.gz" || fail "cannot unpack gpu-bundle/lib.tar.gz"
-
-# cuBLAS(Lt) is not in the bundle (~500 MB): the CUDA toolkit's, else a pip-installed copy.
-cublas_dir=""
-for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
-  /usr/lib/x86_64-linux-gnu; do
-  if [ -e "$dir/libcublasLt.so.13" ]; then
-    cublas_dir="$dir"
-    break
-  fi
-done
-if [ -z "$cublas_dir" ]; then
-  found="$(find /opt /usr/local /usr/lib -maxdepth 8 -name libcublasLt.so.13 2>/dev/null | head -n 1)"
-  [ -n "$found" ] && cublas_dir="$(dirname "$found")"
-fi
-export LD_LIBRARY_PATH="$libs/lib${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export QT_QPA_PLATFORM=offscreen
+# shellcheck source=tools/gpu_env.sh
+. "$root/tools/gpu_env.sh" || fail "$gpu_env_error"
 
 suites_json=""
 output=""
@@ -67,6 +50,7 @@ for exe in "$bundle"/bin/test_*; do
   rc=$?
   [ "$rc" -eq 124 ] && text="$text
 gpu_check: $name killed after ${suite_timeout} s"
+  printf '===== %s (exit %d)\n%s\n' "$name" "$rc" "$text" >>"$log"
   [ -n "$missing" ] && text="gpu_check: missing libraries:
 $missing
 $text"
@@ -111,6 +95,7 @@ run_bench() {  # name, seconds allowed, then the tokenfab-cli arguments
   echo "gpu_check: $name" >&2
   out="$(timeout "$limit" "$cli" "$@" --json 2>/tmp/gpu_check_bench.err)"
   rc=$?
+  printf '===== %s (exit %d)\n%s\n%s\n' "$name" "$rc" "$out" "$(cat /tmp/gpu_check_bench.err)" >>"$log"
   if [ "$rc" -ne 0 ] || [ -z "$out" ]; then
     out="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_bench.err)")}"
   fi

@@ -11,16 +11,22 @@
 # is ~500 MB; the CUDA toolkit there provides it). The CUDA runtime is linked statically.
 # The working tree plus this folder must fit the ~64 MiB that reaches a GPU machine: the total is
 # printed, and the script fails above 48 MiB.
-# Usage: tools/gpu_package.sh   (JOBS=N for parallel build jobs, default 2)
+# Usage: tools/gpu_package.sh   (JOBS=N for parallel build jobs, default 2; BUILD_DIR=DIR to take
+#        the binaries from an existing CUDA build folder configured for sm_90 instead of build-gpu/)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-build=build-gpu
+build="${BUILD_DIR:-build-gpu}"
 bundle=gpu-bundle
 limit_bytes=$((48 * 1024 * 1024))
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTOKENFAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTOKENFAB_GUI=OFF -DTOKENFAB_TESTS=ON >/dev/null
+if [ -z "${BUILD_DIR:-}" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTOKENFAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTOKENFAB_GUI=OFF -DTOKENFAB_TESTS=ON >/dev/null
+elif ! grep -q '^TOKENFAB_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "gpu_package: $build is not a configured build folder with TOKENFAB_CUDA=ON" >&2
+  exit 1
+fi
 # The gpu-labelled tests, as CTest knows them after configuring.
 mapfile -t gpu_tests < <(ctest --test-dir "$build" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p')
 if [ "${#gpu_tests[@]}" -eq 0 ]; then

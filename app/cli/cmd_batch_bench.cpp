@@ -36,7 +36,6 @@ void run_batch_bench(const BatchBenchCommand& c) {
     throw Error("batch-bench needs --streams >= 1, --prompt-tokens >= 1, --gen-tokens >= 1 and "
                 "--token-budget >= --streams");
   LoadedModel m = load_model(c.common);
-  const HParams& hp = m.model->hparams();
   constexpr int32_t kBlockSize = 16;
   const int32_t per_stream = (c.prompt_tokens + c.gen_tokens + kBlockSize - 1) / kBlockSize + 1;
   const int32_t n_blocks = c.kv_blocks > 0 ? c.kv_blocks : per_stream * c.streams;
@@ -50,7 +49,7 @@ void run_batch_bench(const BatchBenchCommand& c) {
 
   std::vector<BatchSequence> batch;
   std::vector<std::vector<int32_t>> tables;
-  std::vector<float> logits;
+  std::vector<int32_t> argmax;
   std::vector<TokenId> sampled;
   int64_t steps = 0, output_tokens = 0, decode_tokens = 0;
   double decode_seconds = 0.0;
@@ -72,12 +71,8 @@ void run_batch_bench(const BatchBenchCommand& c) {
       all_decode &= chunk.n_tokens == 1;
     }
     const Clock::time_point step_start = Clock::now();
-    device->run(batch, logits);
-    sampled.clear();
-    for (size_t r = 0; r < logits.size() / static_cast<size_t>(hp.n_vocab); ++r) {
-      const float* row = logits.data() + r * hp.n_vocab;
-      sampled.push_back(static_cast<TokenId>(std::max_element(row, row + hp.n_vocab) - row));
-    }
+    device->run_greedy(batch, argmax);  // greedy: only each row's argmax comes back from a GPU
+    sampled.assign(argmax.begin(), argmax.end());
     if (all_decode) {
       decode_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       decode_tokens += static_cast<int64_t>(sampled.size());

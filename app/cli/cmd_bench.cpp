@@ -83,26 +83,21 @@ struct DeviceRun {
 // One repetition on a Device: the prompt in one pass, then one pass per generated token.
 DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int gen_tokens,
                             std::span<const int32_t> table) {
-  const int64_t n_vocab = device.model().hparams().n_vocab;
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
-  std::vector<float> logits;
-  auto next = [&] {
-    return static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + n_vocab) -
-                                logits.begin());
-  };
+  std::vector<int32_t> argmax;  // greedy: the device takes the argmax, only the id comes back
   const Clock::time_point start = Clock::now();
   BatchSequence seq{tokens, 0, table, true};
-  device.run({&seq, 1}, logits);
+  device.run_greedy({&seq, 1}, argmax);
   const Clock::time_point first = Clock::now();
-  tokens.push_back(next());
+  tokens.push_back(argmax[0]);
   std::vector<double> steps;
   for (int i = 1; i < gen_tokens; ++i) {
     const auto pos = static_cast<int64_t>(tokens.size()) - 1;
     seq = BatchSequence{std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos), 1), pos,
                         table, true};
     const Clock::time_point step_start = Clock::now();
-    device.run({&seq, 1}, logits);
-    tokens.push_back(next());
+    device.run_greedy({&seq, 1}, argmax);
+    tokens.push_back(argmax[0]);
     steps.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
   }
   const Clock::time_point last = Clock::now();

@@ -26,6 +26,7 @@
 #include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
@@ -506,8 +507,12 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= proj_.reserve(r * e, name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
-  grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
-                             "the attention workspace");
+  if (workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
+                         "the attention workspace")) {
+    grew = true;  // the attention's split counters start at zero (each call leaves them so)
+    check(cudaMemsetAsync(workspace_.get(), 0, workspace_.size() * sizeof(float), stream_), name_,
+          "clearing the attention workspace");
+  }
   grew |= xg_.reserve(lr * e, name_, "logit rows");
   grew |= xgn_.reserve(lr * e, name_, "logit rows");
   grew |= logits_.reserve(lr * static_cast<size_t>(hp_.n_vocab), name_, "logits");
@@ -528,6 +533,19 @@ void CudaDevice::drop_graphs() {
 void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
                         int64_t k) {
   launch(name_, "linear", [&] {
+    if (kernels::gemv_supports(a, k, static_cast<int>(std::min<int64_t>(m, INT32_MAX)), w, k)) {
+      kernels::GemvArgs g;  // a few rows: the weights streamed once, no bf16 copy of a
+      g.x = a;
+      g.x_stride = k;
+      g.m = static_cast<int>(m);
+      g.w = w;
+      g.n = n;
+      g.k = k;
+      g.out = c;
+      g.out_stride = n;
+      kernels::launch_gemv(g, stream_);
+      return;
+    }
     kernels::launch_f32_to_bf16(a, act16_.get(), m * k, stream_);
     gemm_->bf16_nt(act16_.get(), w, c, m, n, k, stream_);
   });
@@ -664,8 +682,89 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
   launch(name_, "forward pass", [&] {
     kernels::launch_embedding(w_->embd_type, w_->embd.get(), tokens_.get(), x_.get(), n, n_embd,
                               stream_);
+    // A few rows (decode steps, short chunks) take the fused GEMVs: a layer is then the QKV
+    // product with its norm, RoPE and KV store, attention, and three more products with their
+    // norm, SwiGLU and residual adds fused — six launches where cuBLAS takes fourteen.
+    const bool few_rows = n <= kernels::kGemvMaxRows &&
+                          kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n),
+                                                 w_->layers[0].wqkv.get(), n_embd) &&
+                          kernels::gemv_supports(gate_up_.get(), n_ff, static_cast<int>(n),
+                                                 w_->layers[0].w_down.get(), n_ff) &&
+                          kernels::gemv_supports(att_.get(), q_dim, static_cast<int>(n),
+                                                 w_->layers[0].wo.get(), q_dim);
     for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
       const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
+      const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head,
+                                      hp_.head_dim};
+      if (few_rows) {
+        kernels::GemvArgs g;
+        g.x = x_.get();
+        g.x_stride = n_embd;
+        g.m = static_cast<int>(n);
+        g.norm = w.attn_norm.get();
+        g.eps = hp_.rms_eps;
+        g.w = w.wqkv.get();
+        g.n = qkv_dim;
+        g.k = n_embd;
+        g.epilogue = kernels::GemvEpilogue::kRopeKv;
+        g.out = qkv_.get();
+        g.out_stride = qkv_dim;
+        g.positions = positions_.get();
+        g.kv_slots = slots_.get();
+        g.q_dim = static_cast<int>(q_dim);
+        g.kv_dim = static_cast<int>(kv_dim);
+        g.head_dim = static_cast<int>(hp_.head_dim);
+        g.rot_dim = static_cast<int>(hp_.rot_dim);
+        g.rope_base = hp_.rope_base;
+        g.n_kv_head = static_cast<int>(hp_.n_kv_head);
+        g.block_size = bs;
+        g.k_pool = kv_->k(layer);
+        g.v_pool = kv_->v(layer);
+        kernels::launch_gemv(g, stream_);
+        kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
+                                               has_paths ? paths_.get() : nullptr, max_keys,
+                                               qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                               scale, workspace_.get(), ws_floats, stream_);
+        kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
+                                                qkv_.get(), qkv_dim, att_.get(), q_dim,
+                                                hp_.n_head, scale, stream_);
+        kernels::GemvArgs o;  // x += wo · att
+        o.x = att_.get();
+        o.x_stride = q_dim;
+        o.m = static_cast<int>(n);
+        o.w = w.wo.get();
+        o.n = n_embd;
+        o.k = q_dim;
+        o.epilogue = kernels::GemvEpilogue::kAdd;
+        o.out = x_.get();
+        o.out_stride = n_embd;
+        kernels::launch_gemv(o, stream_);
+        kernels::GemvArgs f;  // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
+        f.x = x_.get();
+        f.x_stride = n_embd;
+        f.m = static_cast<int>(n);
+        f.norm = w.ffn_norm.get();
+        f.eps = hp_.rms_eps;
+        f.w = w.w_gate_up.get();
+        f.n = 2 * n_ff;
+        f.k = n_embd;
+        f.epilogue = kernels::GemvEpilogue::kSwiGlu;
+        f.out = gate_up_.get();
+        f.out_stride = n_ff;
+        kernels::launch_gemv(f, stream_);
+        kernels::GemvArgs d;  // x += w_down · h
+        d.x = gate_up_.get();
+        d.x_stride = n_ff;
+        d.m = static_cast<int>(n);
+        d.w = w.w_down.get();
+        d.n = n_embd;
+        d.k = n_ff;
+        d.epilogue = kernels::GemvEpilogue::kAdd;
+        d.out = x_.get();
+        d.out_stride = n_embd;
+        kernels::launch_gemv(d, stream_);
+        continue;
+      }
       // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
       // the row), K/V into the pool, attention, output projection, residual.
       kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd,
@@ -676,8 +775,6 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       kernels::launch_kv_store_rows(qkv_.get() + q_dim, qkv_.get() + q_dim + kv_dim, qkv_dim,
                                     slots_.get(), n, hp_.n_kv_head, hp_.head_dim, bs,
                                     kv_->k(layer), kv_->v(layer), stream_);
-      const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head,
-                                      hp_.head_dim};
       kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
                                              has_paths ? paths_.get() : nullptr, max_keys,
                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,

@@ -9,7 +9,8 @@ namespace tokenfab::kernels {
 
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
+constexpr int kBatch = 8;  // loads a thread issues before it compares them
 constexpr int kWarp = 32;
 
 // A candidate (value, index); index −1 means none yet (every value seen so far was NaN).
@@ -41,10 +42,19 @@ __global__ void argmax_rows_kernel(const float* x, int32_t* out, int64_t n) {
   const float* row = x + static_cast<int64_t>(blockIdx.x) * n;  // (n)
   // Each thread visits its indices in increasing order, so a strict > keeps its lowest among ties.
   Best best{0.0f, -1};
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = row[i];
-    if (isnan(v)) continue;
-    if (best.index < 0 || v > best.value) best = {v, static_cast<int32_t>(i)};
+  for (int64_t base = threadIdx.x; base < n; base += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
+      v[u] = i < n ? row[i] : NAN;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (isnan(v[u])) continue;
+      if (best.index < 0 || v[u] > best.value)
+        best = {v[u], static_cast<int32_t>(base + static_cast<int64_t>(u) * blockDim.x)};
+    }
   }
   best = warp_best(best);
   const int lane = threadIdx.x % kWarp;

@@ -2,6 +2,7 @@
 
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -12,20 +13,22 @@ namespace tokenfab::kernels {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 4;  // per split block; each warp takes every kWarps-th key of the split
-constexpr int kPerLane = kPagedDecodeMaxHeadDim / kWarp;  // head elements a lane holds
-constexpr int kCombineThreads = 128;
+constexpr int kSplitThreads = 128;
+constexpr int kVec = 8;    // fp16 elements in one 16-byte load
+constexpr int kLoads = 8;  // 16-byte loads a thread issues before it uses them
 
 int64_t split_count(int32_t max_keys) {
   return (static_cast<int64_t>(max_keys) + kPagedDecodeSplitKeys - 1) / kPagedDecodeSplitKeys;
 }
 
 // Workspace views for one call: m and l are (n_rows, n_head, n_splits); acc is
-// (n_rows, n_head, n_splits, head_dim).
+// (n_rows, n_head, n_splits, head_dim); done counts, per (row, head), the splits that have
+// written their partial (zero between calls: the block that combines resets it).
 struct Partials {
   float* m;
   float* l;
   float* acc;
+  int* done;
   int n_splits;
 };
 
@@ -35,19 +38,57 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The sum (or the maximum) of v over the block's kSplitThreads threads, returned to every thread.
+// red: kSplitThreads / kWarp floats of shared memory, free again when the call returns.
+template <bool kMax>
+__device__ float block_reduce(float v, float* red) {
+  v = kMax ? warp_max(v) : warp_sum(v);
+  if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < kSplitThreads / kWarp; ++w) r = kMax ? fmaxf(r, red[w]) : r + red[w];
+  __syncthreads();
+  return r;
+}
+
 __device__ int32_t key_position(const CudaPagedRow& row, const int32_t* paths, int32_t key) {
   return key < row.n_ctx ? key : paths[row.path_begin + key - row.n_ctx];
 }
 
-// Grid (x: split, y: query head, z: row); kWarps warps. Lane `lane` owns head elements
-// d = lane + 32·j (j < kPerLane, d < head_dim) of q, of its warp's running output and of every
-// K/V row it reads, so a key's dot product is one warp reduction and its V row one coalesced read.
+// Adds q[d + i]·x[i] for the 8 fp16 values of one 16-byte load to dot.
+__device__ float dot8(const float* q, uint4 raw, float dot) {
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int t = 0; t < kVec / 2; ++t) {
+    const float2 f = __half22float2(h[t]);
+    dot = fmaf(q[2 * t], f.x, dot);
+    dot = fmaf(q[2 * t + 1], f.y, dot);
+  }
+  return dot;
+}
+
+// Grid (x: split, y: query head, z: row); kSplitThreads threads. The split's keys are taken in
+// three passes, each with every key independent of the others so that the loads overlap:
+//   1. scores: a thread per key, its whole K row (16-byte loads when `vec`), into shared memory;
+//   2. the split's maximum m and the probabilities p = exp(score − m) with their sum l;
+//   3. Σ p·v: head_dim / 8 threads per key, each 8 elements of a V row, the block's threads
+//      spread over the keys, then summed over the key groups through shared memory.
+// vec: head_dim is a multiple of 8 and both pools 16-byte aligned (else one element at a time).
 __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* rows,
                                           const int32_t* paths, const float* q, int64_t q_stride,
-                                          int n_head, float scale, Partials part) {
-  __shared__ float warp_m[kWarps];
-  __shared__ float warp_l[kWarps];
-  __shared__ float warp_acc[kWarps][kPagedDecodeMaxHeadDim];
+                                          float* out, int64_t out_stride, int n_head, float scale,
+                                          Partials part, bool vec) {
+  __shared__ float q_s[kPagedDecodeMaxHeadDim];        // q · scale
+  __shared__ float p_s[kPagedDecodeSplitKeys];         // scores, then probabilities
+  __shared__ int64_t off_s[kPagedDecodeSplitKeys];     // each key's row in the pool (elements)
+  __shared__ float acc_s[kSplitThreads * kVec];        // per key group partial sums
+  __shared__ float red_s[kSplitThreads / kWarp];
 
   const CudaPagedRow row = rows[blockIdx.z];
   const int head = blockIdx.y;
@@ -55,118 +96,138 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   const int32_t n_keys = row.n_ctx + row.path_len;
   const int32_t key0 = split * kPagedDecodeSplitKeys;
   if (key0 >= n_keys) return;  // a shorter row than the longest: the combine skips this split
-  const int32_t key1 = min(n_keys, key0 + kPagedDecodeSplitKeys);
+  const int n = min(n_keys - key0, kPagedDecodeSplitKeys);
 
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
+  const int tid = threadIdx.x;
   const int head_dim = kv.head_dim;
   const int kv_head = head / (n_head / kv.n_kv_head);
   const float* qh = q + row.q_row * q_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)
-
-  float qv[kPerLane];
-  float acc[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + kWarp * j;
-    qv[j] = d < head_dim ? qh[d] : 0.0f;
-    acc[j] = 0.0f;
+  for (int d = tid; d < head_dim; d += kSplitThreads) q_s[d] = qh[d] * scale;
+  for (int i = tid; i < n; i += kSplitThreads) {
+    const int32_t pos = key_position(row, paths, key0 + i);
+    off_s[i] = ((static_cast<int64_t>(row.blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
+                    kv.block_size +
+                pos % kv.block_size) *
+               head_dim;
   }
+  __syncthreads();
 
-  // Online softmax over this warp's keys: m is the largest score so far, l the sum of
-  // exp(score − m), acc the sum of exp(score − m)·v.
-  float m = -INFINITY;
-  float l = 0.0f;
-  for (int32_t key = key0 + warp; key < key1; key += kWarps) {
-    const int32_t pos = key_position(row, paths, key);
-    const int64_t off =
-        ((static_cast<int64_t>(row.blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
-             kv.block_size +
-         pos % kv.block_size) *
-        head_dim;
-    const uint16_t* kr = kv.k + off;  // (head_dim)
-    const uint16_t* vr = kv.v + off;  // (head_dim)
+  float local_max = -INFINITY;
+  for (int i = tid; i < n; i += kSplitThreads) {
+    const uint16_t* kr = kv.k + off_s[i];
     float dot = 0.0f;
+    if (vec) {
+      for (int d0 = 0; d0 < head_dim; d0 += kVec * kLoads) {
+        uint4 raw[kLoads];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + kWarp * j;
-      if (d < head_dim) dot = fmaf(qv[j], __half2float(__ushort_as_half(kr[d])), dot);
-    }
-    const float score = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, score);
-    const float correction = expf(m - m_new);  // 0 for the first key (m = −inf)
-    const float p = expf(score - m_new);
-    l = l * correction + p;
+        for (int u = 0; u < kLoads; ++u)
+          if (d0 + u * kVec < head_dim) raw[u] = *reinterpret_cast<const uint4*>(kr + d0 + u * kVec);
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + kWarp * j;
-      const float v = d < head_dim ? __half2float(__ushort_as_half(vr[d])) : 0.0f;
-      acc[j] = fmaf(p, v, acc[j] * correction);
+        for (int u = 0; u < kLoads; ++u)
+          if (d0 + u * kVec < head_dim) dot = dot8(q_s + d0 + u * kVec, raw[u], dot);
+      }
+    } else {
+      for (int d = 0; d < head_dim; ++d)
+        dot = fmaf(q_s[d], __half2float(__ushort_as_half(kr[d])), dot);
     }
-    m = m_new;
+    p_s[i] = dot;
+    local_max = fmaxf(local_max, dot);
+  }
+  const float m = block_reduce<true>(local_max, red_s);  // finite: the split has a key
+  float local_l = 0.0f;
+  for (int i = tid; i < n; i += kSplitThreads) {
+    const float p = expf(p_s[i] - m);
+    p_s[i] = p;
+    local_l += p;
+  }
+  const float l = block_reduce<false>(local_l, red_s);  // its barrier publishes p_s too
+
+  // A row with one split is finished here: out = Σ p·v / l. Otherwise the split's partial goes
+  // to the workspace, and the row's last split to finish combines them all.
+  const int n_row_splits = (n_keys + kPagedDecodeSplitKeys - 1) / kPagedDecodeSplitKeys;
+  const int64_t pair = static_cast<int64_t>(blockIdx.z) * n_head + head;
+  const int64_t slot = pair * part.n_splits + split;
+  float* acc_out = n_row_splits == 1
+                       ? out + row.q_row * out_stride + static_cast<int64_t>(head) * head_dim
+                       : part.acc + slot * head_dim;
+  const float acc_scale = n_row_splits == 1 ? 1.0f / l : 1.0f;
+  if (vec) {
+    const int lanes = head_dim / kVec;  // threads per key, 1 … 32
+    const int groups = kSplitThreads / lanes;
+    const int g = tid / lanes;
+    const int c = (tid % lanes) * kVec;
+    float a[kVec] = {};
+    if (g < groups) {
+      for (int i0 = g; i0 < n; i0 += kLoads * groups) {
+        uint4 raw[kLoads];
+        float p[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int i = i0 + u * groups;
+          raw[u] = i < n ? *reinterpret_cast<const uint4*>(kv.v + off_s[i] + c) : uint4{0, 0, 0, 0};
+          p[u] = i < n ? p_s[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const __half2* h = reinterpret_cast<const __half2*>(&raw[u]);
+#pragma unroll
+          for (int t = 0; t < kVec / 2; ++t) {
+            const float2 f = __half22float2(h[t]);
+            a[2 * t] = fmaf(p[u], f.x, a[2 * t]);
+            a[2 * t + 1] = fmaf(p[u], f.y, a[2 * t + 1]);
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) acc_s[g * head_dim + c + t] = a[t];
+    }
+    __syncthreads();
+    for (int d = tid; d < head_dim; d += kSplitThreads) {
+      float sum = 0.0f;
+      for (int gg = 0; gg < groups; ++gg) sum += acc_s[gg * head_dim + d];
+      acc_out[d] = sum * acc_scale;
+    }
+  } else {
+    for (int d = tid; d < head_dim; d += kSplitThreads) {
+      float sum = 0.0f;
+      for (int i = 0; i < n; ++i)
+        sum = fmaf(p_s[i], __half2float(__ushort_as_half(kv.v[off_s[i] + d])), sum);
+      acc_out[d] = sum * acc_scale;
+    }
+  }
+  if (n_row_splits == 1) return;
+  if (tid == 0) {
+    part.m[slot] = m;
+    part.l[slot] = l;
   }
 
-  if (lane == 0) {
-    warp_m[warp] = m;
-    warp_l[warp] = l;
-  }
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) warp_acc[warp][lane + kWarp * j] = acc[j];
+  // Publish the partial, then count it; the block that counts last sees every other partial.
+  __shared__ bool last;
+  __threadfence();
   __syncthreads();
-
-  // The split's partial: the warps rescaled to their common maximum (a warp without keys has
-  // m = −inf and contributes 0). The split has at least one key, so that maximum is finite.
-  float split_m = warp_m[0];
-  for (int w = 1; w < kWarps; ++w) split_m = fmaxf(split_m, warp_m[w]);
-  const int64_t slot = (static_cast<int64_t>(blockIdx.z) * n_head + head) * part.n_splits + split;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int w = 0; w < kWarps; ++w) sum += warp_acc[w][d] * expf(warp_m[w] - split_m);
-    part.acc[slot * head_dim + d] = sum;
-  }
-  if (threadIdx.x == 0) {
-    float split_l = 0.0f;
-    for (int w = 0; w < kWarps; ++w) split_l += warp_l[w] * expf(warp_m[w] - split_m);
-    part.m[slot] = split_m;
-    part.l[slot] = split_l;
-  }
-}
-
-// Grid (x: query head, y: row); kCombineThreads threads. Dynamic shared memory: n_splits floats,
-// each split's weight exp(m_s − M) (M: the largest m_s); the output is Σ_s weight_s·acc_s divided
-// by Σ_s weight_s·l_s.
-__global__ void paged_decode_combine_kernel(const CudaPagedRow* rows, int head_dim, float* out,
-                                            int64_t out_stride, int n_head, Partials part) {
-  extern __shared__ float weights[];  // (n_splits)
-  __shared__ float total;
-  const CudaPagedRow row = rows[blockIdx.y];
-  const int head = blockIdx.x;
-  const int64_t n_keys = static_cast<int64_t>(row.n_ctx) + row.path_len;
-  const int n_splits =
-      static_cast<int>((n_keys + kPagedDecodeSplitKeys - 1) / kPagedDecodeSplitKeys);
-  const int64_t slot0 = (static_cast<int64_t>(blockIdx.y) * n_head + head) * part.n_splits;
+  if (tid == 0) last = atomicAdd(part.done + pair, 1) == n_row_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The combine: weight_s = exp(m_s − M) (M the largest m_s); out = Σ_s weight_s·acc_s divided
+  // by Σ_s weight_s·l_s. The partials are read through L2 (__ldcg): other SMs wrote them.
+  const int64_t slot0 = pair * part.n_splits;
+  float big = -INFINITY;
+  for (int s = tid; s < n_row_splits; s += kSplitThreads) big = fmaxf(big, __ldcg(part.m + slot0 + s));
+  big = block_reduce<true>(big, red_s);
+  float total = 0.0f;
+  for (int s = tid; s < n_row_splits; s += kSplitThreads)
+    total += __ldcg(part.l + slot0 + s) * expf(__ldcg(part.m + slot0 + s) - big);
+  total = block_reduce<false>(total, red_s);
+  const float inv = 1.0f / total;
   float* oh = out + row.q_row * out_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)
-
-  if (threadIdx.x < kWarp) {  // warp 0: the largest split maximum, then the weights and their sum
-    float big = -INFINITY;
-    for (int s = threadIdx.x; s < n_splits; s += kWarp) big = fmaxf(big, part.m[slot0 + s]);
-    for (int offset = kWarp / 2; offset > 0; offset /= 2)
-      big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, offset));
+  for (int d = tid; d < head_dim; d += kSplitThreads) {
     float sum = 0.0f;
-    for (int s = threadIdx.x; s < n_splits; s += kWarp) {
-      weights[s] = expf(part.m[slot0 + s] - big);
-      sum += part.l[slot0 + s] * weights[s];
-    }
-    sum = warp_sum(sum);
-    if (threadIdx.x == 0) total = sum;
-  }
-  __syncthreads();
-
-  const float inv = n_splits > 0 ? 1.0f / total : 0.0f;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int s = 0; s < n_splits; ++s) sum += part.acc[(slot0 + s) * head_dim + d] * weights[s];
+    for (int s = 0; s < n_row_splits; ++s)
+      sum += __ldcg(part.acc + (slot0 + s) * head_dim + d) * expf(__ldcg(part.m + slot0 + s) - big);
     oh[d] = sum * inv;
   }
+  if (tid == 0) part.done[pair] = 0;  // ready for the next call (and the next graph replay)
 }
 
 }  // namespace
@@ -185,7 +246,9 @@ void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* 
 }
 
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys) {
-  return n_rows * n_head * split_count(max_keys) * (static_cast<int64_t>(head_dim) + 2);
+  // The partials, then one int counter per (row, head) in float-sized words.
+  return n_rows * n_head * split_count(max_keys) * (static_cast<int64_t>(head_dim) + 2) +
+         n_rows * n_head;
 }
 
 void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* rows, int64_t n_rows,
@@ -204,22 +267,16 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
   if (workspace_floats < needed)
     throw std::invalid_argument(where + "workspace of " + std::to_string(workspace_floats) +
                                 " floats, " + std::to_string(needed) + " needed");
-  const size_t weight_bytes = static_cast<size_t>(n_splits) * sizeof(float);
-  if (weight_bytes > 48 * 1024)
-    throw std::invalid_argument(where + "max_keys " + std::to_string(max_keys) +
-                                " needs more splits than the combine's shared memory holds");
-
   const int64_t slots = n_rows * n_head * n_splits;
   const Partials part{workspace, workspace + slots, workspace + 2 * slots,
+                      reinterpret_cast<int*>(workspace + slots * (kv.head_dim + 2)),
                       static_cast<int>(n_splits)};
   const dim3 split_grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_head),
                         static_cast<unsigned>(n_rows));
-  paged_decode_split_kernel<<<split_grid, kWarps * kWarp, 0, stream>>>(kv, rows, paths, q, q_stride,
-                                                                       n_head, scale, part);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
-  const dim3 combine_grid(static_cast<unsigned>(n_head), static_cast<unsigned>(n_rows));
-  paged_decode_combine_kernel<<<combine_grid, kCombineThreads, weight_bytes, stream>>>(
-      rows, kv.head_dim, out, out_stride, n_head, part);
+  const bool vec = kv.head_dim % kVec == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
+  paged_decode_split_kernel<<<split_grid, kSplitThreads, 0, stream>>>(
+      kv, rows, paths, q, q_stride, out, out_stride, n_head, scale, part, vec);
   TOKENFAB_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -2,8 +2,9 @@
 // Attention over the fp16 paged KV pool on the GPU, for decode rows (and any row whose keys are a
 // list of positions: causal chunk rows, draft-tree rows). Flash-decoding: each row's keys are cut
 // into splits of kPagedDecodeSplitKeys; one block per (split, head, row) computes a partial
-// softmax (its max, its sum of exponentials, its weighted sum of V), and a second kernel combines
-// the splits. A long context therefore spreads over many SMs even at batch 1.
+// softmax (its max, its sum of exponentials, its weighted sum of V), and the last of a row's
+// splits to finish combines them (a row of one split is finished by its only block). A long
+// context therefore spreads over many SMs even at batch 1, in one launch.
 // Mirrors kernels::paged_attention (kernels/cpu/paged_attention.h) to f32 rounding.
 //
 // Declared with host-safe types only; the rows of a call are built on the host by
@@ -46,7 +47,9 @@ struct CudaPagedRow {
 void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* where);
 
 // Floats of workspace a call needs: (n_rows, n_head, n_splits) maxima and sums plus
-// (n_rows, n_head, n_splits, head_dim) partial outputs, n_splits = ⌈max_keys / split keys⌉.
+// (n_rows, n_head, n_splits, head_dim) partial outputs, n_splits = ⌈max_keys / split keys⌉, then
+// one int counter per (row, head). The counters must be zero before a workspace's first call
+// (cudaMemset it once when allocating it); every call leaves them zero again.
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys);
 
 // q: (q rows, n_head, head_dim) device f32, q_stride floats between rows; out: same layout,

@@ -156,13 +156,15 @@ void TestCudaPagedAttention::decode_attention_matches_cpu_data() {
   QTest::addColumn<int>("head_dim");
   QTest::addColumn<int>("block_size");
   // SmolLM2-135M (9/3 × 64), Llama-8B (32/8 × 128), multi-head without GQA, one kv head for all,
-  // the largest head, and a head_dim that is no multiple of 32.
+  // the largest head, a head_dim that is no multiple of 32, and one that is no multiple of 8
+  // (the kernels' element-at-a-time path).
   QTest::newRow("9/3 x64 bs16") << 9 << 3 << 64 << 16;
   QTest::newRow("32/8 x128 bs16") << 32 << 8 << 128 << 16;
   QTest::newRow("4/4 x128 bs32") << 4 << 4 << 128 << 32;
   QTest::newRow("6/1 x96 bs8") << 6 << 1 << 96 << 8;
   QTest::newRow("2/1 x256 bs16") << 2 << 1 << 256 << 16;
   QTest::newRow("3/3 x40 bs4") << 3 << 3 << 40 << 4;
+  QTest::newRow("4/2 x36 bs16") << 4 << 2 << 36 << 16;
 }
 
 void TestCudaPagedAttention::decode_attention_matches_cpu() {
@@ -203,12 +205,22 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
   const int64_t ws_floats = paged_decode_workspace_floats(n_rows, n_head, head_dim, rows.max_keys);
   DeviceBuffer<float> dws(ws_floats);
+  TOKENFAB_CUDA_CHECK(cudaMemset(dws.get(), 0, dws.bytes()));  // the split counters start at 0
   const CudaPagedKv gpu_kv{dk.get(), dv.get(), block_size, n_kv_head, head_dim};
   launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
                                 stride, dout.get(), stride, n_head, scale, dws.get(), ws_floats,
                                 stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> got = dout.download();
+  // A second call on the same workspace gives the same bits: the first left its split counters
+  // at zero for it.
+  launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
+                                stride, dout.get(), stride, n_head, scale, dws.get(), ws_floats,
+                                stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> again = dout.download();
+  const int64_t changed = first_bit_mismatch(again, got);
+  QVERIFY2(changed < 0, qPrintable(QStringLiteral("a second call changed element %1").arg(changed)));
 
   for (int64_t r = 0; r < n_rows; ++r) {
     const CudaPagedRow& row = rows.rows[r];

@@ -1,0 +1,259 @@
+#include "kernels/cuda/gemv.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarps = 4;                  // per block
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kVec = 8;                    // bf16 weights per 16-byte load
+constexpr int64_t kWidePairs = 4096;       // from this many output pairs, two pairs per warp
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ void unpack_bf16(uint4 raw, float* f) {
+  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    f[2 * t] = __uint_as_float(u[t] << 16);
+    f[2 * t + 1] = __uint_as_float(u[t] & 0xffff0000u);
+  }
+}
+
+// Adds the chunk at kk (8 weights of each of the warp's R rows) times every x row.
+template <int M, int R>
+__device__ void accumulate(const GemvArgs& a, const float* inv_rms, int64_t kk, const uint4 (&raw)[R],
+                           float (&acc)[R][M]) {
+  float w[R][kVec], g[kVec];
+#pragma unroll
+  for (int q = 0; q < R; ++q) unpack_bf16(raw[q], w[q]);
+  if (a.norm != nullptr) {
+    const float4 g0 = __ldg(reinterpret_cast<const float4*>(a.norm + kk));
+    const float4 g1 = __ldg(reinterpret_cast<const float4*>(a.norm + kk + 4));
+    g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w;
+    g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
+  }
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    if (r >= a.m) break;
+    const float* xr = a.x + r * a.x_stride + kk;
+    const float4 x0 = *reinterpret_cast<const float4*>(xr);
+    const float4 x1 = *reinterpret_cast<const float4*>(xr + 4);
+    float xs[kVec] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    if (a.norm != nullptr) {
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) xs[t] = xs[t] * inv_rms[r] * g[t];  // the CPU's x·scale·w
+    }
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) acc[q][r] = fmaf(w[q][t], xs[t], acc[q][r]);
+    }
+  }
+}
+
+// The RoPE rotation of the pair (a, b) at element pair i of a head, position pos: the CPU's
+// formula and rounding (theta in double, separately rounded products; see rope.cu).
+__device__ void rotate(float& a, float& b, int i, int rot_dim, float base, int32_t pos) {
+  const double theta = static_cast<double>(pos) *
+                       pow(static_cast<double>(base), -2.0 * i / static_cast<double>(rot_dim));
+  const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+  const float x = a, y = b;
+  a = __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s));
+  b = __fadd_rn(__fmul_rn(x, s), __fmul_rn(y, c));
+}
+
+// Row r's outputs j0 and j1 (has1: j1 exists) of the product, y0 and y1, through the epilogue.
+__device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool has1, float y0,
+                       float y1) {
+  float* out = a.out + r * a.out_stride;
+  switch (a.epilogue) {
+    case GemvEpilogue::kStore:
+      out[j0] = y0;
+      if (has1) out[j1] = y1;
+      break;
+    case GemvEpilogue::kAdd:
+      out[j0] += y0;
+      if (has1) out[j1] += y1;
+      break;
+    case GemvEpilogue::kSwiGlu:  // j0 = gate row, j1 = its up row
+      out[j0] = y0 / (1.0f + expf(-y0)) * y1;
+      break;
+    case GemvEpilogue::kRopeKv: {  // j0 even, j1 = j0 + 1: one element pair of one head
+      const int64_t qk_end = static_cast<int64_t>(a.q_dim) + a.kv_dim;
+      const int64_t base = j0 < a.q_dim ? 0 : (j0 < qk_end ? a.q_dim : qk_end);
+      const int d = static_cast<int>((j0 - base) % a.head_dim);
+      if (j0 < qk_end && d < a.rot_dim) rotate(y0, y1, d / 2, a.rot_dim, a.rope_base, a.positions[r]);
+      out[j0] = y0;
+      out[j1] = y1;
+      if (j0 >= a.q_dim) {  // k or v: into the pool, fp16
+        const int64_t c = j0 - base;
+        const int64_t slot = a.kv_slots[r];
+        const int64_t dst = ((slot / a.block_size * a.n_kv_head + c / a.head_dim) * a.block_size +
+                             slot % a.block_size) *
+                                a.head_dim +
+                            d;
+        uint16_t* pool = j0 < qk_end ? a.k_pool : a.v_pool;
+        pool[dst] = __half_as_ushort(__float2half_rn(y0));
+        pool[dst + 1] = __half_as_ushort(__float2half_rn(y1));
+      }
+      break;
+    }
+  }
+}
+
+// Grid: one block per kWarps·P output pairs; kThreads threads. Each warp owns P pairs (2·P
+// weight rows), so that every activation load serves 2·P rows.
+template <int M, int P>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+  constexpr int R = 2 * P;
+  constexpr int kUnroll = (M <= 2 ? 4 : 2) / P;  // chunks in flight per lane (P is 1 or 2)
+  __shared__ float inv_rms[M];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  if (a.norm != nullptr) {  // a warp per x row: 1/√(mean(x²) + eps), as the CPU rms_norm
+    for (int r = warp; r < a.m; r += kWarps) {
+      const float* xr = a.x + r * a.x_stride;
+      float ss = 0.0f;
+      for (int64_t i = lane; i < a.k; i += kWarp) ss = fmaf(xr[i], xr[i], ss);
+      ss = warp_sum(ss);
+      if (lane == 0) inv_rms[r] = 1.0f / sqrtf(ss / static_cast<float>(a.k) + a.eps);
+    }
+    __syncthreads();
+  }
+  const bool swiglu = a.epilogue == GemvEpilogue::kSwiGlu;
+  const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
+  const int64_t p0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * P;
+  if (p0 >= n_pairs) return;
+  int64_t j0[P], j1[P];
+  bool has1[P];
+  const uint4* w[R];
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    const int64_t p = min(p0 + q, n_pairs - 1);  // a missing last pair repeats one (not written)
+    j0[q] = swiglu ? p : 2 * p;
+    j1[q] = swiglu ? p + a.n / 2 : 2 * p + 1;
+    has1[q] = j1[q] < a.n;
+    w[2 * q] = reinterpret_cast<const uint4*>(a.w + j0[q] * a.k);
+    w[2 * q + 1] = reinterpret_cast<const uint4*>(a.w + (has1[q] ? j1[q] : j0[q]) * a.k);
+  }
+
+  float acc[R][M];
+#pragma unroll
+  for (int q = 0; q < R; ++q)
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[q][r] = 0.0f;
+  const int64_t n_vec = a.k / kVec;  // 16-byte loads per weight row
+  // kUnroll chunks at a time: all their loads are issued before the arithmetic.
+  for (int64_t v0 = lane; v0 < n_vec; v0 += kUnroll * kWarp) {
+    uint4 raw[kUnroll][R];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + u * kWarp;
+      if (v < n_vec) {
+#pragma unroll
+        for (int q = 0; q < R; ++q) raw[u][q] = __ldg(w[q] + v);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + u * kWarp;
+      if (v < n_vec) accumulate<M, R>(a, inv_rms, v * kVec, raw[u], acc);
+    }
+  }
+
+  // Every lane ends with every sum; lane r finishes x row r.
+  float y[R];
+#pragma unroll
+  for (int q = 0; q < R; ++q) y[q] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const float sum = warp_sum(acc[q][r]);
+      if (lane == r) y[q] = sum;
+    }
+  }
+  if (lane >= a.m) return;
+#pragma unroll
+  for (int q = 0; q < P; ++q)
+    if (p0 + q < n_pairs) finish(a, lane, j0[q], j1[q], has1[q], y[2 * q], y[2 * q + 1]);
+}
+
+template <int M>
+void launch_rows(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
+  // Two pairs per warp for wide matrices (fewer activation loads per weight byte); one for narrow
+  // ones, whose few warps would otherwise leave SMs idle.
+  if (pairs >= kWidePairs) {
+    gemv_kernel<M, 2><<<static_cast<unsigned>((pairs + 2 * kWarps - 1) / (2 * kWarps)), kThreads,
+                        0, stream>>>(a);
+  } else {
+    gemv_kernel<M, 1><<<static_cast<unsigned>((pairs + kWarps - 1) / kWarps), kThreads, 0,
+                        stream>>>(a);
+  }
+}
+
+}  // namespace
+
+bool gemv_supports(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t k) {
+  return m >= 1 && m <= kGemvMaxRows && k > 0 && k % kVec == 0 && x_stride % 4 == 0 &&
+         x_stride >= k && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
+  const std::string where = "launch_gemv: ";
+  if (!gemv_supports(a.x, a.x_stride, a.m, a.w, a.k) || a.n <= 0)
+    throw std::invalid_argument(where + "unsupported shape: m " + std::to_string(a.m) + ", n " +
+                                std::to_string(a.n) + ", k " + std::to_string(a.k) +
+                                ", x_stride " + std::to_string(a.x_stride) +
+                                " (m in 1.." + std::to_string(kGemvMaxRows) +
+                                ", k a multiple of 8, 16-byte aligned x and w)");
+  if (a.norm != nullptr && reinterpret_cast<uintptr_t>(a.norm) % 16 != 0)
+    throw std::invalid_argument(where + "the norm weight is not 16-byte aligned");
+  const int64_t out_cols = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : a.n;
+  if (a.out == nullptr || a.out_stride < out_cols)
+    throw std::invalid_argument(where + "out_stride " + std::to_string(a.out_stride) +
+                                " is shorter than a row of " + std::to_string(out_cols));
+  if (a.epilogue == GemvEpilogue::kSwiGlu && a.n % 2 != 0)
+    throw std::invalid_argument(where + "SwiGLU needs an even n, not " + std::to_string(a.n));
+  if (a.epilogue == GemvEpilogue::kRopeKv &&
+      (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.rot_dim < 0 || a.rot_dim % 2 != 0 ||
+       a.rot_dim > a.head_dim || a.q_dim % a.head_dim != 0 || a.kv_dim % a.head_dim != 0 ||
+       a.n != static_cast<int64_t>(a.q_dim) + 2 * static_cast<int64_t>(a.kv_dim) ||
+       a.n_kv_head * a.head_dim != a.kv_dim || a.block_size <= 0 || a.positions == nullptr ||
+       a.kv_slots == nullptr || a.k_pool == nullptr || a.v_pool == nullptr))
+    throw std::invalid_argument(
+        where + "RoPE/KV epilogue: n " + std::to_string(a.n) + " is not q_dim " +
+        std::to_string(a.q_dim) + " + 2·kv_dim " + std::to_string(a.kv_dim) +
+        " of even heads of " + std::to_string(a.head_dim) + " (rot_dim " +
+        std::to_string(a.rot_dim) + "), or a position, slot or pool is missing");
+  const int64_t pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
+  if ((pairs + kWarps - 1) / kWarps > 0x7fffffff)
+    throw std::invalid_argument(where + "n exceeds one grid");
+  if (a.m <= 1) {
+    launch_rows<1>(a, pairs, stream);
+  } else if (a.m <= 2) {
+    launch_rows<2>(a, pairs, stream);
+  } else if (a.m <= 4) {
+    launch_rows<4>(a, pairs, stream);
+  } else {
+    launch_rows<kGemvMaxRows>(a, pairs, stream);
+  }
+  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tokenfab::kernels

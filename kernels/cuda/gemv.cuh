@@ -1,0 +1,60 @@
+#pragma once
+// Matrix-vector products for decode steps of a few rows: y = W·x for up to kGemvMaxRows rows of
+// f32 activations against BF16 weights (row-major (n, k), the layout the cuBLASLt path takes),
+// FP32 accumulation. The weights stream from memory once per call, 16 bytes per load, with a
+// warp per pair of output rows; the activations are read from cache. What cuBLAS would need
+// several kernels around for is fused into the one launch:
+//   - an optional RMSNorm of each x row (x · 1/√(mean(x²) + eps) · norm) before the product;
+//   - the epilogue: store, add into the output (a residual), SwiGLU of a stacked [gate | up]
+//     product, or RoPE on a stacked [q | k | v] product with k and v written into the fp16
+//     paged pool (the kv_store kernel's slots and layout).
+// Mirrors, to f32 rounding of the sums' order, the CPU ops the model runner composes (rms_norm,
+// matmul, rope, silu·up, kv store).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tokenfab::kernels {
+
+inline constexpr int kGemvMaxRows = 8;
+
+enum class GemvEpilogue {
+  kStore,   // out[r, j] = y[r, j]
+  kAdd,     // out[r, j] += y[r, j]
+  kSwiGlu,  // n even, j < n/2: out[r, j] = silu(y[r, j]) · y[r, n/2 + j]
+  kRopeKv,  // y = [q | k | v] (n = q_dim + 2·kv_dim): out[r, ·] = y with RoPE at positions[r] on
+            // q and k; k and v also into k_pool / v_pool at kv_slots[r]
+};
+
+struct GemvArgs {
+  const float* x = nullptr;  // (m, k) device f32, x_stride floats between rows
+  int64_t x_stride = 0;
+  int m = 0;                     // 1 … kGemvMaxRows
+  const float* norm = nullptr;   // (k) RMSNorm weight, or null for no norm
+  float eps = 0.0f;
+  const uint16_t* w = nullptr;   // (n, k) bf16 bits, row-major
+  int64_t n = 0;
+  int64_t k = 0;                 // a multiple of 8
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  float* out = nullptr;          // (m, n) (kSwiGlu: (m, n/2)), out_stride floats between rows
+  int64_t out_stride = 0;
+  // kRopeKv only:
+  const int32_t* positions = nullptr;  // (m) device
+  const int32_t* kv_slots = nullptr;   // (m) device: block · block_size + offset in the block
+  int q_dim = 0, kv_dim = 0, head_dim = 0, rot_dim = 0;
+  float rope_base = 10000.0f;
+  int n_kv_head = 0, block_size = 0;
+  uint16_t* k_pool = nullptr;  // one layer, (n_blocks, n_kv_head, block_size, head_dim) fp16 bits
+  uint16_t* v_pool = nullptr;
+};
+
+// Whether launch_gemv takes this shape: 1 ≤ m ≤ kGemvMaxRows, k a positive multiple of 8, x and
+// w 16-byte aligned with x_stride a multiple of 4 (the 16-byte loads).
+bool gemv_supports(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t k);
+
+// Asynchronous on `stream`. Throws std::invalid_argument for a shape gemv_supports refuses or an
+// epilogue's inconsistent sizes, std::runtime_error if the launch fails.
+void launch_gemv(const GemvArgs& args, cudaStream_t stream);
+
+}  // namespace tokenfab::kernels
