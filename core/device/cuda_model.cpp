@@ -534,15 +534,9 @@ void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, 
                         int64_t k) {
   launch(name_, "linear", [&] {
     if (kernels::gemv_supports(a, k, static_cast<int>(std::min<int64_t>(m, INT32_MAX)), w, k)) {
-      kernels::GemvArgs g;  // a few rows: the weights streamed once, no bf16 copy of a
-      g.x = a;
-      g.x_stride = k;
-      g.m = static_cast<int>(m);
-      g.w = w;
-      g.n = n;
-      g.k = k;
-      g.out = c;
-      g.out_stride = n;
+      // A few rows: the weights streamed once, no bf16 copy of a.
+      const kernels::GemvArgs g = kernels::gemv_product(a, k, static_cast<int>(m), w, n, k,
+                                                        kernels::GemvEpilogue::kStore, c, n);
       kernels::launch_gemv(g, stream_);
       return;
     }
@@ -697,18 +691,13 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head,
                                       hp_.head_dim};
       if (few_rows) {
-        kernels::GemvArgs g;
-        g.x = x_.get();
-        g.x_stride = n_embd;
-        g.m = static_cast<int>(n);
+        const int m = static_cast<int>(n);
+        // q, k, v = wqkv · norm(x), RoPE on q and k, k and v into the pool.
+        kernels::GemvArgs g =
+            kernels::gemv_product(x_.get(), n_embd, m, w.wqkv.get(), qkv_dim, n_embd,
+                                  kernels::GemvEpilogue::kRopeKv, qkv_.get(), qkv_dim);
         g.norm = w.attn_norm.get();
         g.eps = hp_.rms_eps;
-        g.w = w.wqkv.get();
-        g.n = qkv_dim;
-        g.k = n_embd;
-        g.epilogue = kernels::GemvEpilogue::kRopeKv;
-        g.out = qkv_.get();
-        g.out_stride = qkv_dim;
         g.positions = positions_.get();
         g.kv_slots = slots_.get();
         g.q_dim = static_cast<int>(q_dim);
@@ -728,41 +717,23 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
                                                 qkv_.get(), qkv_dim, att_.get(), q_dim,
                                                 hp_.n_head, scale, stream_);
-        kernels::GemvArgs o;  // x += wo · att
-        o.x = att_.get();
-        o.x_stride = q_dim;
-        o.m = static_cast<int>(n);
-        o.w = w.wo.get();
-        o.n = n_embd;
-        o.k = q_dim;
-        o.epilogue = kernels::GemvEpilogue::kAdd;
-        o.out = x_.get();
-        o.out_stride = n_embd;
-        kernels::launch_gemv(o, stream_);
-        kernels::GemvArgs f;  // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
-        f.x = x_.get();
-        f.x_stride = n_embd;
-        f.m = static_cast<int>(n);
+        // x += wo · att
+        kernels::launch_gemv(kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
+                                                   kernels::GemvEpilogue::kAdd, x_.get(), n_embd),
+                             stream_);
+        // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
+        kernels::GemvArgs f = kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(),
+                                                    2 * n_ff, n_embd,
+                                                    kernels::GemvEpilogue::kSwiGlu,
+                                                    gate_up_.get(), n_ff);
         f.norm = w.ffn_norm.get();
         f.eps = hp_.rms_eps;
-        f.w = w.w_gate_up.get();
-        f.n = 2 * n_ff;
-        f.k = n_embd;
-        f.epilogue = kernels::GemvEpilogue::kSwiGlu;
-        f.out = gate_up_.get();
-        f.out_stride = n_ff;
         kernels::launch_gemv(f, stream_);
-        kernels::GemvArgs d;  // x += w_down · h
-        d.x = gate_up_.get();
-        d.x_stride = n_ff;
-        d.m = static_cast<int>(n);
-        d.w = w.w_down.get();
-        d.n = n_embd;
-        d.k = n_ff;
-        d.epilogue = kernels::GemvEpilogue::kAdd;
-        d.out = x_.get();
-        d.out_stride = n_embd;
-        kernels::launch_gemv(d, stream_);
+        // x += w_down · h
+        kernels::launch_gemv(kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd,
+                                                   n_ff, kernels::GemvEpilogue::kAdd, x_.get(),
+                                                   n_embd),
+                             stream_);
         continue;
       }
       // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in

@@ -49,6 +49,22 @@ struct GemvArgs {
   uint16_t* v_pool = nullptr;
 };
 
+// A call's product and epilogue; the norm and the RoPE/KV fields stay unset (no norm).
+inline GemvArgs gemv_product(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t n,
+                             int64_t k, GemvEpilogue epilogue, float* out, int64_t out_stride) {
+  GemvArgs a;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.m = m;
+  a.w = w;
+  a.n = n;
+  a.k = k;
+  a.epilogue = epilogue;
+  a.out = out;
+  a.out_stride = out_stride;
+  return a;
+}
+
 // Whether launch_gemv takes this shape: 1 ≤ m ≤ kGemvMaxRows, k a positive multiple of 8, x and
 // w 16-byte aligned with x_stride a multiple of 4 (the 16-byte loads).
 bool gemv_supports(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t k);

@@ -126,7 +126,7 @@ void TestCudaGemv::store_and_add_match_loops_data() {
   QTest::addColumn<qint64>("k");
   QTest::addColumn<bool>("norm");
   QTest::addColumn<bool>("add");
-  // SmolLM2's o-projection and LM-head widths, an odd n (a group with one row), Llama-8B's k,
+  // SmolLM2's o-projection and LM-head widths, an odd n (a pair with one row), Llama-8B's k,
   // and k = 4120 (load groups plus a tail).
   QTest::newRow("m1 576x576 add") << 1 << qint64{576} << qint64{576} << false << true;
   QTest::newRow("m1 1001x576 norm") << 1 << qint64{1001} << qint64{576} << true << false;
@@ -134,7 +134,7 @@ void TestCudaGemv::store_and_add_match_loops_data() {
   QTest::newRow("m3 576x1536 add") << 3 << qint64{576} << qint64{1536} << false << true;
   QTest::newRow("m5 250x4120 norm add") << 5 << qint64{250} << qint64{4120} << true << true;
   QTest::newRow("m8 4097x576 norm") << 8 << qint64{4097} << qint64{576} << true << false;
-  // Wide matrices (4,096 output pairs or more: a warp per pair group), even and odd.
+  // Wide matrices (4,096 output pairs or more: two pairs per warp), even and odd.
   QTest::newRow("m2 8200x264 norm") << 2 << qint64{8200} << qint64{264} << true << false;
   QTest::newRow("m1 8193x64 add") << 1 << qint64{8193} << qint64{64} << false << true;
 }
@@ -160,18 +160,10 @@ void TestCudaGemv::store_and_add_match_loops() {
   dg.upload(g);
   dw.upload(w_bits);
   dout.upload(out0);
-  GemvArgs a;
-  a.x = dx.get();
-  a.x_stride = k;
-  a.m = m;
+  GemvArgs a = gemv_product(dx.get(), k, m, dw.get(), n, k,
+                            add ? GemvEpilogue::kAdd : GemvEpilogue::kStore, dout.get(), n);
   a.norm = norm ? dg.get() : nullptr;
   a.eps = kEps;
-  a.w = dw.get();
-  a.n = n;
-  a.k = k;
-  a.epilogue = add ? GemvEpilogue::kAdd : GemvEpilogue::kStore;
-  a.out = dout.get();
-  a.out_stride = n;
   launch_gemv(a, stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> got = dout.download();
@@ -212,18 +204,10 @@ void TestCudaGemv::swiglu_matches_loops() {
   dx.upload(x);
   dg.upload(g);
   dw.upload(w_bits);
-  GemvArgs a;
-  a.x = dx.get();
-  a.x_stride = k;
-  a.m = m;
+  GemvArgs a =
+      gemv_product(dx.get(), k, m, dw.get(), n, k, GemvEpilogue::kSwiGlu, dout.get(), n_ff);
   a.norm = dg.get();
   a.eps = kEps;
-  a.w = dw.get();
-  a.n = n;
-  a.k = k;
-  a.epilogue = GemvEpilogue::kSwiGlu;
-  a.out = dout.get();
-  a.out_stride = n_ff;
   launch_gemv(a, stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> got = dout.download();
@@ -297,18 +281,9 @@ void TestCudaGemv::rope_kv_matches_loops() {
   dv.upload(pool0);
   dpos.upload(positions);
   dslots.upload(kv_slots);
-  GemvArgs a;
-  a.x = dx.get();
-  a.x_stride = k;
-  a.m = m;
+  GemvArgs a = gemv_product(dx.get(), k, m, dw.get(), n, k, GemvEpilogue::kRopeKv, dout.get(), n);
   a.norm = dg.get();
   a.eps = kEps;
-  a.w = dw.get();
-  a.n = n;
-  a.k = k;
-  a.epilogue = GemvEpilogue::kRopeKv;
-  a.out = dout.get();
-  a.out_stride = n;
   a.positions = dpos.get();
   a.kv_slots = dslots.get();
   a.q_dim = q_dim;
@@ -376,15 +351,8 @@ void TestCudaGemv::rope_kv_matches_loops() {
 void TestCudaGemv::refuses_unsupported_shapes() {
   DeviceBuffer<float> dx(64), dout(64);
   DeviceBuffer<uint16_t> dw(64);
-  GemvArgs a;
-  a.x = dx.get();
-  a.x_stride = 16;
-  a.m = 1;
-  a.w = dw.get();
-  a.n = 2;
-  a.k = 16;
-  a.out = dout.get();
-  a.out_stride = 2;
+  const GemvArgs a =
+      gemv_product(dx.get(), 16, 1, dw.get(), 2, 16, GemvEpilogue::kStore, dout.get(), 2);
   QVERIFY(gemv_supports(a.x, a.x_stride, a.m, a.w, a.k));
   launch_gemv(a, stream_);  // the supported call itself
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
