@@ -4,10 +4,13 @@
 # machine) and prints ONE JSON object on stdout:
 #   {"tests":{"passed":…,"failed":…,"skipped":…,"suites":[{"name":…,"exit":…,"passed":…,
 #    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"benchmarks":{"model":…,"bench":{…},
-#    "batch_bench_1":{…},"batch_bench_32":{…},"batch_bench_256":{…},"bench_llama3_8b":{…}},
-#    "cublas":"…","elapsed_s":…}
-# The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME or
-# the XDG cache), else with its synthetic twin (`tokenfab-cli synth`, same shape and types).
+#    "batch_bench_1":{…},"batch_bench_32":{…},"batch_bench_256":{…},"bench_llama3_8b":{…},
+#    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"generate_no_head":…,
+#    "generate_head":…},"real_model":"…","cublas":"…","elapsed_s":…}
+# The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME, the
+# XDG cache, or the parts gpu_package.sh --model-parts sent in gpu-model/), else with its synthetic
+# twin (`tokenfab-cli synth`, same shape and types); the decode with a draft head needs the real
+# model and gpu-model/head.gguf (null otherwise).
 # Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
 # libraries come from the bundle. Progress goes to stderr. Each suite is cut off after
 # SUITE_TIMEOUT_S seconds (default 150), so the whole check ends in well under 8 minutes.
@@ -36,6 +39,22 @@ fail() {  # one JSON summary even when the check cannot run
 
 # shellcheck source=tools/gpu_env.sh
 . "$root/tools/gpu_env.sh" || fail "$gpu_env_error"
+
+# The embedded model, when tools/gpu_package.sh --model-parts sent it in parts: joined into a
+# temporary TOKENFAB_HOME (the tests and benchmarks look there) once its sha256 is the pinned one.
+real_model="absent (no gpu-model/ parts: the real-model tests skip, the benchmarks use a twin)"
+if [ -f "$root/gpu-model/part-1" ] && [ -f "$root/gpu-model/part-2" ]; then
+  mkdir -p "$libs/home/models"
+  joined="$libs/home/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  cat "$root/gpu-model/part-1" "$root/gpu-model/part-2" >"$joined"
+  if [ "$(sha256sum "$joined" | cut -d' ' -f1)" = "$(cat "$root/gpu-model/SHA256" 2>/dev/null)" ]; then
+    export TOKENFAB_HOME="$libs/home"
+    real_model="joined from gpu-model/, sha256 as pinned"
+  else
+    rm -f "$joined"
+    real_model="error: the parts in gpu-model/ do not make the file of the pinned sha256"
+  fi
+fi
 
 suites_json=""
 output=""
@@ -108,9 +127,28 @@ batch256_json="$(run_bench batch-bench-256 120 batch-bench --model "$model" --de
 # The Llama 3 8B shape at batch 1 against the HBM roofline (a Q4_0 file is written quicker than a
 # BF16 one; the GPU holds BF16 weights either way).
 bench8b_json="$(run_bench bench-llama3-8b 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1)"
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json}"
+# The engine on the GPU: serve-bench at 1, 32 and 256 requests in flight (greedy).
+serve_bench() {  # name, concurrency, requests
+  run_bench "$1" 120 serve-bench --model "$model" --devices cuda:0 --concurrency "$2" \
+    --requests "$3" --prompt-len 64:128 --max-tokens 256 --temperature 0 --kv-mem 4096 \
+    --token-budget 4096 --max-running 256
+}
+serve1_json="$(serve_bench serve-bench-1 1 8)"
+serve32_json="$(serve_bench serve-bench-32 32 64)"
+serve256_json="$(serve_bench serve-bench-256 256 512)"
+# Single-stream decode with and without the draft head sent in gpu-model/ (real model only).
+head_json=null
+no_head_json=null
+if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
+  prompt="Write a Python function that returns the n-th Fibonacci number, with a docstring."
+  no_head_json="$(run_bench generate-no-head 60 generate --model "$model" --devices cuda:0 \
+    --chat "$prompt" --max-tokens 256 --temperature 0)"
+  head_json="$(run_bench generate-head 60 generate --model "$model" --devices cuda:0 \
+    --head "$root/gpu-model/head.gguf" --chat "$prompt" --max-tokens 256 --temperature 0)"
+fi
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
 
-printf '{"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
-  "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$devices" \
+printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
+  "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$devices" \
   "$benchmarks" "$(json_string "${cublas_dir:-not found}")" "$(($(date +%s) - start))"
 [ "$failed" -eq 0 ]

@@ -11,11 +11,38 @@
 # is ~500 MB; the CUDA toolkit there provides it). The CUDA runtime is linked statically.
 # The working tree plus this folder must fit the ~64 MiB that reaches a GPU machine: the total is
 # printed, and the script fails above 48 MiB.
-# Usage: tools/gpu_package.sh   (JOBS=N for parallel build jobs, default 2; BUILD_DIR=DIR to take
-#        the binaries from an existing CUDA build folder configured for sm_90 instead of build-gpu/)
+# Usage: tools/gpu_package.sh [--model-parts [--head FILE]]
+#   JOBS=N        parallel build jobs (default 2)
+#   BUILD_DIR=DIR take the binaries from an existing CUDA build folder configured for sm_90
+#                 instead of building build-gpu/
+#   --model-parts also writes gpu-model/ (git-ignored): the embedded model from the user cache,
+#                 checked against its pinned sha256, cut in two parts that each fit one call
+#                 (part-1, part-2, SHA256), so that tools/gpu_check.sh can run the real-model
+#                 tests and benchmarks there; the three calls that carry it are printed at the end
+#   --head FILE   with --model-parts: a draft head of that model, as gpu-model/head.gguf, for the
+#                 check's decode with and without a head
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+model_parts=0
+head_file=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model-parts) model_parts=1; shift ;;
+    --head)
+      [ $# -ge 2 ] || { echo "gpu_package: --head needs a file" >&2; exit 2; }
+      head_file="$2"; shift 2 ;;
+    *) echo "gpu_package: unknown argument $1 (usage: [--model-parts [--head FILE]])" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$head_file" ] && [ "$model_parts" = 0 ]; then
+  echo "gpu_package: --head goes with --model-parts (a head needs its model there)" >&2
+  exit 2
+fi
+if [ -n "$head_file" ] && [ ! -f "$head_file" ]; then
+  echo "gpu_package: no head file $head_file" >&2
+  exit 2
+fi
 build="${BUILD_DIR:-build-gpu}"
 bundle=gpu-bundle
 limit_bytes=$((48 * 1024 * 1024))
@@ -90,3 +117,37 @@ if [ "$total" -gt "$limit_bytes" ]; then
   echo "gpu_package: the bundle is over $((limit_bytes / 1024 / 1024)) MiB" >&2
   exit 1
 fi
+
+[ "$model_parts" = 1 ] || exit 0
+# The embedded model where the CLI keeps it (core/model/model_files: TOKENFAB_HOME, else the XDG
+# cache), checked against the hash tools/fetch_model.py pins, then cut at 58 MiB.
+model="${TOKENFAB_HOME:+$TOKENFAB_HOME/models}"
+model="${model:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenfab/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
+pinned="$(sed -n 's/^SHA256 = "\([0-9a-f]*\)"$/\1/p' tools/fetch_model.py)"
+if [ ! -f "$model" ]; then
+  echo "gpu_package: the embedded model is not at $model (tokenfab-cli fetch)" >&2
+  exit 1
+fi
+if [ "$(sha256sum "$model" | cut -d' ' -f1)" != "$pinned" ]; then
+  echo "gpu_package: $model does not have the pinned sha256 $pinned" >&2
+  exit 1
+fi
+rm -rf gpu-model
+mkdir gpu-model
+part1_bytes=$((58 * 1024 * 1024))
+head -c "$part1_bytes" "$model" >gpu-model/part-1
+tail -c +"$((part1_bytes + 1))" "$model" >gpu-model/part-2
+echo "$pinned" >gpu-model/SHA256
+second='"gpu-model/part-2", "gpu-model/SHA256"'
+if [ -n "$head_file" ]; then
+  cp "$head_file" gpu-model/head.gguf
+  second="$second, \"gpu-model/head.gguf\""
+fi
+cat >&2 <<EOT
+gpu-model: the embedded model in two parts ($(du -b gpu-model/part-1 | cut -f1) + $(du -b gpu-model/part-2 | cut -f1) bytes)$([ -n "$head_file" ] && echo " and a head")
+One call carries at most 64 MiB, and a warm GPU machine keeps ignored files between calls (for
+30 s after each), so send them in three calls, each right after the last:
+  1. carry ["gpu-model/part-1"], command: true
+  2. carry [$second], command: true
+  3. carry ["gpu-bundle"], command: tools/gpu_check.sh
+EOT

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/common/error.h"
+#include "core/device/cuda_device.h"
 #include "core/device/cuda_model.h"
 #include "core/model/model_files.h"
 
@@ -82,14 +83,29 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset)
   return prompt;
 }
 
-std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
-                                          int threads, int32_t kv_blocks, int32_t block_size) {
+DeviceSpec bench_device_spec(const std::string& device) {
   const std::vector<DeviceSpec> specs = parse_device_list(device, "--device");
   if (specs.size() != 1)
     throw Error("--device \"" + device + "\": a benchmark runs on one device (e.g. cpu or cuda:0)");
-  if (specs[0].kind == DeviceKind::kCuda)
-    return make_cuda_device(specs[0], model, threads, kv_blocks, block_size);
-  return std::make_unique<CpuDevice>(specs[0], model, threads, kv_blocks, block_size);
+  const DeviceSpec& spec = specs[0];
+  if (spec.kind == DeviceKind::kCuda) {
+    const CudaInventory gpus = enumerate_cuda_devices();
+    const auto n = static_cast<int>(gpus.devices.size());
+    if (spec.index >= n)
+      throw Error(spec.name() + ": no CUDA device can be used: " +
+                  (gpus.reason.empty() ? "this machine has " + std::to_string(n) + " CUDA device" +
+                                             (n == 1 ? "" : "s")
+                                       : gpus.reason));
+  }
+  return spec;
+}
+
+std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
+                                          int threads, int32_t kv_blocks, int32_t block_size) {
+  const DeviceSpec spec = bench_device_spec(device);
+  if (spec.kind == DeviceKind::kCuda)
+    return make_cuda_device(spec, model, threads, kv_blocks, block_size);
+  return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
 }
 
 }  // namespace tokenfab::cli

@@ -46,6 +46,11 @@ void add_run_options(CLI::App& cmd, CommonOptions& o);
 // tokenized and repeated, starting `offset` tokens in (so that streams differ).
 std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset);
 
+// The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"), checked
+// without a model: throws Error for a list of several devices, or a CUDA device this build or
+// machine lacks (so that a benchmark fails before it writes a synthetic model).
+DeviceSpec bench_device_spec(const std::string& device);
+
 // The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"): a CPU virtual
 // device with `threads` threads or a CUDA device, either with a KV pool of kv_blocks blocks.
 // Throws Error for a list of several devices, or a CUDA device this build or machine lacks.

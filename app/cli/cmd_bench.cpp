@@ -112,6 +112,7 @@ DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int
 }
 
 void run_device_bench(const BenchCommand& c) {
+  bench_device_spec(c.device);  // before a synthetic model is written (an 8B one takes minutes)
   std::unique_ptr<SyntheticFile> synthetic;
   CommonOptions common = c.common;
   if (!c.synthetic.empty()) {

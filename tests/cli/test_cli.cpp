@@ -368,6 +368,10 @@ void CliTest::bad_input_data() {
   QTest::newRow("batch-bench on two devices")
       << QStringList{"batch-bench", "--device", "cpu:0,cpu:1", "--streams", "1"}
       << "a benchmark runs on one device" << true;
+  // Refused before the synthetic model is written (one line on stderr, nothing written first).
+  QTest::newRow("bench on a GPU that is not there")
+      << QStringList{"bench", "--device", "cuda:7", "--synthetic", "smollm2-135m"} << "cuda:7"
+      << false;
   QTest::newRow("GPU connector without a GPU")
       << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0", "--decode", "cpu:1",
                      "--connector", "host_staged"}
