@@ -678,7 +678,8 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                               stream_);
     // A few rows (decode steps, short chunks) take the fused GEMVs: a layer is then the QKV
     // product with its norm, RoPE and KV store, attention, and three more products with their
-    // norm, SwiGLU and residual adds fused — six launches where cuBLAS takes fourteen.
+    // norm, SwiGLU and residual adds fused — five launches (six with a prefill chunk) where the
+    // cuBLAS path takes fourteen.
     const bool few_rows = n <= kernels::kGemvMaxRows &&
                           kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n),
                                                  w_->layers[0].wqkv.get(), n_embd) &&

@@ -4,11 +4,13 @@
 // loop (core/serving/worker) drives it exactly as it drives a CpuDevice.
 //
 // Weights: the matrices are dequantized at load to BF16 (Q, K and V stacked into one matrix, gate
-// and up into another) and multiplied with cuBLASLt (BF16 inputs, FP32 accumulate); norms stay
-// f32; the token embedding stays in the file's type and is gathered by the embedding op. The
-// activations between ops are f32 and are rounded to BF16 only on their way into a GEMM (the
-// norms and SwiGLU write that bf16 directly). The alternative, quantized blocks with
-// a dequantize-in-kernel GEMV for decode, has not been measured against this yet.
+// and up into another); norms stay f32; the token embedding stays in the file's type and is
+// gathered by the embedding op. Batches of more than kernels::kGemvMaxRows rows multiply with
+// cuBLASLt (BF16 inputs, FP32 accumulate): the activations between ops are f32 and are rounded to
+// BF16 only on their way into a GEMM (the norms and SwiGLU write that bf16 directly). Smaller
+// batches (decode steps) take the fused GEMVs of kernels/cuda/gemv.cuh, the norms, RoPE, KV store,
+// SwiGLU and residual adds inside the products. The alternative, quantized blocks with a
+// dequantize-in-kernel GEMV for decode, has not been measured against this yet.
 // KV: fp16 in the same (n_blocks, n_kv_head, block_size, head_dim) layout per layer as the CPU's
 // KvStorage, so the pool's blocks mean the same on both backends.
 // Attention: causal chunks of 4 tokens or more through the tiled prefill kernel
