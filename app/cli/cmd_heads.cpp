@@ -104,6 +104,7 @@ struct TrainCommand {
   int max_prompts = 0;
   int batch = 256;
   float lr = 3e-3f;
+  int rollout = -1;
   bool no_cache = false;
   uint64_t seed = 0;
 };
@@ -121,6 +122,7 @@ void run_train(const TrainCommand& c) {
   r.max_prompts = c.max_prompts;
   r.batch = c.batch;
   r.lr = c.lr;
+  r.rollout = c.rollout;
   r.seed = c.seed;
   r.threads = c.common.threads;
   r.no_cache = c.no_cache;
@@ -337,6 +339,11 @@ void register_heads(CLI::App& app) {
   train->add_option("--max-prompts", t->max_prompts, "use at most this many prompts (0: all)");
   train->add_option("--batch", t->batch, "positions per mini-batch")->capture_default_str();
   train->add_option("--lr", t->lr, "peak learning rate")->capture_default_str();
+  train
+      ->add_option("--rollout", t->rollout,
+                   "mtp: training rows per position that continue from the head's own "
+                   "predicted hidden states (default: heads - 1, every step of a chain)")
+      ->check(CLI::Range(0, 16));
   train->add_option("--seed", t->seed, "seed")->capture_default_str();
   train->add_flag("--no-cache", t->no_cache, "record traces again even when cached");
   train->callback([t] { run_train(*t); });

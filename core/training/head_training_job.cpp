@@ -85,6 +85,7 @@ void validate_head_training(const HeadTrainingRequest& r) {
   if (r.prompt_set.has_value() == !r.corpus.empty())
     throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
   if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
+  if (r.rollout < -1 || r.rollout > 16) throw Error("--rollout must be 0..16 (or −1: heads − 1)");
 }
 
 void DecodeTotals::add(const RequestInfo& info) {
@@ -296,15 +297,17 @@ HeadTrainingResult run_head_training(
   options.lr = r.lr;
   options.threads = r.threads;
   options.seed = r.seed;
-  const nlohmann::json config = {{"source", traces.source},
-                                 {"continuation_tokens", r.continuation},
-                                 {"steps", r.steps},
-                                 {"batch", r.batch},
-                                 {"lr", r.lr},
-                                 {"heads", r.heads},
-                                 {"type", r.type},
-                                 {"trace_positions", traces.set.n_pos()},
-                                 {"seed", r.seed}};
+  options.rollout = r.rollout;
+  nlohmann::json config = {{"source", traces.source},
+                           {"continuation_tokens", r.continuation},
+                           {"steps", r.steps},
+                           {"batch", r.batch},
+                           {"lr", r.lr},
+                           {"heads", r.heads},
+                           {"type", r.type},
+                           {"trace_positions", traces.set.n_pos()},
+                           {"seed", r.seed}};
+  if (r.type == "mtp") config["rollout"] = r.rollout < 0 ? r.heads - 1 : r.rollout;
   info.training_config_json = config.dump();
   DraftHead initial = r.type == "mtp" ? make_mtp_head(info, draft_vocabulary(traces.set, options))
                                       : make_medusa_head(info);

@@ -30,6 +30,7 @@ struct HeadTrainingRequest {
   int max_prompts = 0;    // 0: all
   int batch = 256;
   float lr = 3e-3f;
+  int rollout = -1;  // mtp: rows per position continuing from its own predictions; −1: heads − 1
   uint64_t seed = 0;
   int threads = 0;  // 0: all hardware threads
   bool no_cache = false;
@@ -55,7 +56,8 @@ struct HeadTrainingResult {
 };
 
 // Throws Error for a bad request (all-digit or empty name, both or neither of prompt_set /
-// corpus, heads outside 1..16, type not medusa or mtp); run_head_training checks it too.
+// corpus, heads outside 1..16, rollout outside −1..16, type not medusa or mtp);
+// run_head_training checks it too.
 void validate_head_training(const HeadTrainingRequest& request);
 
 // What a set of generated requests measured for speculation: decode steps, the tokens they
@@ -85,7 +87,8 @@ std::vector<std::string> named_prompts(const std::string& name, const std::strin
 
 // Runs the whole job on the calling thread. `progress` may return false to cancel: the call then
 // throws Error("… cancelled …; no head was saved"). Throws Error for a bad request (a taken or
-// all-digit name, both or neither of prompt_set / corpus, heads outside 1..16, type not medusa or mtp).
+// all-digit name, both or neither of prompt_set / corpus, heads outside 1..16, rollout outside
+// −1..16, type not medusa or mtp).
 HeadTrainingResult run_head_training(
     const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& request,
     const std::function<bool(const HeadTrainingProgress&)>& progress);

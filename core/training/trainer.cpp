@@ -149,14 +149,16 @@ void gather_head_batch(const TraceSet& t, std::span<const int64_t> ends, const S
 }
 
 // The mtp block's rows of a mini-batch. Each position i (with i + 1 inside its sequence) gives a
-// teacher-forced row [h_i; e(pred_i)] → pred_{i+1}, h_{i+1}; and, when i + 2 is inside too, a
-// rollout row [ĥ_{i+1}; e(pred_{i+1})] → pred_{i+2}, h_{i+2}, where ĥ_{i+1} is the block's own
-// (current) prediction from the first row, as in inference from step 2 on. No gradient flows
-// through ĥ: the rollout rows teach the block to continue from its own predicted hidden states.
-// Labels outside the vocabulary are left out (the block cannot draft them).
+// teacher-forced row [h_i; e(pred_i)] → pred_{i+1}, h_{i+1}, and then up to `rollout` rows that
+// continue from the block's own (current) predictions, as inference does from step 2 on: rollout
+// row j (1-based, while i + j + 1 is inside the sequence) is [ĥ_{i+j}; e(pred_{i+j})] →
+// pred_{i+j+1}, h_{i+j+1}, where ĥ_{i+j} is what the block predicted from row j − 1. No gradient
+// flows through ĥ: the rollout rows teach the block to continue from its own predicted hidden
+// states. Labels outside the vocabulary are left out (the block cannot draft them), and so is the
+// rest of that position's chain.
 void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const TraceSet& t,
                       std::span<const int64_t> ends, const Shortlist& sl,
-                      std::span<const int64_t> batch, bool soft, HeadBatch& out) {
+                      std::span<const int64_t> batch, int32_t rollout, bool soft, HeadBatch& out) {
   const int64_t d = t.n_embd;
   out.clear();
   std::vector<float> e(static_cast<size_t>(d));
@@ -170,23 +172,32 @@ void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const Trac
     out.add_targets(t, sl, target, soft);
     return true;
   };
-  // The teacher-forced rows; those whose position also has a rollout row are noted, and their
-  // [h; e] gathered so that one mtp_step predicts every ĥ at once.
-  std::vector<int64_t> rollout;
-  std::vector<float> hs, es;
-  for (int64_t i : batch) {
-    const int64_t end = ends[static_cast<size_t>(i)];
-    if (i + 1 >= end) continue;
-    if (!add_row(t.hidden.data() + i * d, i, i + 1) || i + 2 >= end) continue;
-    rollout.push_back(i);
+  // The chains that go on after the rows just added: their positions i and the [h; e] of those
+  // rows, gathered so that one mtp_step predicts every ĥ at once.
+  std::vector<int64_t> chains, next_chains;
+  std::vector<float> hs, es, z;
+  const auto continue_chain = [&](int64_t i, int64_t depth) {
+    if (i + depth + 2 >= ends[static_cast<size_t>(i)]) return;
+    next_chains.push_back(i);
     const float* row = out.x.data() + (out.m - 1) * 2 * d;
     hs.insert(hs.end(), row, row + d);
     es.insert(es.end(), row + d, row + 2 * d);
+  };
+  for (int64_t i : batch) {
+    if (i + 1 >= ends[static_cast<size_t>(i)]) continue;
+    if (add_row(t.hidden.data() + i * d, i, i + 1)) continue_chain(i, 0);
   }
-  std::vector<float> z(hs.size());
-  head.mtp_step(hs.data(), es.data(), static_cast<int64_t>(rollout.size()), z.data());
-  for (size_t r = 0; r < rollout.size(); ++r)
-    add_row(z.data() + r * static_cast<size_t>(d), rollout[r] + 1, rollout[r] + 2);
+  for (int32_t depth = 1; depth <= rollout && !next_chains.empty(); ++depth) {
+    chains.swap(next_chains);
+    next_chains.clear();
+    z.resize(hs.size());
+    head.mtp_step(hs.data(), es.data(), static_cast<int64_t>(chains.size()), z.data());
+    hs.clear();
+    es.clear();
+    for (size_t r = 0; r < chains.size(); ++r)
+      if (add_row(z.data() + r * static_cast<size_t>(d), chains[r] + depth, chains[r] + depth + 1))
+        continue_chain(chains[r], depth);
+  }
 }
 
 // One optimisation step over all blocks (Medusa: one per head; mtp: one): per-block mean losses
@@ -216,7 +227,8 @@ class HeadOptimizer {
       std::fill(dw_[k].begin(), dw_[k].end(), 0.0f);
       std::fill(db_[k].begin(), db_[k].end(), 0.0f);
       if (head.is_mtp())
-        gather_mtp_batch(model_, head, traces_, ends_, shortlist_, batch, soft, hb_);
+        gather_mtp_batch(model_, head, traces_, ends_, shortlist_, batch,
+                         o_.rollout < 0 ? head.n_heads() - 1 : o_.rollout, soft, hb_);
       else
         gather_head_batch(traces_, ends_, shortlist_, batch, static_cast<int>(k), soft, hb_);
       if (hb_.m == 0) continue;
@@ -308,6 +320,7 @@ void TrainOptions::validate() const {
   if (!(validation > 0.0f && validation < 1.0f)) bad("validation must be in (0, 1)");
   if (patience < 0) bad("patience must be ≥ 0");
   if (eval_every < 1) bad("eval_every must be at least 1");
+  if (rollout < -1 || rollout > 16) bad("rollout must be in −1..16 (−1: heads − 1)");
   if (threads < 0) bad("threads must be ≥ 0");
 }
 

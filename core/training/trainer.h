@@ -2,8 +2,11 @@
 // Trains a draft head by self-distillation on a TraceSet (trace.h). Medusa: head k at position i
 // learns the target's own prediction pred[i + k]. mtp: the block learns, from [h_i; e(pred_i)],
 // the next prediction pred[i + 1] and (regression, hidden_weight) the next hidden state h[i + 1];
-// each mini-batch also holds rollout rows that start from the block's own predicted hidden state
-// (see gather_mtp_batch in trainer.cpp), as inference does from step 2 on.
+// each mini-batch also holds, per position, up to `rollout` rows that continue from the block's
+// own predicted hidden states (see gather_mtp_batch in trainer.cpp), as inference does from step 2
+// on. The default trains every step a K-draft chain takes (K − 1 rollout rows): with one rollout
+// row only, steps 3 and 4 met hidden states twice and three times predicted that no row had taught
+// (code domain, SmolLM2-135M: their held-out top-1 rose from 0.20 / 0.13 to 0.33 / 0.31).
 //
 // Optimiser: AdamW (β 0.9 / 0.999, eps 1e-8, decoupled weight decay on W only), linear warmup over
 // `warmup · steps` steps, then cosine decay to 10 % of lr; gradients clipped to a global norm of
@@ -38,8 +41,10 @@ struct TrainOptions {
   float lr = 3e-3f, weight_decay = 0.0f, warmup = 0.05f /* fraction of steps */, clip = 1.0f;
   float kl_weight = 0.0f;      // 0: CE against the pred labels; in (0, 1]: mixes in KL to the top-k
   float hidden_weight = 1.0f;  // mtp: weight of the next-hidden-state regression (head_loss.h)
-  float validation = 0.1f;     // fraction of sequences held out, in (0, 1); at least one each side
-  int32_t patience = 5;  // evaluations without improvement before stopping; 0: never stop early
+  // mtp: rows per position that continue from the block's own predictions; −1: K − 1.
+  int32_t rollout = -1;
+  float validation = 0.1f;  // fraction of sequences held out, in (0, 1); at least one each side
+  int32_t patience = 5;     // evaluations without improvement before stopping; 0: never stop early
   int32_t eval_every = 50;
   int threads = 0;  // 0: all hardware threads
   uint64_t seed = 0;
