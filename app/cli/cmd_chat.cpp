@@ -58,6 +58,7 @@ void run_chat(const ChatCommand& c) {
   spec.draft_len = c.head.draft_len;
   spec.adaptive_draft = c.head.adaptive_draft();
   spec.tree_shape = c.head.request_tree();
+  spec.tree_nodes = c.head.request_tree_nodes();
   std::signal(SIGINT, on_sigint);
   std::vector<ChatMessage> history;
   if (c.system) history.push_back({"system", *c.system});

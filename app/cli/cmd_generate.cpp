@@ -78,6 +78,7 @@ void run_generate(const GenerateCommand& c) {
   spec.draft_len = c.head.draft_len;
   spec.adaptive_draft = c.head.adaptive_draft();
   spec.tree_shape = c.head.request_tree();
+  spec.tree_nodes = c.head.request_tree_nodes();
   GenerateResult r =
       generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream, nullptr, &spec);
   if (r.stop_reason == "length" && options.max_tokens < c.options.max_tokens)

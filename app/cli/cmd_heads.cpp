@@ -218,6 +218,7 @@ void run_eval(const EvalCommand& c) {
     r.head = head;
     r.draft_len = c.head.draft_len;
     r.tree_shape = c.head.request_tree();
+    r.tree_nodes = c.head.request_tree_nodes();
     const RequestInfo spec = engine.wait(engine.submit(r));
     if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)
       throw Error("prompt " + std::to_string(i + 1) +
@@ -254,6 +255,7 @@ void run_eval(const EvalCommand& c) {
                         {"spec", c.head.spec},
                         {"draft_len", std::min(c.head.draft_len, head->n_heads())},
                         {"tree_shape", c.head.request_tree()},
+                        {"tree_nodes", c.head.request_tree_nodes()},
                         {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
                         {"target_quant", c.target_quant}};
   if (native) {

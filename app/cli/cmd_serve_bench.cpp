@@ -155,7 +155,8 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"spec", c.head.spec},
                       {"draft_len", c.head.draft_len},
                       {"adaptive_draft", c.head.adaptive_draft()},
-                      {"tree_shape", c.head.request_tree()}};
+                      {"tree_shape", c.head.request_tree()},
+                      {"tree_nodes", c.head.request_tree_nodes()}};
   if (c.slo_ttft_ms) j["slo_ttft_ms"] = *c.slo_ttft_ms;
   if (c.slo_tpot_ms) j["slo_tpot_ms"] = *c.slo_tpot_ms;
   return j;
@@ -214,6 +215,7 @@ void run_serve_bench(ServeBenchCommand c) {
     r.draft_len = c.head.draft_len;
     r.adaptive_draft = c.head.adaptive_draft();
     r.tree_shape = c.head.request_tree();
+    r.tree_nodes = c.head.request_tree_nodes();
     requests.push_back(std::move(r));
   }
 

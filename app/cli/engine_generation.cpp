@@ -40,6 +40,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     request.draft_len = speculation->draft_len;
     request.adaptive_draft = speculation->adaptive_draft;
     request.tree_shape = speculation->tree_shape;
+    request.tree_nodes = speculation->tree_nodes;
   }
   const RequestId id = engine.submit(std::move(request));
 

@@ -24,6 +24,7 @@ struct Speculation {
   int32_t draft_len = 4;
   bool adaptive_draft = false;      // chain: each step's length chosen (draft_length.h)
   std::vector<int32_t> tree_shape;  // empty: a chain
+  int32_t tree_nodes = 0;           // tree: > 0 a dynamic tree (GenerationRequest::tree_nodes)
   int64_t steps = 0;
   std::optional<double> accept_per_step;
   std::vector<SpeculationStats::HeadSwitch> switches;  // made mid-generation

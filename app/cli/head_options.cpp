@@ -16,6 +16,11 @@ void add_head_options(CLI::App& cmd, HeadOptions& o, bool length_choice) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  cmd.add_option("--tree-nodes", o.tree_nodes,
+                 "tree, mtp heads: draft a dynamic tree of at most N nodes, the most probable of "
+                 "the --tree-shape tree by the head's path probability (0: the whole tree)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   if (!length_choice) {
     cmd.add_option("--draft-len", o.draft_len, "tokens proposed per step")
         ->capture_default_str()
@@ -27,7 +32,8 @@ void add_head_options(CLI::App& cmd, HeadOptions& o, bool length_choice) {
                  "measured step costs and acceptance, 0 when drafting does not pay)")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
-  cmd.add_flag("--fixed-draft", o.fixed_draft, "chain: propose exactly --draft-len tokens every step");
+  cmd.add_flag("--fixed-draft", o.fixed_draft,
+               "chain: propose exactly --draft-len tokens every step");
 }
 
 }  // namespace tokenfab::cli

@@ -199,6 +199,11 @@ RequestId Engine::submit(GenerationRequest request) {
         if (b < 1 || b > 16)
           throw Error("request: tree branching " + std::to_string(b) + " is outside 1..16");
     }
+    if (request.tree_nodes != 0 && (request.tree_shape.empty() || request.tree_nodes < 1 ||
+                                    request.tree_nodes > GenerationRequest::kMaxTreeNodes))
+      throw Error("request: a dynamic tree needs a tree shape and 1.." +
+                  std::to_string(GenerationRequest::kMaxTreeNodes) + " nodes (got " +
+                  std::to_string(request.tree_nodes) + ")");
     // Candidates it could not use (another model's shape, a tree deeper than their heads) are
     // dropped: switching never makes a request invalid.
     std::erase_if(request.head_candidates, [&](const HeadCandidate& c) {

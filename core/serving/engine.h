@@ -120,6 +120,11 @@ struct GenerationRequest {
   // and the request's acceptance so far (draft_length.h) instead of always draft_len.
   bool adaptive_draft = false;
   std::vector<int32_t> tree_shape;
+  // tree, mtp heads: > 0 grows a dynamic tree of at most this many nodes, the most probable ones
+  // of the tree_shape tree by the head's own path probability
+  // (DraftHead::mtp_propose_best_first), instead of the whole static tree; 0: the static tree. A
+  // Medusa head, whose candidates do not depend on their parents, always drafts the static tree.
+  int32_t tree_nodes = 0;
   static constexpr int32_t kMaxTreeNodes = 64;
 };
 

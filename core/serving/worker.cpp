@@ -817,10 +817,15 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
     const std::vector<int32_t>& shape =
         record.request.tree_shape.empty() ? chain : record.request.tree_shape;
     Proposal& p = out[static_cast<size_t>(i)];
-    record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
-                             last[static_cast<size_t>(i)],
-                             std::span(shape).first(static_cast<size_t>(record.draft_levels())),
-                             GenerationRequest::kMaxTreeNodes, p.draft, p.parent);
+    const auto levels = std::span(shape).first(static_cast<size_t>(record.draft_levels()));
+    if (!record.request.tree_shape.empty() && record.request.tree_nodes > 0)
+      record.head->mtp_propose_best_first(device_->model(), record.draft_hidden.data(),
+                                          last[static_cast<size_t>(i)], levels,
+                                          record.request.tree_nodes, p.draft, p.parent);
+    else
+      record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
+                               last[static_cast<size_t>(i)], levels,
+                               GenerationRequest::kMaxTreeNodes, p.draft, p.parent);
     if (record.request.tree_shape.empty()) p.parent.clear();  // a chain
     p.seconds = seconds_between(start, MetricsClock::now());
   });

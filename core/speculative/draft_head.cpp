@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <queue>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -232,6 +233,93 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
     z = std::move(level_z);
     tokens = std::move(level_tokens);
     index = std::move(level_index);
+  }
+}
+
+void DraftHead::mtp_propose_best_first(const LlamaModel& model, const float* h, TokenId last,
+                                       std::span<const int32_t> widths, int32_t nodes,
+                                       std::vector<TokenId>& draft,
+                                       std::vector<int32_t>& parent) const {
+  const int64_t d = info.n_embd, v = static_cast<int64_t>(vocab.size());
+  draft.clear();
+  parent.clear();
+  // Nodes in the order they enter the tree; node −1 is `last`, whose state is h.
+  struct Node {
+    TokenId token;
+    int32_t parent, depth;  // depth 1: a child of `last`
+  };
+  std::vector<Node> tree;
+  std::vector<float> states;  // (tree.size(), d): ĥ of each node that has children, else unused
+  struct Candidate {
+    double log_p;
+    int64_t order;  // ties: the candidate found first
+    TokenId token;
+    int32_t parent, depth;
+    bool operator<(const Candidate& o) const {
+      return log_p < o.log_p || (log_p == o.log_p && order > o.order);
+    }
+  };
+  std::priority_queue<Candidate> frontier;
+  int64_t found = 0;
+  std::vector<float> e(static_cast<size_t>(d)), z(static_cast<size_t>(d)),
+      logits(static_cast<size_t>(v));
+  std::vector<int64_t> order(static_cast<size_t>(v));
+  // The children of node `at` (−1: `last`): one mtp step from its parent's state with its token,
+  // then its best widths[depth] tokens as candidates.
+  const auto expand = [&](int32_t at, const float* from, TokenId token, int32_t depth,
+                          double log_p) {
+    if (depth >= static_cast<int32_t>(widths.size())) return;
+    embed_tokens(model, std::span(&token, 1), e.data());
+    float* next = at < 0 ? z.data() : states.data() + static_cast<size_t>(at) * d;
+    mtp_step(from, e.data(), 1, next);
+    vocab_logits(model, next, 1, logits.data());
+    const float top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (const float l : logits) sum += std::exp(static_cast<double>(l - top));
+    const double log_norm = static_cast<double>(top) + std::log(sum);
+    const int64_t take = std::min<int64_t>(widths[static_cast<size_t>(depth)], v);
+    std::iota(order.begin(), order.end(), int64_t{0});
+    const float* l = logits.data();
+    std::partial_sort(order.begin(), order.begin() + take, order.end(),
+                      [l](int64_t a, int64_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    for (int64_t c = 0; c < take; ++c) {
+      const auto j = static_cast<size_t>(order[static_cast<size_t>(c)]);
+      frontier.push(
+          {log_p + static_cast<double>(logits[j]) - log_norm, found++, vocab[j], at, depth + 1});
+    }
+  };
+  states.resize(static_cast<size_t>(std::max(nodes, 0)) * d);
+  expand(-1, h, last, 0, 0.0);
+  while (static_cast<int32_t>(tree.size()) < nodes && !frontier.empty()) {
+    const Candidate c = frontier.top();
+    frontier.pop();
+    const auto at = static_cast<int32_t>(tree.size());
+    tree.push_back({c.token, c.parent, c.depth});
+    const float* from = c.parent < 0 ? z.data() : states.data() + static_cast<size_t>(c.parent) * d;
+    expand(at, from, c.token, c.depth, c.log_p);
+  }
+  // Level order: by depth, then by the parent's new index, then most probable first.
+  std::vector<int32_t> sorted(tree.size()), renamed(tree.size());
+  std::iota(sorted.begin(), sorted.end(), 0);
+  for (int32_t depth = 1, placed = 0; placed < static_cast<int32_t>(tree.size()); ++depth) {
+    const auto level_begin = sorted.begin() + placed;
+    const auto level_end = std::stable_partition(level_begin, sorted.end(), [&](int32_t i) {
+      return tree[static_cast<size_t>(i)].depth == depth;
+    });
+    const auto parent_rank = [&](int32_t i) {
+      const int32_t p = tree[static_cast<size_t>(i)].parent;
+      return p < 0 ? -1 : renamed[static_cast<size_t>(p)];
+    };
+    std::stable_sort(level_begin, level_end,
+                     [&](int32_t a, int32_t b) { return parent_rank(a) < parent_rank(b); });
+    for (auto it = level_begin; it != level_end; ++it)
+      renamed[static_cast<size_t>(*it)] = static_cast<int32_t>(it - sorted.begin());
+    placed = static_cast<int32_t>(level_end - sorted.begin());
+  }
+  for (const int32_t i : sorted) {
+    const Node& n = tree[static_cast<size_t>(i)];
+    draft.push_back(n.token);
+    parent.push_back(n.parent < 0 ? -1 : renamed[static_cast<size_t>(n.parent)]);
   }
 }
 

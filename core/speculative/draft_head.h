@@ -78,6 +78,17 @@ struct DraftHead {
   void mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                    std::span<const int32_t> widths, int32_t max_nodes, std::vector<TokenId>& draft,
                    std::vector<int32_t>& parent) const;
+  // mtp: a dynamic tree (EAGLE-2 style) of at most `nodes` nodes instead of the whole static one:
+  // among the nodes of the tree `widths` describes (a node of depth l has its widths[l] best
+  // tokens as children), the `nodes` nodes of highest path probability — the product, from
+  // `last` down to the node, of the head's softmax over its draft vocabulary — grown best-first,
+  // so a node enters only after its parent (a path's probability only falls with depth); ties to
+  // the node found first. Returned in level order, each level's nodes grouped by parent in the
+  // parents' order and, within a parent, most probable first (draft[i] follows node parent[i],
+  // −1: `last`). Single-threaded.
+  void mtp_propose_best_first(const LlamaModel& model, const float* h, TokenId last,
+                              std::span<const int32_t> widths, int32_t nodes,
+                              std::vector<TokenId>& draft, std::vector<int32_t>& parent) const;
 
  private:
   struct VocabRows {

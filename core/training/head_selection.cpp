@@ -5,6 +5,7 @@
 
 #include "core/common/error.h"
 #include "core/common/log.h"
+#include "core/serving/engine.h"
 #include "core/serving/prompt_sets.h"
 #include "core/speculative/domain_classifier.h"
 #include "core/storage/database.h"
@@ -21,6 +22,9 @@ void HeadOptions::validate() const {
       if (b < 1 || b > 16)
         throw Error("--tree-shape: " + std::to_string(b) + " children per node is outside 1..16");
   }
+  if (tree_nodes < 0 || tree_nodes > GenerationRequest::kMaxTreeNodes)
+    throw Error("--tree-nodes " + std::to_string(tree_nodes) + " is outside 0.." +
+                std::to_string(GenerationRequest::kMaxTreeNodes));
 }
 
 std::string model_sha256(const LlamaModel& model) {

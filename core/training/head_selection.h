@@ -21,6 +21,9 @@ struct HeadOptions {
   // tree: children per node at each depth (head d's top tree_shape[d] tokens); 3+6+12+12 = 33
   // nodes by default.
   std::vector<int32_t> tree_shape = {3, 2, 2, 1};
+  // tree: > 0 drafts a dynamic tree of this many nodes, the most probable of the tree_shape tree
+  // (mtp heads; GenerationRequest::tree_nodes); 0: the whole static tree.
+  int32_t tree_nodes = 0;
   // chain: always draft_len tokens, instead of each step's length chosen from measured costs and
   // acceptance (GenerationRequest::adaptive_draft). Evaluations always use a fixed length.
   bool fixed_draft = false;
@@ -29,8 +32,9 @@ struct HeadOptions {
   std::vector<int32_t> request_tree() const {
     return spec == "tree" ? tree_shape : std::vector<int32_t>{};
   }
+  int32_t request_tree_nodes() const { return spec == "tree" ? tree_nodes : 0; }
   bool adaptive_draft() const { return spec != "tree" && !fixed_draft; }
-  // Throws Error for an unknown spec or an empty / out-of-range tree shape.
+  // Throws Error for an unknown spec, an empty / out-of-range tree shape or node count.
   void validate() const;
 };
 

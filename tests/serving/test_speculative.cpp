@@ -4,10 +4,12 @@
 // temperature, the distribution of tokens with speculation matches the target's (chi-square).
 
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 
@@ -39,6 +41,7 @@ struct LosslessCase {
   int32_t draft_len;
   std::vector<int32_t> tree_shape;  // empty: a chain
   bool adaptive = false;            // chain: each step's length chosen (draft_length.h)
+  int32_t tree_nodes = 0;           // tree: > 0 a dynamic tree of at most this many nodes
 };
 
 EngineConfig lossless_config(bool disaggregated) {
@@ -61,6 +64,7 @@ class SpeculativeTest : public QObject {
   void initTestCase();
   void greedy_output_is_unchanged_by_any_head();
   void greedy_output_is_unchanged_by_mtp_heads();
+  void dynamic_tree_holds_the_most_probable_nodes();
   void greedy_output_is_unchanged_by_adaptive_drafting();
   void auto_selection_switches_heads_mid_generation();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
@@ -159,6 +163,7 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
       r.draft_len = c.draft_len;
       r.tree_shape = c.tree_shape;
       r.adaptive_draft = c.adaptive;
+      r.tree_nodes = c.tree_nodes;
       ids.push_back(engine.submit(std::move(r)));
     }
     int64_t proposed = 0, accepted = 0, lengths_chosen = 0;
@@ -210,8 +215,102 @@ void SpeculativeTest::greedy_output_is_unchanged_by_mtp_heads() {
       {"colocated, zero mtp head", false, mtp_head(vocab, 0), 4, {}},
       {"colocated, random mtp head, tree 3,2,2,1", false, mtp_head(vocab, 2), 4, {3, 2, 2, 1}},
       {"disaggregated, random mtp head", true, mtp_head(vocab, 3), 3, {}},
-      {"disaggregated, zero mtp head, tree 2,2,2", true, mtp_head(vocab, 0), 3, {2, 2, 2}}};
+      {"disaggregated, zero mtp head, tree 2,2,2", true, mtp_head(vocab, 0), 3, {2, 2, 2}},
+      {"colocated, random mtp head, dynamic tree of 20 in 8,4,2,1",
+       false,
+       mtp_head(vocab, 2),
+       4,
+       {8, 4, 2, 1},
+       false,
+       20},
+      {"disaggregated, zero mtp head, dynamic tree of 12 in 4,4,4",
+       true,
+       mtp_head(vocab, 0),
+       3,
+       {4, 4, 4},
+       false,
+       12}};
   check_lossless(cases);
+}
+
+// A dynamic tree holds the most probable nodes of the static tree of the same shape: every node's
+// path probability is computed here, step by step from the head's own softmax, over the whole
+// static tree (mtp_propose), and the best-first tree of N nodes must be its N most probable
+// nodes, in level order, each after its parent; at the static tree's size the two hold the same
+// nodes.
+void SpeculativeTest::dynamic_tree_holds_the_most_probable_nodes() {
+  const std::shared_ptr<const DraftHead> head = mtp_head(prompt_and_output_tokens(), 2);
+  const int64_t d = model_->hparams().n_embd, v = static_cast<int64_t>(head->vocab.size());
+  const std::vector<int32_t> widths = {3, 2, 2, 1};  // 3 + 6 + 12 + 12 = 33 nodes
+  std::vector<float> h(static_cast<size_t>(d));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (float& x : h) x = noise(rng);
+  const TokenId last = prompts_[0].back();
+  std::vector<TokenId> all;
+  std::vector<int32_t> all_parent;
+  head->mtp_propose(*model_, h.data(), last, widths, 64, all, all_parent);
+  QCOMPARE(all.size(), size_t{33});
+
+  // Reference: the state and path log-probability of every static node, parents first.
+  const auto step = [&](const std::vector<float>& from, TokenId token, std::vector<float>& to,
+                        std::vector<double>& log_softmax) {
+    std::vector<float> e(static_cast<size_t>(d)), logits(static_cast<size_t>(v));
+    embed_tokens(*model_, std::span(&token, 1), e.data());
+    to.resize(static_cast<size_t>(d));
+    head->mtp_step(from.data(), e.data(), 1, to.data());
+    head->vocab_logits(*model_, to.data(), 1, logits.data());
+    double top = logits[0], sum = 0.0;
+    for (const float l : logits) top = std::max(top, static_cast<double>(l));
+    for (const float l : logits) sum += std::exp(static_cast<double>(l) - top);
+    log_softmax.resize(logits.size());
+    for (size_t j = 0; j < logits.size(); ++j) log_softmax[j] = logits[j] - top - std::log(sum);
+  };
+  const auto log_p_of = [&](const std::vector<double>& log_softmax, TokenId token) {
+    const auto it = std::lower_bound(head->vocab.begin(), head->vocab.end(), token);
+    return log_softmax[static_cast<size_t>(it - head->vocab.begin())];
+  };
+  std::vector<float> root_state;
+  std::vector<double> root_ls;
+  step(h, last, root_state, root_ls);
+  std::vector<std::vector<float>> state(all.size());
+  std::vector<std::vector<double>> child_ls(all.size());
+  std::vector<double> log_p(all.size());
+  std::vector<std::vector<TokenId>> path(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int32_t p = all_parent[i];
+    QVERIFY(p < static_cast<int32_t>(i));
+    const auto pi = static_cast<size_t>(p);
+    log_p[i] = (p < 0 ? 0.0 : log_p[pi]) + log_p_of(p < 0 ? root_ls : child_ls[pi], all[i]);
+    path[i] = p < 0 ? std::vector<TokenId>{} : path[pi];
+    path[i].push_back(all[i]);
+    step(p < 0 ? root_state : state[pi], all[i], state[i], child_ls[i]);
+  }
+  std::vector<size_t> by_p(all.size());
+  std::iota(by_p.begin(), by_p.end(), size_t{0});
+  std::stable_sort(by_p.begin(), by_p.end(),
+                   [&](size_t a, size_t b) { return log_p[a] > log_p[b]; });
+
+  for (const int32_t n : {1, 5, 12, 33}) {
+    std::vector<TokenId> draft;
+    std::vector<int32_t> parent;
+    head->mtp_propose_best_first(*model_, h.data(), last, widths, n, draft, parent);
+    QCOMPARE(static_cast<int32_t>(draft.size()), n);
+    std::vector<std::vector<TokenId>> got(draft.size()), want;
+    std::vector<int32_t> depth(draft.size());
+    for (size_t i = 0; i < draft.size(); ++i) {
+      const int32_t p = parent[i];
+      QVERIFY(p < static_cast<int32_t>(i));
+      depth[i] = p < 0 ? 1 : depth[static_cast<size_t>(p)] + 1;
+      if (i > 0) QVERIFY(depth[i] >= depth[i - 1]);  // level order
+      got[i] = p < 0 ? std::vector<TokenId>{} : got[static_cast<size_t>(p)];
+      got[i].push_back(draft[i]);
+    }
+    for (int32_t k = 0; k < n; ++k) want.push_back(path[by_p[static_cast<size_t>(k)]]);
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    QVERIFY2(got == want, qPrintable(QString("tree of %1 nodes").arg(n)));
+  }
 }
 
 // Adaptive chains (each step's length chosen from measured step costs and acceptance, 0 when
