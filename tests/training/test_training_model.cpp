@@ -121,6 +121,21 @@ class TrainingModelTest : public QObject {
     }
     return *traces_;
   }
+  // 24 short continuations (~1100 training positions) are far less data than a domain corpus:
+  // the heads overfit within a few dozen steps (training loss → 0 while validation loss climbs
+  // back), so these runs use a gentler lr than the default and rely on the trainer returning
+  // the best evaluated head.
+  static TrainOptions small_run_options() {
+    TrainOptions o;
+    o.steps = 150;
+    o.lr = 1e-3f;
+    o.eval_every = 25;
+    o.validation = 0.25f;
+    o.patience = 0;
+    o.threads = 2;
+    o.seed = 1;
+    return o;
+  }
   DraftHeadInfo head_info(const QString& type) const {
     DraftHeadInfo info;
     info.type = type.toStdString();
@@ -213,18 +228,7 @@ void TrainingModelTest::training_improves_acceptance() {
   const TraceSet& traces = this->traces();
   const DraftHeadInfo info = head_info(type);
 
-  // 24 short continuations (~1100 training positions) are far less data than a domain corpus:
-  // the heads overfit within a few dozen steps (training loss → 0 while validation loss climbs
-  // back), so this run uses a gentler lr than the default and relies on the trainer returning
-  // the best evaluated head.
-  TrainOptions o;
-  o.steps = 150;
-  o.lr = 1e-3f;
-  o.eval_every = 25;
-  o.validation = 0.25f;
-  o.patience = 0;
-  o.threads = 2;
-  o.seed = 1;
+  const TrainOptions o = small_run_options();
   const DraftHead zero = type == QStringLiteral("mtp")
                              ? make_mtp_head(info, draft_vocabulary(traces, o))
                              : make_medusa_head(info);
@@ -268,14 +272,7 @@ void TrainingModelTest::training_improves_acceptance() {
 // to 0.33 / 0.31; here the data are small, so the test compares the two steps' sum.
 void TrainingModelTest::rollout_rows_train_later_steps() {
   const TraceSet& traces = this->traces();
-  TrainOptions o;
-  o.steps = 150;
-  o.lr = 1e-3f;
-  o.eval_every = 50;
-  o.validation = 0.25f;
-  o.patience = 0;
-  o.threads = 2;
-  o.seed = 1;
+  TrainOptions o = small_run_options();
   const DraftHead zero =
       make_mtp_head(head_info(QStringLiteral("mtp")), draft_vocabulary(traces, o));
   std::vector<int64_t> all(size_t(traces.n_pos()));
