@@ -59,6 +59,7 @@ void run_chat(const ChatCommand& c) {
   spec.adaptive_draft = c.head.adaptive_draft();
   spec.tree_shape = c.head.request_tree();
   spec.tree_nodes = c.head.request_tree_nodes();
+  spec.lookup = c.head.lookup;
   std::signal(SIGINT, on_sigint);
   std::vector<ChatMessage> history;
   if (c.system) history.push_back({"system", *c.system});

@@ -79,6 +79,7 @@ void run_generate(const GenerateCommand& c) {
   spec.adaptive_draft = c.head.adaptive_draft();
   spec.tree_shape = c.head.request_tree();
   spec.tree_nodes = c.head.request_tree_nodes();
+  spec.lookup = c.head.lookup;
   GenerateResult r =
       generate_with_engine(engine, *m.tokenizer, prompt_ids, options, stream, nullptr, &spec);
   if (r.stop_reason == "length" && options.max_tokens < c.options.max_tokens)
@@ -95,6 +96,7 @@ void run_generate(const GenerateCommand& c) {
                 {"mode", config.disaggregated() ? "disaggregated" : "colocated"},
                 {"head", spec.head ? nlohmann::json(spec.head->info.name) : nlohmann::json()},
                 {"head_candidates", spec.candidates.size()},
+                {"lookup", spec.lookup},
                 {"steps", spec.steps},
                 {"head_switches", switches_json(spec.switches)},
                 {"draft_lengths", spec.length_steps},

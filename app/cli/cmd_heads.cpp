@@ -219,6 +219,7 @@ void run_eval(const EvalCommand& c) {
     r.draft_len = c.head.draft_len;
     r.tree_shape = c.head.request_tree();
     r.tree_nodes = c.head.request_tree_nodes();
+    r.lookup = c.head.lookup;
     const RequestInfo spec = engine.wait(engine.submit(r));
     if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)
       throw Error("prompt " + std::to_string(i + 1) +
@@ -256,6 +257,7 @@ void run_eval(const EvalCommand& c) {
                         {"draft_len", std::min(c.head.draft_len, head->n_heads())},
                         {"tree_shape", c.head.request_tree()},
                         {"tree_nodes", c.head.request_tree_nodes()},
+                        {"lookup", c.head.lookup},
                         {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
                         {"target_quant", c.target_quant}};
   if (native) {
@@ -264,7 +266,11 @@ void run_eval(const EvalCommand& c) {
         native_totals.tok_s() > 0 ? with.tok_s() / native_totals.tok_s() : 0.0;
   }
   if (!lossless) throw Error("speculative output differed from the target's own: " + out.dump());
-  if (!c.no_record) {
+  // An evaluation records the head's own acceptance: runs with context lookup drafts, which
+  // add tokens no head proposed, are reported but not recorded.
+  if (c.head.lookup > 0 && !c.no_record)
+    std::cerr << "not recorded: --lookup adds context lookup drafts to the head's" << std::endl;
+  if (!c.no_record && c.head.lookup == 0) {
     const auto db = Database::open_default();
     Registry registry(*db);
     if (const auto record = registry.find_head(head->info.name);

@@ -156,7 +156,8 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"draft_len", c.head.draft_len},
                       {"adaptive_draft", c.head.adaptive_draft()},
                       {"tree_shape", c.head.request_tree()},
-                      {"tree_nodes", c.head.request_tree_nodes()}};
+                      {"tree_nodes", c.head.request_tree_nodes()},
+                      {"lookup", c.head.lookup}};
   if (c.slo_ttft_ms) j["slo_ttft_ms"] = *c.slo_ttft_ms;
   if (c.slo_tpot_ms) j["slo_tpot_ms"] = *c.slo_tpot_ms;
   return j;
@@ -216,6 +217,7 @@ void run_serve_bench(ServeBenchCommand c) {
     r.adaptive_draft = c.head.adaptive_draft();
     r.tree_shape = c.head.request_tree();
     r.tree_nodes = c.head.request_tree_nodes();
+    r.lookup = c.head.lookup;
     requests.push_back(std::move(r));
   }
 

@@ -41,6 +41,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     request.adaptive_draft = speculation->adaptive_draft;
     request.tree_shape = speculation->tree_shape;
     request.tree_nodes = speculation->tree_nodes;
+    request.lookup = speculation->lookup;
   }
   const RequestId id = engine.submit(std::move(request));
 

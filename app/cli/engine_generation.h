@@ -25,6 +25,7 @@ struct Speculation {
   bool adaptive_draft = false;      // chain: each step's length chosen (draft_length.h)
   std::vector<int32_t> tree_shape;  // empty: a chain
   int32_t tree_nodes = 0;           // tree: > 0 a dynamic tree (GenerationRequest::tree_nodes)
+  int32_t lookup = 0;               // > 0: context lookup drafts (GenerationRequest::lookup)
   int64_t steps = 0;
   std::optional<double> accept_per_step;
   std::vector<SpeculationStats::HeadSwitch> switches;  // made mid-generation

@@ -1,5 +1,7 @@
 #include "head_options.h"
 
+#include "core/serving/engine.h"
+
 namespace tokenfab::cli {
 
 void add_head_options(CLI::App& cmd, HeadOptions& o, bool length_choice) {
@@ -21,6 +23,12 @@ void add_head_options(CLI::App& cmd, HeadOptions& o, bool length_choice) {
                  "the --tree-shape tree by the head's path probability (0: the whole tree)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  cmd.add_option("--lookup", o.lookup,
+                 "also draft the tokens that followed the latest earlier occurrence of the "
+                 "context's last 1..N tokens (greedy only; with --head none, these drafts alone; "
+                 "0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, GenerationRequest::kMaxLookup));
   if (!length_choice) {
     cmd.add_option("--draft-len", o.draft_len, "tokens proposed per step")
         ->capture_default_str()

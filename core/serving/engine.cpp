@@ -179,15 +179,20 @@ RequestId Engine::submit(GenerationRequest request) {
     throw Error("request: max_tokens is " + std::to_string(request.max_tokens) +
                 " (expected at least 1)");
   request.sampling.validate();
+  if (request.lookup < 0 || request.lookup > GenerationRequest::kMaxLookup)
+    throw Error("request: context lookup of " + std::to_string(request.lookup) +
+                " tokens is outside 0.." + std::to_string(GenerationRequest::kMaxLookup));
+  if (request.lookup > 0 && request.sampling.temperature > 0.0f)
+    throw Error("request: context lookup drafts are verified greedily; use temperature 0");
+  if ((request.head || request.lookup > 0) && request.draft_len < 1)
+    throw Error("request: draft length must be at least 1 (got " +
+                std::to_string(request.draft_len) + ")");
   if (request.head) {
     const DraftHeadInfo& h = request.head->info;
     if (h.n_embd != hp.n_embd || h.n_vocab != hp.n_vocab)
       throw Error("request: draft head '" + h.name + "' is for a model with n_embd " +
                   std::to_string(h.n_embd) + " and " + std::to_string(h.n_vocab) + " tokens, not " +
                   std::to_string(hp.n_embd) + " and " + std::to_string(hp.n_vocab));
-    if (request.draft_len < 1)
-      throw Error("request: draft length must be at least 1 (got " +
-                  std::to_string(request.draft_len) + ")");
     if (!request.tree_shape.empty()) {
       if (request.sampling.temperature > 0.0f)
         throw Error("request: tree speculation verifies greedily; use temperature 0 or a chain");

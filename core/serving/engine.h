@@ -126,6 +126,13 @@ struct GenerationRequest {
   // Medusa head, whose candidates do not depend on their parents, always drafts the static tree.
   int32_t tree_nodes = 0;
   static constexpr int32_t kMaxTreeNodes = 64;
+  // > 0: context lookup drafts (context_lookup.h) — the tokens that followed the latest earlier
+  // occurrence of the context's last 1..lookup tokens. With a head they are one more branch of
+  // its proposal, as long as its chain or as deep as its tree (a chain becomes a tree where they
+  // differ); without a head they are the whole proposal, a chain of up to draft_len tokens.
+  // Greedy only (temperature 0).
+  int32_t lookup = 0;
+  static constexpr int32_t kMaxLookup = 8;
 };
 
 // Speculation figures of one request (per draft position: proposed and accepted counts).

@@ -53,13 +53,22 @@ struct Engine::Record {
   // the next step.
   std::optional<DraftLengthPolicy> length_policy;
   int32_t chosen_draft_len = 0;
-  int32_t max_draft_len() const { return head ? std::min(request.draft_len, head->n_heads()) : 0; }
+  int32_t max_draft_len() const {
+    if (head) return std::min(request.draft_len, head->n_heads());
+    return request.lookup > 0 ? request.draft_len : 0;  // context lookup alone: a chain
+  }
   int32_t draft_len() const {
     return length_policy ? std::min(chosen_draft_len, max_draft_len()) : max_draft_len();
   }
-  // Head rows a proposal needs: the chain's draft length, or the tree's depth.
+  // Most nodes of the head's own tree: room is kept for a context lookup branch (as deep as the
+  // tree), which is merged in afterwards (Worker::set_draft).
+  int32_t head_tree_nodes() const {
+    return GenerationRequest::kMaxTreeNodes - (request.lookup > 0 ? draft_levels() : 0);
+  }
+  // Head rows a proposal needs: the chain's draft length, or the tree's depth; without a head,
+  // the length of the context lookup chain (0 without lookup).
   int32_t draft_levels() const {
-    if (!head) return 0;
+    if (!head) return draft_len();
     return request.tree_shape.empty() ? draft_len()
                                       : static_cast<int32_t>(request.tree_shape.size());
   }

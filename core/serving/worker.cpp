@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/serving/engine_record.h"
+#include "core/speculative/context_lookup.h"
 #include "kernels/cpu/ops.h"
 
 namespace tokenfab {
@@ -700,13 +701,14 @@ std::vector<TokenId> top_tokens(const float* logits, int64_t n_vocab, int32_t n)
 }
 
 void build_draft_tree(std::span<const std::vector<TokenId>> level_tokens,
-                      std::vector<TokenId>& draft, std::vector<int32_t>& parent) {
+                      std::vector<TokenId>& draft, std::vector<int32_t>& parent,
+                      int32_t max_nodes) {
   std::vector<int32_t> previous = {-1};  // nodes of the level above (−1: the last token)
   for (const std::vector<TokenId>& tokens : level_tokens) {
     std::vector<int32_t> level;
     for (const int32_t p : previous) {
       for (const TokenId token : tokens) {
-        if (static_cast<int32_t>(draft.size()) == GenerationRequest::kMaxTreeNodes) return;
+        if (static_cast<int32_t>(draft.size()) == max_nodes) return;
         level.push_back(static_cast<int32_t>(draft.size()));
         draft.push_back(token);
         parent.push_back(p);
@@ -739,6 +741,12 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   const auto others = static_cast<int32_t>(scheduler_.running().size()) - 1;
   for (const SequenceId seq : scheduler_.running()) {
     Engine::Record& record = *requests_.at(seq);
+    if (!record.head) {  // context lookup alone, when the request asks for it
+      if (record.request.lookup > 0 && scheduler_.sequence(seq).n_pending() == 1 &&
+          choose_draft_length(record, others))
+        set_draft(record, record.draft_levels(), {}, {});
+      continue;
+    }
     if (!record.head || record.draft_hidden.empty()) continue;
     if (scheduler_.sequence(seq).n_pending() != 1) continue;
     if (!choose_draft_length(record, others)) {
@@ -790,9 +798,10 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     if (record->request.tree_shape.empty()) {
       for (int32_t level = 0; level < k; ++level) draft.push_back(best[next + level].front());
     } else {
-      build_draft_tree(std::span(best).subspan(next, static_cast<size_t>(k)), draft, parent);
+      build_draft_tree(std::span(best).subspan(next, static_cast<size_t>(k)), draft, parent,
+                       record->head_tree_nodes());
     }
-    scheduler_.set_draft(record->id, std::move(draft), std::move(parent));
+    set_draft(*record, k, std::move(draft), std::move(parent));
     next += static_cast<size_t>(k);
     proposal_costs_.record(k, seconds * k / static_cast<double>(rows));
     std::lock_guard lock(record->mutex);
@@ -819,13 +828,13 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
     Proposal& p = out[static_cast<size_t>(i)];
     const auto levels = std::span(shape).first(static_cast<size_t>(record.draft_levels()));
     if (!record.request.tree_shape.empty() && record.request.tree_nodes > 0)
-      record.head->mtp_propose_best_first(device_->model(), record.draft_hidden.data(),
-                                          last[static_cast<size_t>(i)], levels,
-                                          record.request.tree_nodes, p.draft, p.parent);
+      record.head->mtp_propose_best_first(
+          device_->model(), record.draft_hidden.data(), last[static_cast<size_t>(i)], levels,
+          std::min(record.request.tree_nodes, record.head_tree_nodes()), p.draft, p.parent);
     else
       record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
-                               last[static_cast<size_t>(i)], levels,
-                               GenerationRequest::kMaxTreeNodes, p.draft, p.parent);
+                               last[static_cast<size_t>(i)], levels, record.head_tree_nodes(),
+                               p.draft, p.parent);
     if (record.request.tree_shape.empty()) p.parent.clear();  // a chain
     p.seconds = seconds_between(start, MetricsClock::now());
   });
@@ -833,7 +842,7 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
     Engine::Record& record = *records[i];
     record.draft_hidden.clear();
     proposal_costs_.record(record.draft_levels(), out[i].seconds);
-    scheduler_.set_draft(record.id, std::move(out[i].draft), std::move(out[i].parent));
+    set_draft(record, record.draft_levels(), std::move(out[i].draft), std::move(out[i].parent));
     std::lock_guard lock(record.mutex);
     record.info.speculation.draft_s += out[i].seconds;
   }
@@ -909,6 +918,16 @@ void Worker::publish(bool force) {
   std::lock_guard lock(published_mutex_);
   published_ = std::move(snap);
   published_hashes_ = std::move(hashes);
+}
+
+void Worker::set_draft(const Engine::Record& record, int32_t length, std::vector<TokenId> draft,
+                       std::vector<int32_t> parent) {
+  if (record.request.lookup > 0) {
+    const std::vector<TokenId> branch =
+        lookup_continuation(scheduler_.sequence(record.id).tokens, record.request.lookup, length);
+    merge_draft_branch(draft, parent, branch, GenerationRequest::kMaxTreeNodes);
+  }
+  if (!draft.empty()) scheduler_.set_draft(record.id, std::move(draft), std::move(parent));
 }
 
 }  // namespace tokenfab

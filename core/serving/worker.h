@@ -37,10 +37,11 @@ namespace tokenfab {
 // The n tokens with the largest logits, best first (ties: the lower id first).
 std::vector<TokenId> top_tokens(const float* logits, int64_t n_vocab, int32_t n);
 // A static draft tree from each level's tokens (level d: head d's top tokens): every node of level
-// d − 1 gets level d's tokens as children, breadth first, at most GenerationRequest::kMaxTreeNodes
-// nodes. parent[i]: the node draft[i] follows (−1: the last token).
+// d − 1 gets level d's tokens as children, breadth first, at most max_nodes nodes. parent[i]: the
+// node draft[i] follows (−1: the last token).
 void build_draft_tree(std::span<const std::vector<TokenId>> level_tokens,
-                      std::vector<TokenId>& draft, std::vector<int32_t>& parent);
+                      std::vector<TokenId>& draft, std::vector<int32_t>& parent,
+                      int32_t max_nodes = GenerationRequest::kMaxTreeNodes);
 
 enum class WorkerRole : uint8_t { kColocated, kPrefill, kLongPrefill, kDecode };
 const char* worker_role_name(WorkerRole role);
@@ -106,6 +107,10 @@ class Worker {
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
   // mtp heads: each request's drafts by its head's sequential steps (one request per thread).
   void propose_sequential(const std::vector<Engine::Record*>& records);
+  // Hands `record`'s proposal to the scheduler, with its context lookup branch of `length`
+  // tokens merged in when the request asks for one (context_lookup.h).
+  void set_draft(const Engine::Record& record, int32_t length, std::vector<TokenId> draft,
+                 std::vector<int32_t> parent);
   void release_hold(SequenceId hold);
   void finish_transfer(Incoming& in, MetricsTime t);
   void publish(bool force);

@@ -22,6 +22,9 @@ void HeadOptions::validate() const {
       if (b < 1 || b > 16)
         throw Error("--tree-shape: " + std::to_string(b) + " children per node is outside 1..16");
   }
+  if (lookup < 0 || lookup > GenerationRequest::kMaxLookup)
+    throw Error("--lookup " + std::to_string(lookup) + " is outside 0.." +
+                std::to_string(GenerationRequest::kMaxLookup));
   if (tree_nodes < 0 || tree_nodes > GenerationRequest::kMaxTreeNodes)
     throw Error("--tree-nodes " + std::to_string(tree_nodes) + " is outside 0.." +
                 std::to_string(GenerationRequest::kMaxTreeNodes));

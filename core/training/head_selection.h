@@ -27,6 +27,9 @@ struct HeadOptions {
   // chain: always draft_len tokens, instead of each step's length chosen from measured costs and
   // acceptance (GenerationRequest::adaptive_draft). Evaluations always use a fixed length.
   bool fixed_draft = false;
+  // > 0: also draft from context lookup, matching the context's last 1..lookup tokens
+  // (GenerationRequest::lookup); with head none, the lookup drafts alone. Greedy only.
+  int32_t lookup = 0;
 
   // The request's tree_shape: this shape for --spec tree, empty (a chain) otherwise.
   std::vector<int32_t> request_tree() const {

@@ -350,6 +350,9 @@ void CliTest::bad_input_data() {
                                 << "--max-tokens must be at least 1" << true;
   QTest::newRow("negative temperature")
       << QStringList{"generate", "--prompt", "hi", "--temperature", "-1"} << "temperature" << true;
+  QTest::newRow("context lookup while sampling")
+      << QStringList{"generate", "--prompt", "hi", "--lookup", "3", "--temperature", "0.7"}
+      << "context lookup drafts are verified greedily; use temperature 0" << true;
   QTest::newRow("prefill without decode")
       << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0"}
       << "disaggregated mode needs both --prefill and --decode" << true;

@@ -42,6 +42,7 @@ struct LosslessCase {
   std::vector<int32_t> tree_shape;  // empty: a chain
   bool adaptive = false;            // chain: each step's length chosen (draft_length.h)
   int32_t tree_nodes = 0;           // tree: > 0 a dynamic tree of at most this many nodes
+  int32_t lookup = 0;               // > 0: context lookup drafts (alone when head is null)
 };
 
 EngineConfig lossless_config(bool disaggregated) {
@@ -65,6 +66,7 @@ class SpeculativeTest : public QObject {
   void greedy_output_is_unchanged_by_any_head();
   void greedy_output_is_unchanged_by_mtp_heads();
   void greedy_output_is_unchanged_by_dynamic_trees();
+  void greedy_output_is_unchanged_by_context_lookup();
   void dynamic_tree_holds_the_most_probable_nodes();
   void greedy_output_is_unchanged_by_adaptive_drafting();
   void auto_selection_switches_heads_mid_generation();
@@ -165,6 +167,7 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
       r.tree_shape = c.tree_shape;
       r.adaptive_draft = c.adaptive;
       r.tree_nodes = c.tree_nodes;
+      r.lookup = c.lookup;
       ids.push_back(engine.submit(std::move(r)));
     }
     int64_t proposed = 0, accepted = 0, lengths_chosen = 0;
@@ -178,7 +181,7 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
         QVERIFY(!info.speculation.length_steps.empty());
         for (const int64_t n : info.speculation.length_steps) lengths_chosen += n;
         QVERIFY(static_cast<int32_t>(info.speculation.length_steps.size()) <= c.draft_len + 1);
-      } else {
+      } else if (c.head) {  // lookup alone drafts only where a suffix of the context recurs
         QVERIFY(info.speculation.verify_steps > 0);
         QVERIFY(info.speculation.length_steps.empty());
       }
@@ -194,6 +197,7 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
           static_cast<long long>(accepted), static_cast<long long>(proposed), *s.accept_per_step);
     QVERIFY(*s.accept_per_step >= 1.0);
     QVERIFY(proposed > 0);
+    if (c.lookup > 0 && !c.head) QVERIFY(accepted > 0);  // text repeats: some copies are right
   }
 }
 
@@ -237,6 +241,34 @@ void SpeculativeTest::greedy_output_is_unchanged_by_dynamic_trees() {
                              {4, 4, 4}};
   disaggregated.tree_nodes = 12;
   const LosslessCase cases[] = {colocated, disaggregated};
+  check_lossless(cases);
+}
+
+// The same with context lookup drafts: alone (no head; fixed and adaptive length), and as one
+// more branch of a head's chain
+// (which becomes a tree where they differ), static tree and dynamic tree; colocated and
+// disaggregated.
+void SpeculativeTest::greedy_output_is_unchanged_by_context_lookup() {
+  const std::vector<TokenId> vocab = prompt_and_output_tokens();
+  const auto with_lookup = [](LosslessCase c, int32_t lookup, int32_t tree_nodes = 0) {
+    c.lookup = lookup;
+    c.tree_nodes = tree_nodes;
+    return c;
+  };
+  const LosslessCase cases[] = {
+      with_lookup({"colocated, context lookup alone, 4 tokens", false, nullptr, 4, {}}, 3),
+      with_lookup({"disaggregated, context lookup alone, adaptive, up to 3 tokens", true, nullptr,
+                   3, {}, true},
+                  2),
+      with_lookup({"colocated, random mtp head + lookup", false, mtp_head(vocab, 2), 4, {}}, 3),
+      with_lookup(
+          {"colocated, zero head, tree 3,2,2,1 + lookup", false, zero_head(), 4, {3, 2, 2, 1}}, 3),
+      with_lookup({"disaggregated, random mtp head, dynamic tree of 20 in 8,4,2,1 + lookup",
+                   true,
+                   mtp_head(vocab, 3),
+                   4,
+                   {8, 4, 2, 1}},
+                  3, 20)};
   check_lossless(cases);
 }
 

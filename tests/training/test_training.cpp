@@ -5,6 +5,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -13,10 +14,11 @@
 
 #include "core/common/error.h"
 #include "core/gguf/gguf_writer.h"
+#include "core/speculative/context_lookup.h"
 #include "core/speculative/dense_math.h"
 #include "core/speculative/draft_head.h"
-#include "core/speculative/head_switch.h"
 #include "core/speculative/draft_length.h"
+#include "core/speculative/head_switch.h"
 #include "core/training/head_loss.h"
 #include "core/training/trace.h"
 
@@ -173,6 +175,8 @@ class TrainingTest : public QObject {
   void mtp_head_file_roundtrip();
   void head_switch_policy();
   void draft_length_policy();
+  void context_lookup_finds_latest_longest_match();
+  void lookup_branch_merges_into_draft_trees();
   void malformed_head_files_rejected();
   void check_head_matches_refuses_other_models();
   void trace_roundtrip();
@@ -536,6 +540,122 @@ void TrainingTest::draft_length_policy() {
     QCOMPARE(std::count(chosen.begin(), chosen.end(), 4), 1);
     QCOMPARE(chosen[DraftLengthPolicy::kProbeEvery - 1], 4);
     QCOMPARE(std::count(chosen.begin(), chosen.end(), 0), 2 * DraftLengthPolicy::kProbeEvery - 1);
+  }
+}
+
+void TrainingTest::context_lookup_finds_latest_longest_match() {
+  using V = std::vector<TokenId>;
+  const auto lookup = [](const V& context, int32_t max_ngram, int32_t length) {
+    return lookup_continuation(context, max_ngram, length);
+  };
+  // Suffix "2 3": the latest earlier occurrence (at 5) wins over the first (at 1).
+  QCOMPARE(lookup({1, 2, 3, 4, 2, 3, 5, 6, 2, 3}, 2, 3), (V{5, 6, 2}));
+  // The longest suffix that recurs wins: "7 2 3" recurs (at 1), so its continuation (4) is taken
+  // over the later "2 3" (at 5, followed by 5).
+  QCOMPARE(lookup({7, 2, 3, 4, 2, 3, 5, 9, 7, 2, 3}, 3, 2), (V{4, 2}));
+  // With max_ngram 2 the same context takes the latest "2 3".
+  QCOMPARE(lookup({7, 2, 3, 4, 2, 3, 5, 9, 7, 2, 3}, 2, 2), (V{5, 9}));
+  // Falls back to one token when no longer suffix recurs.
+  QCOMPARE(lookup({5, 1, 6, 8, 1}, 3, 4), (V{6, 8, 1}));
+  // A run: the occurrence may overlap the suffix; the continuation stops at the context's end.
+  QCOMPARE(lookup({4, 4, 4}, 2, 5), (V{4}));
+  QCOMPARE(lookup({1, 2, 1, 2, 1, 2}, 4, 4), (V{1, 2}));
+  // Nothing to copy: no recurring suffix, or fewer than two tokens.
+  QVERIFY(lookup({1, 2, 3, 4}, 3, 4).empty());
+  QVERIFY(lookup({9}, 3, 4).empty());
+  QVERIFY(lookup({}, 3, 4).empty());
+}
+
+void TrainingTest::lookup_branch_merges_into_draft_trees() {
+  using V = std::vector<TokenId>;
+  using P = std::vector<int32_t>;
+  {  // A branch the chain already holds adds nothing; one that extends it keeps a chain.
+    V draft = {5, 6, 7};
+    P parent;
+    QCOMPARE(merge_draft_branch(draft, parent, V{5, 6}, 64), 0);
+    QCOMPARE(merge_draft_branch(draft, parent, V{5, 6, 7, 8, 9}, 64), 2);
+    QCOMPARE(draft, (V{5, 6, 7, 8, 9}));
+    QVERIFY(parent.empty());
+  }
+  {  // Without a head's draft the branch is the chain.
+    V draft;
+    P parent;
+    QCOMPARE(merge_draft_branch(draft, parent, V{3, 4}, 64), 2);
+    QCOMPARE(draft, (V{3, 4}));
+    QVERIFY(parent.empty());
+  }
+  {  // A branch that leaves the chain after one token turns it into a tree sharing that token.
+    V draft = {5, 6, 7};
+    P parent;
+    QCOMPARE(merge_draft_branch(draft, parent, V{5, 8, 9}, 64), 2);
+    QCOMPARE(draft, (V{5, 6, 7, 8, 9}));
+    QCOMPARE(parent, (P{-1, 0, 1, 0, 3}));
+  }
+  {  // In a tree the shared path is found through the parents; the cap bounds what is added.
+    V draft = {1, 2, 3, 4};  // root → 1, 2; 1 → 3; 2 → 4
+    P parent = {-1, -1, 0, 1};
+    V d = draft;
+    P p = parent;
+    QCOMPARE(merge_draft_branch(d, p, V{2, 4, 7, 8}, 64), 2);
+    QCOMPARE(d, (V{1, 2, 3, 4, 7, 8}));
+    QCOMPARE(p, (P{-1, -1, 0, 1, 3, 4}));
+    d = draft;
+    p = parent;
+    QCOMPARE(merge_draft_branch(d, p, V{9, 8}, 5), 1);
+    QCOMPARE(d, (V{1, 2, 3, 4, 9}));
+    QCOMPARE(p, (P{-1, -1, 0, 1, -1}));
+    QCOMPARE(merge_draft_branch(d, p, V{6}, 5), 0);  // full
+  }
+  // Random trees and branches: the original nodes are untouched, parents stay earlier, no two
+  // siblings share a token that the merge created, and the branch's first tokens (as many as
+  // fitted) are a path from the root.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    V draft;
+    P parent;
+    const int n = static_cast<int>(rng() % 12);
+    const bool chain = rng() % 3 == 0;
+    for (int i = 0; i < n; ++i) {
+      draft.push_back(static_cast<TokenId>(rng() % 3));
+      if (!chain) parent.push_back(static_cast<int32_t>(rng() % static_cast<unsigned>(i + 1)) - 1);
+    }
+    // Distinct sibling tokens, as heads draft them (a chain trivially has them).
+    if (!chain) {
+      std::vector<std::pair<int32_t, TokenId>> seen;
+      for (int i = 0; i < n; ++i) {
+        while (std::find(seen.begin(), seen.end(), std::pair{parent[i], draft[i]}) != seen.end())
+          draft[i] += 3;
+        seen.emplace_back(parent[i], draft[i]);
+      }
+    }
+    V branch;
+    for (int j = 0, len = 1 + static_cast<int>(rng() % 6); j < len; ++j)
+      branch.push_back(static_cast<TokenId>(rng() % 3));
+    const int32_t cap = 4 + static_cast<int32_t>(rng() % 14);
+    const V before = draft;
+    const P before_parent = parent;
+    const int32_t added = merge_draft_branch(draft, parent, branch, cap);
+    QCOMPARE(static_cast<int32_t>(draft.size()), n + added);
+    QVERIFY(added == 0 || static_cast<int32_t>(draft.size()) <= cap);
+    QVERIFY(std::equal(before.begin(), before.end(), draft.begin()));
+    P full = parent;  // parents in tree form, chain or not
+    if (full.empty())
+      for (size_t i = 0; i < draft.size(); ++i) full.push_back(static_cast<int32_t>(i) - 1);
+    if (!parent.empty() && !before_parent.empty())
+      QVERIFY(std::equal(before_parent.begin(), before_parent.end(), parent.begin()));
+    for (size_t i = 0; i < full.size(); ++i) QVERIFY(full[i] >= -1 && full[i] < int32_t(i));
+    // Follow the branch from the root as far as the tree holds it.
+    int32_t node = -1;
+    size_t depth = 0;
+    for (; depth < branch.size(); ++depth) {
+      int32_t next = -1;
+      for (size_t i = 0; i < draft.size() && next < 0; ++i)
+        if (full[i] == node && draft[i] == branch[depth]) next = static_cast<int32_t>(i);
+      if (next < 0) break;
+      node = next;
+    }
+    // Either the whole branch is there, or the tree is full.
+    QVERIFY(depth == branch.size() || static_cast<int32_t>(draft.size()) >= cap);
   }
 }
 
