@@ -3,6 +3,7 @@
 //
 //   heads train --name NAME --domain D (--prompt-set NAME | --corpus PATH…) [--heads K] [--steps N]
 //   heads eval --head ID|NAME|PATH (--prompt-set NAME | --prompts FILE) [--max-tokens N]
+//              [--lookup N]   (--head none --lookup N: the context lookup alone)
 //   heads list | show ID|NAME | delete ID|NAME | export ID|NAME --out PATH
 //
 // Training data: a built-in domain's train split (the target's own continuations of its prompts),
@@ -179,7 +180,8 @@ struct EvalCommand {
 void run_eval(const EvalCommand& c) {
   if (c.prompt_set.has_value() == c.prompts_file.has_value())
     throw Error("give exactly one of --prompt-set NAME or --prompts FILE");
-  if (c.head.head == "none") throw Error("--head is required (ID, NAME or PATH)");
+  if (c.head.head == "none" && c.head.lookup == 0)
+    throw Error("--head is required (ID, NAME or PATH; none with --lookup N)");
   static const std::map<std::string, kernels::WeightType> kQuants = {
       {"f16", kernels::WeightType::F16},
       {"q8_0", kernels::WeightType::Q8_0},
@@ -252,9 +254,10 @@ void run_eval(const EvalCommand& c) {
                         {"prompts", texts.size()},
                         {"tokens", with.tokens},
                         {"lossless", lossless},
-                        {"head", head->info.name},
+                        {"head", head ? nlohmann::json(head->info.name) : nlohmann::json()},
                         {"spec", c.head.spec},
-                        {"draft_len", std::min(c.head.draft_len, head->n_heads())},
+                        {"draft_len", head ? std::min(c.head.draft_len, head->n_heads())
+                                           : c.head.draft_len},
                         {"tree_shape", c.head.request_tree()},
                         {"tree_nodes", c.head.request_tree_nodes()},
                         {"lookup", c.head.lookup},
