@@ -246,23 +246,23 @@ void run_eval(const EvalCommand& c) {
   if (g_cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
   const std::vector<double> per_position = with.per_position();
   const double accept = with.accept_per_step();
-  nlohmann::json out = {{"accept_per_step", accept},
-                        {"per_position", per_position},
-                        {"decode_tok_s", with.tok_s()},
-                        {"baseline_decode_tok_s", without.tok_s()},
-                        {"speedup", without.tok_s() > 0 ? with.tok_s() / without.tok_s() : 0.0},
-                        {"prompts", texts.size()},
-                        {"tokens", with.tokens},
-                        {"lossless", lossless},
-                        {"head", head ? nlohmann::json(head->info.name) : nlohmann::json()},
-                        {"spec", c.head.spec},
-                        {"draft_len", head ? std::min(c.head.draft_len, head->n_heads())
-                                           : c.head.draft_len},
-                        {"tree_shape", c.head.request_tree()},
-                        {"tree_nodes", c.head.request_tree_nodes()},
-                        {"lookup", c.head.lookup},
-                        {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
-                        {"target_quant", c.target_quant}};
+  nlohmann::json out = {
+      {"accept_per_step", accept},
+      {"per_position", per_position},
+      {"decode_tok_s", with.tok_s()},
+      {"baseline_decode_tok_s", without.tok_s()},
+      {"speedup", without.tok_s() > 0 ? with.tok_s() / without.tok_s() : 0.0},
+      {"prompts", texts.size()},
+      {"tokens", with.tokens},
+      {"lossless", lossless},
+      {"head", head ? nlohmann::json(head->info.name) : nlohmann::json()},
+      {"spec", c.head.spec},
+      {"draft_len", head ? std::min(c.head.draft_len, head->n_heads()) : c.head.draft_len},
+      {"tree_shape", c.head.request_tree()},
+      {"tree_nodes", c.head.request_tree_nodes()},
+      {"lookup", c.head.lookup},
+      {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
+      {"target_quant", c.target_quant}};
   if (native) {
     out["native_decode_tok_s"] = native_totals.tok_s();
     out["net_speedup_vs_native"] =

@@ -257,8 +257,12 @@ void SpeculativeTest::greedy_output_is_unchanged_by_context_lookup() {
   };
   const LosslessCase cases[] = {
       with_lookup({"colocated, context lookup alone, 4 tokens", false, nullptr, 4, {}}, 3),
-      with_lookup({"disaggregated, context lookup alone, adaptive, up to 3 tokens", true, nullptr,
-                   3, {}, true},
+      with_lookup({"disaggregated, context lookup alone, adaptive, up to 3 tokens",
+                   true,
+                   nullptr,
+                   3,
+                   {},
+                   true},
                   2),
       with_lookup({"colocated, random mtp head + lookup", false, mtp_head(vocab, 2), 4, {}}, 3),
       with_lookup(
