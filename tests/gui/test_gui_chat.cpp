@@ -5,6 +5,7 @@
 // TOKENFAB_HOME points at a temporary directory before anything opens the database.
 
 #include <QAbstractItemModelTester>
+#include <QCheckBox>
 #include <QLabel>
 #include <QStatusBar>
 #include <QtTest>
@@ -21,6 +22,7 @@
 #include "ui/models/conversation_list_model.h"
 #include "ui/views/app_settings.h"
 #include "ui/views/chat_page.h"
+#include "ui/views/chat_settings_bar.h"
 #include "ui/views/main_window.h"
 
 using namespace tokenfab;
@@ -49,6 +51,7 @@ class GuiChatTest : public QObject {
   void reply_streams_and_is_saved();
   void head_choice_is_kept_per_conversation_and_defaults_from_settings();
   void model_and_device_mode_per_conversation();
+  void context_lookup_is_saved_and_greedy_only();
   void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
@@ -186,6 +189,36 @@ void GuiChatTest::model_and_device_mode_per_conversation() {
 
 // Cancel while the model loads: loadCancelled at once, the status bar says so, and the loader's
 // result, when it arrives, is dropped; a later load works.
+// The "Copy from context" box is part of the saved settings, and asks for context lookup drafts
+// only for greedy replies: at a temperature above 0 it is disabled and asks for nothing.
+void GuiChatTest::context_lookup_is_saved_and_greedy_only() {
+  ChatSettingsBar bar;
+  QVERIFY(!bar.context_lookup());  // off by default
+  bar.load(R"({"temperature": 0, "lookup": true})");
+  QVERIFY(bar.context_lookup());
+  const auto lookup_box = [](const ChatSettingsBar& b) -> QCheckBox* {
+    for (QCheckBox* c : b.findChildren<QCheckBox*>())
+      if (c->text() == "Copy from context") return c;
+    return nullptr;
+  };
+  QSignalSpy changed(&bar, &ChatSettingsBar::changed);
+  QCheckBox* box = lookup_box(bar);
+  QVERIFY(box);
+  QVERIFY(box->isEnabled());
+  box->setChecked(false);
+  QCOMPARE(changed.count(), 1);
+  QCOMPARE(nlohmann::json::parse(bar.to_json()).at("lookup").get<bool>(), false);
+  box->setChecked(true);
+  ChatSettingsBar copy;
+  copy.load(bar.to_json());
+  QVERIFY(copy.context_lookup());
+  // Sampling: the box stays ticked (the choice is kept) but is disabled and asks for nothing.
+  copy.load(R"({"temperature": 0.7, "lookup": true})");
+  QVERIFY(!copy.context_lookup());
+  QVERIFY(!lookup_box(copy)->isEnabled());
+  QCOMPARE(nlohmann::json::parse(copy.to_json()).at("lookup").get<bool>(), true);
+}
+
 void GuiChatTest::cancelled_load_leaves_no_model_and_the_next_load_works() {
   EngineBridge bridge;
   MainWindow window(&bridge);

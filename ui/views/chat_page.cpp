@@ -372,6 +372,7 @@ void ChatPage::send_message(const QString& text) {
     // Each step's draft length from measured costs and acceptance, so a head never slows the
     // reply down on a machine where drafting does not pay.
     request.adaptive_draft = true;
+    if (settings_->context_lookup()) request.lookup = ChatSettingsBar::kLookup;
     id = bridge_->submit(std::move(request));
   } catch (const std::exception& e) {
     show_status(QStringLiteral("Not sent: %1").arg(e.what()));

@@ -50,6 +50,11 @@ ChatSettingsBar::ChatSettingsBar(QWidget* parent) : QWidget(parent) {
          "recorded ACCEPT/STEP on the message's domain."));
   head_->addItem(tr("No draft head"), QStringLiteral("none"));
   head_->addItem(tr("auto"), QStringLiteral("auto"));
+  lookup_ = new QCheckBox(tr("Copy from context"));
+  lookup_->setToolTip(
+      tr("Greedy replies (temperature 0): also draft the tokens that followed an earlier "
+         "occurrence of the reply's last few tokens, with or without a draft head. The reply is "
+         "unchanged; repeated names, lines and phrases come out several tokens per step."));
   model_button_ = new QPushButton;
   model_reset_ = new QPushButton(tr("Use the loaded model"));
   mode_ = new QComboBox;
@@ -73,6 +78,7 @@ ChatSettingsBar::ChatSettingsBar(QWidget* parent) : QWidget(parent) {
     sampling_row->addWidget(new QLabel(tr(label)));
     sampling_row->addWidget(widget);
   }
+  sampling_row->addWidget(lookup_);
   sampling_row->addStretch(1);
   sampling_row->addWidget(colour_drafted_);
   auto* engine_row = new QHBoxLayout;
@@ -96,6 +102,10 @@ ChatSettingsBar::ChatSettingsBar(QWidget* parent) : QWidget(parent) {
   connect(model_button_, &QPushButton::clicked, this, &ChatSettingsBar::choose_model_file);
   connect(model_reset_, &QPushButton::clicked, this, [this] { set_model_choice(QString()); });
   connect(colour_drafted_, &QCheckBox::toggled, this, &ChatSettingsBar::colourToggled);
+  connect(lookup_, &QCheckBox::toggled, this, &ChatSettingsBar::changed);
+  const auto greedy_only = [this] { lookup_->setEnabled(temperature_->value() == 0.0); };
+  connect(temperature_, &QDoubleSpinBox::valueChanged, this, greedy_only);
+  greedy_only();
 }
 
 std::string ChatSettingsBar::to_json() const {
@@ -103,6 +113,7 @@ std::string ChatSettingsBar::to_json() const {
       {"max_tokens", max_tokens_->value()}, {"temperature", temperature_->value()},
       {"top_k", top_k_->value()},           {"top_p", top_p_->value()},
       {"min_p", min_p_->value()},           {"head", head_choice().toStdString()},
+      {"lookup", lookup_->isChecked()},
       {"model", model_path_.toStdString()}, {"mode", mode_choice().toStdString()}}
       .dump();
 }
@@ -117,6 +128,7 @@ void ChatSettingsBar::load(const std::string& settings_json) {
   top_k_->setValue(j.value("top_k", defaults.top_k));
   top_p_->setValue(j.value("top_p", static_cast<double>(defaults.top_p)));
   min_p_->setValue(j.value("min_p", static_cast<double>(defaults.min_p)));
+  lookup_->setChecked(j.value("lookup", false));
   // A head that is no longer registered (or belongs to another model) falls back to none.
   if (!set_head_choice(QString::fromStdString(j.value("head", std::string("none")))))
     set_head_choice(QStringLiteral("none"));
@@ -136,6 +148,10 @@ SamplingParams ChatSettingsBar::sampling() const {
   p.top_p = static_cast<float>(top_p_->value());
   p.min_p = static_cast<float>(min_p_->value());
   return p;
+}
+
+bool ChatSettingsBar::context_lookup() const {
+  return lookup_->isChecked() && temperature_->value() == 0.0;
 }
 
 bool ChatSettingsBar::colour_drafted() const {

@@ -1,6 +1,7 @@
 #pragma once
 // ChatSettingsBar: what one chat conversation runs with — max tokens, temperature, top-k, top-p,
-// min-p, the draft head (none, auto or a registered head), the model file and the device mode —
+// min-p, the draft head (none, auto or a registered head), context lookup drafts (greedy replies
+// only), the model file and the device mode —
 // stored with the conversation as a JSON object, plus the "colour drafted tokens" view toggle.
 // changed() follows every change made through the widgets or the setters; load() emits nothing.
 
@@ -37,6 +38,10 @@ class ChatSettingsBar : public QWidget {
   int max_tokens() const;
   SamplingParams sampling() const;  // seed 0: the caller picks one
   bool colour_drafted() const;
+  // Context lookup drafts asked for and possible: the box is ticked and the temperature is 0
+  // (the box is disabled otherwise). The chat then sets GenerationRequest::lookup to kLookup.
+  bool context_lookup() const;
+  static constexpr int32_t kLookup = 3;
 
   // "none", "auto" or a registered head's name.
   QString head_choice() const;
@@ -70,6 +75,7 @@ class ChatSettingsBar : public QWidget {
   QDoubleSpinBox* top_p_ = nullptr;
   QDoubleSpinBox* min_p_ = nullptr;
   QComboBox* head_ = nullptr;
+  QCheckBox* lookup_ = nullptr;
   QPushButton* model_button_ = nullptr;
   QPushButton* model_reset_ = nullptr;
   QComboBox* mode_ = nullptr;
