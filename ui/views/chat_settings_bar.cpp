@@ -113,8 +113,8 @@ std::string ChatSettingsBar::to_json() const {
       {"max_tokens", max_tokens_->value()}, {"temperature", temperature_->value()},
       {"top_k", top_k_->value()},           {"top_p", top_p_->value()},
       {"min_p", min_p_->value()},           {"head", head_choice().toStdString()},
-      {"lookup", lookup_->isChecked()},
-      {"model", model_path_.toStdString()}, {"mode", mode_choice().toStdString()}}
+      {"lookup", lookup_->isChecked()},     {"model", model_path_.toStdString()},
+      {"mode", mode_choice().toStdString()}}
       .dump();
 }
 
