@@ -228,7 +228,8 @@ void run_eval(const EvalCommand& c) {
                   " failed: " + (base.error.empty() ? spec.error : base.error));
     lossless = lossless && base.output == spec.output;
     if (native) {
-      r.head = nullptr;
+      r.head = nullptr;  // the native target's own speed: no drafts of any kind
+      r.lookup = 0;
       native_totals.add(native->wait(native->submit(r)));
     }
     without.add(base);

@@ -747,7 +747,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
         set_draft(record, record.draft_levels(), {}, {});
       continue;
     }
-    if (!record.head || record.draft_hidden.empty()) continue;
+    if (record.draft_hidden.empty()) continue;
     if (scheduler_.sequence(seq).n_pending() != 1) continue;
     if (!choose_draft_length(record, others)) {
       record.draft_hidden.clear();

@@ -67,7 +67,8 @@ ChatSettingsBar::ChatSettingsBar(QWidget* parent) : QWidget(parent) {
   show_model(QString());
   colour_drafted_ = new QCheckBox(tr("Colour drafted tokens"));
   colour_drafted_->setToolTip(
-      tr("Tokens the draft head proposed and the target accepted are shown in green"));
+      tr("Drafted tokens (proposed by the draft head or copied from the context) that the "
+         "target accepted are shown in green"));
 
   auto* sampling_row = new QHBoxLayout;
   const std::pair<const char*, QWidget*> labelled[] = {
