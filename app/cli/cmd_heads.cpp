@@ -1,14 +1,17 @@
 // heads: draft heads for speculative decoding — train one on a domain by self-distillation,
 // evaluate it by really generating, and manage the registry (list, show, delete, export).
 //
-//   heads train --name NAME --domain D (--prompt-set NAME | --corpus PATH…) [--heads K] [--steps N]
+//   heads train --name NAME --domain D [--prompt-set NAME] [--corpus PATH…] [--samples N]
+//               [--heads K] [--steps N]
 //   heads eval --head ID|NAME|PATH (--prompt-set NAME | --prompts FILE) [--max-tokens N]
 //              [--lookup N]   (--head none --lookup N: the context lookup alone)
 //   heads list | show ID|NAME | delete ID|NAME | export ID|NAME --out PATH
 //
 // Training data: a built-in domain's train split (the target's own continuations of its prompts),
 // "all" for every domain's train split, any built-in prompt set, or the user's files and folders
-// (text, code, JSONL with "text"/"prompt" fields) read at run time. Traces are cached in the user
+// (text, code, JSONL with "text"/"prompt" fields) read at run time, or a prompt set and files
+// together. --samples N adds N sampled continuations of each prompt to the greedy one, so that the
+// head also learns from contexts off the greedy path. Traces are cached in the user
 // data directory under a key of the model, the data and the options. Progress goes to stderr;
 // Ctrl-C cancels, and nothing half-written is left behind.
 
@@ -106,6 +109,8 @@ struct TrainCommand {
   int batch = 256;
   float lr = 3e-3f;
   int rollout = -1;
+  int samples = 0;
+  float sample_temperature = 0.8f;
   bool no_cache = false;
   uint64_t seed = 0;
 };
@@ -124,6 +129,8 @@ void run_train(const TrainCommand& c) {
   r.batch = c.batch;
   r.lr = c.lr;
   r.rollout = c.rollout;
+  r.samples = c.samples;
+  r.sample_temperature = c.sample_temperature;
   r.seed = c.seed;
   r.threads = c.common.threads;
   r.no_cache = c.no_cache;
@@ -337,7 +344,16 @@ void register_heads(CLI::App& app) {
   train->add_option("--domain", t->domain, "the domain it is for (e.g. code)")->required();
   train->add_option("--prompt-set", t->prompt_set,
                     "built-in domain (train split), all, or prompt set");
-  train->add_option("--corpus", t->corpus, "files or folders of text, code or JSONL");
+  train->add_option("--corpus", t->corpus,
+                    "files or folders of text, code or JSONL (with or without --prompt-set)");
+  train
+      ->add_option("--samples", t->samples,
+                   "sampled continuations of each prompt besides the greedy one (0..16)")
+      ->capture_default_str();
+  train
+      ->add_option("--sample-temperature", t->sample_temperature,
+                   "temperature of the sampled continuations")
+      ->capture_default_str();
   train
       ->add_option("--type", t->type,
                    "head type: medusa (K parallel heads) or mtp (one sequential block, K steps)")

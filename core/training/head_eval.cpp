@@ -12,17 +12,20 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // positions per LM-head call: logits (64, n_vocab) ≈ 12 MiB
 
-// For each of `rows` positions with all k labels in its sequence: the drafts drafts[r·k + j]
-// are accepted while they equal pred[i + 1 + j]; adds 1 + accepted to accept_sum and counts it.
+// For each of `rows` positions with all k labels in its sequence, where the text goes on with the
+// target's own token: the drafts drafts[r·k + j] are accepted while they equal pred[i + 1 + j]
+// and the text stays on the target's greedy path (a greedy verifier would have seen the same
+// context); adds 1 + accepted to accept_sum and counts it.
 void add_chain_accepts(const TraceSet& traces, std::span<const int64_t> ends,
                        std::span<const int64_t> rows, std::span<const TokenId> drafts, int k,
                        double& accept_sum, int64_t& n_chain) {
   for (size_t r = 0; r < rows.size(); ++r) {
     const int64_t i = rows[r];
-    if (i + k >= ends[static_cast<size_t>(i)]) continue;
+    if (i + k >= ends[static_cast<size_t>(i)] || !traces.greedy_at(i)) continue;
     int accepted = 0;
-    while (accepted < k && drafts[r * static_cast<size_t>(k) + static_cast<size_t>(accepted)] ==
-                               traces.pred[static_cast<size_t>(i + accepted + 1)])
+    while (accepted < k && (accepted == 0 || traces.greedy_at(i + accepted)) &&
+           drafts[r * static_cast<size_t>(k) + static_cast<size_t>(accepted)] ==
+               traces.pred[static_cast<size_t>(i + accepted + 1)])
       ++accepted;
     accept_sum += 1.0 + accepted;
     ++n_chain;
@@ -52,7 +55,7 @@ HeadEvaluation summarize(std::span<const double> loss_sum, std::span<const int64
 
 // mtp: for each position i the chain of K steps as inference runs it when every draft before
 // step k was accepted — step k reads the hidden state the block predicted at step k − 1 (h_i for
-// the first) and the target's own token pred[i + k − 1] — scored over the head's vocabulary.
+// the first) and the text's token next[i + k] — scored over the head's vocabulary.
 HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const TraceSet& traces,
                             std::span<const int64_t> ends, std::span<const int64_t> positions) {
   const LlamaModel& model = pass.model();
@@ -80,7 +83,7 @@ HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const 
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = positions[c0 + r];
         const int64_t from = std::min(i + k, ends[static_cast<size_t>(i)] - 1);
-        inputs[static_cast<size_t>(r)] = traces.pred[static_cast<size_t>(from)];
+        inputs[static_cast<size_t>(r)] = traces.next[static_cast<size_t>(from)];
       }
       pool.run([&](int ti, int nt) {
         int64_t r0 = 0, r1 = 0;
@@ -161,14 +164,14 @@ HeadEvaluation evaluate_head(TransformerPass& pass, const DraftHead& head, const
               static_cast<TokenId>(kernels::argmax(l, n_vocab));
           const int64_t i = positions[c0 + r], target = i + k + 1;
           row_loss[static_cast<size_t>(r)] = 0.0;
-          if (target >= ends[static_cast<size_t>(i)]) continue;
+          if (target >= ends[static_cast<size_t>(i)] || !traces.greedy_path(i, target)) continue;
           const float label_logit = l[traces.pred[static_cast<size_t>(target)]];
           row_loss[static_cast<size_t>(r)] = dense::log_sum_exp(l, n_vocab) - label_logit;
         }
       });
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = positions[c0 + r], target = i + k + 1;
-        if (target >= ends[static_cast<size_t>(i)]) continue;
+        if (target >= ends[static_cast<size_t>(i)] || !traces.greedy_path(i, target)) continue;
         loss_sum[static_cast<size_t>(k)] += row_loss[static_cast<size_t>(r)];
         ++counts[static_cast<size_t>(k)];
         hits[static_cast<size_t>(k)] += argmax[static_cast<size_t>(r * n_heads + k)] ==

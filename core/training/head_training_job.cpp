@@ -82,8 +82,13 @@ void validate_head_training(const HeadTrainingRequest& r) {
     throw Error("--name must be a non-empty name that is not all digits");
   if (r.type != "medusa" && r.type != "mtp")
     throw Error("--type " + r.type + ": expected medusa or mtp");
-  if (r.prompt_set.has_value() == !r.corpus.empty())
-    throw Error("give exactly one of --prompt-set NAME or --corpus PATH…");
+  if (!r.prompt_set && r.corpus.empty())
+    throw Error("give --prompt-set NAME, --corpus PATH…, or both");
+  if (r.samples < 0 || r.samples > 16) throw Error("--samples must be 0..16");
+  if (r.samples > 0 && !r.prompt_set)
+    throw Error("--samples continues the prompts of --prompt-set; a corpus is read as it is");
+  if (!(r.sample_temperature > 0.0f && r.sample_temperature <= 2.0f))
+    throw Error("--sample-temperature must be in (0, 2]");
   if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
   if (r.rollout < -1 || r.rollout > 16) throw Error("--rollout must be 0..16 (or −1: heads − 1)");
 }
@@ -124,61 +129,67 @@ struct Traces {
   std::string source;
 };
 
-// The request's data → traces, from the cache when the same model, data and options were traced.
+// The request's data → traces. The data come in parts — the greedy continuations of the prompts,
+// each sampled pass over them, the corpus — and each part is cached on its own under a key of the
+// model, its data and its options, so that adding sampled passes or files to a run traced before
+// records only what is new.
 Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
                   const std::string& sha,
                   const std::function<bool(const HeadTrainingProgress&)>& progress) {
   TraceOptions options;
   options.continuation_tokens = r.continuation;
   options.threads = r.threads;
+  const std::string model_key = "model=" + sha + ";continuation=" + std::to_string(r.continuation) +
+                                ";top_k=" + std::to_string(options.top_k) + ";";
+  struct Part {
+    std::string key;
+    int sampled_pass = 0;  // prompts: 0 greedy, p > 0 the p-th sampled pass
+    bool corpus = false;
+    int64_t tokens = 0;  // positions to record (for progress)
+  };
+  std::vector<Part> parts;
   std::vector<std::vector<TokenId>> prompts;
   std::vector<TokenId> corpus_tokens;
-  std::string data_key = "model=" + sha + ";continuation=" + std::to_string(r.continuation) +
-                         ";top_k=" + std::to_string(options.top_k) + ";";
   Traces out;
   if (r.prompt_set) {
     std::vector<std::string> texts = named_prompts(*r.prompt_set, "train");
     if (r.max_prompts > 0 && static_cast<int>(texts.size()) > r.max_prompts)
       texts.resize(r.max_prompts);
     const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
+    std::string prompts_key = model_key;
     for (const std::string& t : texts) {
       prompts.push_back(
           tokenizer.encode(tmpl.apply({{"user", t}}, true), tokenizer.add_bos_token(), true));
-      data_key += t + "\x1f";
+      prompts_key += t + "\x1f";
     }
+    const int64_t tokens = static_cast<int64_t>(prompts.size()) * r.continuation;
+    parts.push_back({prompts_key, 0, false, tokens});
+    for (int pass = 1; pass <= r.samples; ++pass)
+      parts.push_back({prompts_key + "sampled pass=" + std::to_string(pass) +
+                           ";temperature=" + std::to_string(r.sample_temperature) +
+                           ";seed=" + std::to_string(r.seed) + ";",
+                       pass, false, tokens});
     out.source = "prompt-set:" + *r.prompt_set;
-  } else {
+    if (r.samples > 0) out.source += " (+" + std::to_string(r.samples) + " sampled)";
+  }
+  if (!r.corpus.empty()) {
     const std::string text = read_corpus(r.corpus);
     corpus_tokens = tokenizer.encode(text, false, false);
-    data_key += "corpus:" + sha256_hex(text);
-    out.source = "corpus";
+    // v2: the traces keep the text's own next tokens (earlier corpus traces lack them).
+    parts.push_back({model_key + "corpus-v2:" + sha256_hex(text), 0, true,
+                     static_cast<int64_t>(corpus_tokens.size())});
+    out.source += out.source.empty() ? "corpus" : "+corpus";
   }
-  const fs::path file =
-      user_data_dir() / "traces" / (sha256_hex(data_key).substr(0, 24) + ".trace");
+
   const auto start = std::chrono::steady_clock::now();
+  int64_t total = 0, before = 0;  // positions of every part, and of the parts done
+  for (const Part& part : parts) total += part.tokens;
   HeadTrainingProgress p;
   p.phase = "tracing";
-  if (!r.no_cache && fs::exists(file)) {
-    try {
-      out.set = TraceSet::load(file);
-      out.cached = true;
-      out.seconds = seconds_since(start);
-      p.fraction = kTracingShare;
-      p.message = "traces: " + std::to_string(out.set.n_pos()) + " positions from the cache (" +
-                  file.string() + ")";
-      if (!progress(p)) throw Error("cancelled while tracing; no head was saved");
-      return out;
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("cancelled") != std::string::npos) throw;
-      p.message =
-          std::string("traces: the cached file is unusable (") + e.what() + "); recording again";
-      progress(p);
-    }
-  }
-  bool cancelled = false;
-  auto on_trace = [&](int64_t done, int64_t total) {
+  bool cancelled = false, all_cached = true;
+  const auto report = [&](int64_t done) {
+    done += before;
     const double s = seconds_since(start);
-    p.message.clear();
     p.step = static_cast<int32_t>(done);
     p.steps = static_cast<int32_t>(total);
     p.fraction = total > 0 ? kTracingShare * static_cast<double>(done) / total : 0.0;
@@ -186,16 +197,48 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
     cancelled = cancelled || !progress(p);
     return !cancelled;
   };
-  if (r.prompt_set) {
-    out.set = record_continuations(
-        model, prompts, options, [&](TokenId t) { return tokenizer.is_end_of_generation(t); },
-        on_trace);
-  } else {
-    out.set = record_corpus(model, corpus_tokens, 256, options, on_trace);
+  out.set.seq_begin = {0};
+  for (const Part& part : parts) {
+    const fs::path file =
+        user_data_dir() / "traces" / (sha256_hex(part.key).substr(0, 24) + ".trace");
+    std::optional<TraceSet> set;
+    if (!r.no_cache && fs::exists(file)) {
+      try {
+        set = TraceSet::load(file);
+        p.message = "traces: " + std::to_string(set->n_pos()) + " positions from the cache (" +
+                    file.string() + ")";
+      } catch (const Error& e) {
+        p.message =
+            std::string("traces: the cached file is unusable (") + e.what() + "); recording again";
+      }
+      report(set ? part.tokens : 0);
+      p.message.clear();
+      if (cancelled) throw Error("cancelled while tracing; no head was saved");
+    }
+    if (!set) {
+      all_cached = false;
+      const auto on_trace = [&](int64_t done, int64_t) { return report(done); };
+      if (part.corpus) {
+        set = record_corpus(model, corpus_tokens, 256, options, on_trace);
+      } else {
+        TraceOptions o = options;
+        if (part.sampled_pass > 0) {
+          o.sampling = SamplingParams{};
+          o.sampling.temperature = r.sample_temperature;
+          o.sampling.seed = r.seed + static_cast<uint64_t>(part.sampled_pass) * prompts.size();
+        }
+        set = record_continuations(
+            model, prompts, o, [&](TokenId t) { return tokenizer.is_end_of_generation(t); },
+            on_trace);
+      }
+      if (cancelled) throw Error("cancelled while tracing; no head was saved");
+      fs::create_directories(file.parent_path());
+      set->save(file);
+    }
+    out.set.append(*set);
+    before += part.tokens;
   }
-  if (cancelled) throw Error("cancelled while tracing; no head was saved");
-  fs::create_directories(file.parent_path());
-  out.set.save(file);
+  out.cached = all_cached;
   out.seconds = seconds_since(start);
   return out;
 }
@@ -300,6 +343,7 @@ HeadTrainingResult run_head_training(
   options.rollout = r.rollout;
   nlohmann::json config = {{"source", traces.source},
                            {"continuation_tokens", r.continuation},
+                           {"samples", r.samples},
                            {"steps", r.steps},
                            {"batch", r.batch},
                            {"lr", r.lr},

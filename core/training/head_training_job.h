@@ -19,10 +19,14 @@ namespace tokenfab {
 
 struct HeadTrainingRequest {
   std::string name, domain;
-  // Exactly one of: a built-in domain's train split, "all", or a built-in prompt set …
+  // At least one of: a built-in domain's train split, "all", or a built-in prompt set …
   std::optional<std::string> prompt_set;
-  // … or the user's files and folders (text, code, JSONL with "text"/"prompt" fields).
+  // … and/or the user's files and folders (text, code, JSONL with "text"/"prompt" fields).
   std::vector<std::string> corpus;
+  // Prompt sets: besides the greedy continuation of each prompt, this many sampled ones (seeds
+  // seed + 1 …) at sample_temperature with the app's default top-k/top-p/min-p filters.
+  int samples = 0;
+  float sample_temperature = 0.8f;
   std::string type = "medusa";
   int heads = 4;
   int steps = 600;

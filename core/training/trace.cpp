@@ -17,7 +17,7 @@ namespace tokenfab {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'F', 'T', 'R', 'A', 'C', 'E', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // version 1: no next array
 constexpr int32_t kMaxEmbd = 1 << 16;
 constexpr int32_t kMaxTopK = 1024;
 constexpr int64_t kMaxPositions = int64_t{1} << 36;
@@ -36,8 +36,9 @@ static_assert(sizeof(Header) == 40);
 // Bytes after the header, checksum excluded.
 uint64_t payload_bytes(const Header& h) {
   const auto n_pos = static_cast<uint64_t>(h.n_pos), k = static_cast<uint64_t>(h.top_k);
+  const uint64_t token_arrays = h.version >= 2 ? 2 : 1;  // pred (and next)
   return (static_cast<uint64_t>(h.n_seq) + 1) * 8 + n_pos * static_cast<uint64_t>(h.n_embd) * 4 +
-         n_pos * 4 + n_pos * k * 8;
+         n_pos * 4 * token_arrays + n_pos * k * 8;
 }
 
 template <typename T>
@@ -70,6 +71,7 @@ void TraceSet::append(const TraceSet& other) {
   const int64_t offset = n_pos();
   hidden.insert(hidden.end(), other.hidden.begin(), other.hidden.end());
   pred.insert(pred.end(), other.pred.begin(), other.pred.end());
+  next.insert(next.end(), other.next.begin(), other.next.end());
   topk_ids.insert(topk_ids.end(), other.topk_ids.begin(), other.topk_ids.end());
   topk_probs.insert(topk_probs.end(), other.topk_probs.begin(), other.topk_probs.end());
   for (size_t s = 1; s < other.seq_begin.size(); ++s)
@@ -84,9 +86,9 @@ void TraceSet::validate(const std::string& where) const {
   if (top_k < 0 || top_k > kMaxTopK)
     throw Error(where + ": top_k " + std::to_string(top_k) + " is outside [0, " +
                 std::to_string(kMaxTopK) + "]");
-  if (hidden.size() != n * static_cast<size_t>(n_embd) || topk_ids.size() != n * top_k ||
-      topk_probs.size() != n * top_k)
-    throw Error(where + ": the hidden/top-k arrays do not match " + std::to_string(n) +
+  if (hidden.size() != n * static_cast<size_t>(n_embd) || next.size() != n ||
+      topk_ids.size() != n * top_k || topk_probs.size() != n * top_k)
+    throw Error(where + ": the hidden/next/top-k arrays do not match " + std::to_string(n) +
                 " positions");
   if (n > 0 || !seq_begin.empty()) {
     if (seq_begin.empty() || seq_begin.front() != 0 || seq_begin.back() != n_pos())
@@ -97,6 +99,8 @@ void TraceSet::validate(const std::string& where) const {
   }
   for (TokenId t : pred)
     if (t < 0) throw Error(where + ": a predicted token id is negative");
+  for (TokenId t : next)
+    if (t < 0) throw Error(where + ": a next token id is negative");
   for (TokenId t : topk_ids)
     if (t < 0) throw Error(where + ": a top-k token id is negative");
   for (float p : topk_probs)
@@ -134,6 +138,7 @@ void TraceSet::save(const std::filesystem::path& path) const {
     put(as_bytes(bounds));
     put(as_bytes(hidden));
     put(as_bytes(pred));
+    put(as_bytes(next));
     put(as_bytes(topk_ids));
     put(as_bytes(topk_probs));
     const uint64_t sum = XXH64_digest(state.get());
@@ -166,9 +171,9 @@ TraceSet TraceSet::load(const std::filesystem::path& path) {
   in.read(reinterpret_cast<char*>(&h), sizeof h);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
     throw Error(where + ": not a trace file (bad magic)");
-  if (h.version != kVersion)
+  if (h.version < 1 || h.version > kVersion)
     throw Error(where + ": version " + std::to_string(h.version) + " is not supported (expected " +
-                std::to_string(kVersion) + ")");
+                "1 to " + std::to_string(kVersion) + ")");
   if (h.n_embd < 1 || h.n_embd > kMaxEmbd || h.top_k < 0 || h.top_k > kMaxTopK)
     throw Error(where + ": n_embd " + std::to_string(h.n_embd) + " or top_k " +
                 std::to_string(h.top_k) + " is out of range");
@@ -189,6 +194,7 @@ TraceSet TraceSet::load(const std::filesystem::path& path) {
   t.seq_begin.resize(static_cast<size_t>(h.n_seq) + 1);
   t.hidden.resize(n * static_cast<size_t>(h.n_embd));
   t.pred.resize(n);
+  t.next.resize(n);
   t.topk_ids.resize(n * k);
   t.topk_probs.resize(n * k);
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(),
@@ -203,6 +209,11 @@ TraceSet TraceSet::load(const std::filesystem::path& path) {
   get(t.seq_begin);
   get(t.hidden);
   get(t.pred);
+  if (h.version >= 2) {
+    get(t.next);
+  } else {
+    t.next = t.pred;
+  }
   get(t.topk_ids);
   get(t.topk_probs);
   uint64_t sum = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "core/common/error.h"
@@ -27,6 +28,7 @@ int resolve_threads(int threads) {
 struct SequenceRecord {
   std::vector<float> hidden;  // (n, n_embd)
   std::vector<TokenId> pred;  // (n)
+  std::vector<TokenId> next;  // (n)
   std::vector<TokenId> topk_ids;
   std::vector<float> topk_probs;
   int64_t n() const { return static_cast<int64_t>(pred.size()); }
@@ -79,9 +81,11 @@ void analyse_rows(PassRows& p, int64_t rows, int64_t n_vocab, int32_t top_k,
   });
 }
 
-void take_row(const PassRows& p, int64_t r, int64_t d, int32_t top_k, SequenceRecord& rec) {
+void take_row(const PassRows& p, int64_t r, int64_t d, int32_t top_k, TokenId next,
+              SequenceRecord& rec) {
   rec.hidden.insert(rec.hidden.end(), p.hidden.begin() + r * d, p.hidden.begin() + (r + 1) * d);
   rec.pred.push_back(p.pred[static_cast<size_t>(r)]);
+  rec.next.push_back(next);
   rec.topk_ids.insert(rec.topk_ids.end(), p.topk_ids.begin() + r * top_k,
                       p.topk_ids.begin() + (r + 1) * top_k);
   rec.topk_probs.insert(rec.topk_probs.end(), p.topk_probs.begin() + r * top_k,
@@ -92,6 +96,7 @@ void append_sequence(TraceSet& out, const SequenceRecord& rec) {
   if (rec.n() == 0) return;
   out.hidden.insert(out.hidden.end(), rec.hidden.begin(), rec.hidden.end());
   out.pred.insert(out.pred.end(), rec.pred.begin(), rec.pred.end());
+  out.next.insert(out.next.end(), rec.next.begin(), rec.next.end());
   out.topk_ids.insert(out.topk_ids.end(), rec.topk_ids.begin(), rec.topk_ids.end());
   out.topk_probs.insert(out.topk_probs.end(), rec.topk_probs.begin(), rec.topk_probs.end());
   out.seq_begin.push_back(out.n_pos());
@@ -140,6 +145,7 @@ void TraceOptions::validate() const {
   if (continuation_tokens < 1) bad("continuation_tokens must be at least 1");
   if (threads < 0) bad("threads must be ≥ 0");
   if (batch < 1) bad("batch must be at least 1");
+  sampling.validate();
 }
 
 TraceSet record_continuations(const LlamaModel& model,
@@ -177,11 +183,18 @@ TraceSet record_continuations(const LlamaModel& model,
       std::vector<TokenId> tokens;  // prompt, then the tokens generated so far
       int64_t computed = 0;         // tokens whose KV is in the pool
       SequenceRecord rec;
+      std::optional<Sampler> sampler;  // sampled continuations
       bool finished = false;
     };
     std::vector<Live> live(b1 - b0);
+    std::vector<TokenId> chosen;
     for (size_t j = 0; j < live.size(); ++j) {
       live[j].tokens = prompts[b0 + j];
+      if (o.sampling.temperature > 0.0f) {
+        SamplingParams sp = o.sampling;
+        sp.seed += b0 + j;
+        live[j].sampler.emplace(sp);
+      }
       if (!kv.allocate_sequence(static_cast<SequenceId>(j), live[j].tokens))
         throw Error("trace recorder: the KV pool is too small (internal error)");
     }
@@ -197,14 +210,20 @@ TraceSet record_continuations(const LlamaModel& model,
       }
       if (items.empty()) break;
       run_pass(runner, kv, items, rows);
+      chosen.assign(items.size(), -1);  // sampled before the analysis clobbers the logits
+      for (size_t r = 0; r < items.size(); ++r)
+        if (live[who[r]].sampler)
+          chosen[r] = live[who[r]].sampler->sample(
+              std::span<const float>(rows.logits.data() + r * static_cast<size_t>(hp.n_vocab),
+                                     static_cast<size_t>(hp.n_vocab)));
       analyse_rows(rows, static_cast<int64_t>(items.size()), hp.n_vocab, o.top_k, pool);
       for (size_t r = 0; r < items.size(); ++r) {
         Live& s = live[who[r]];
         const auto id = static_cast<SequenceId>(who[r]);
-        take_row(rows, static_cast<int64_t>(r), hp.n_embd, o.top_k, s.rec);
+        const TokenId next = chosen[r] >= 0 ? chosen[r] : rows.pred[r];
+        take_row(rows, static_cast<int64_t>(r), hp.n_embd, o.top_k, next, s.rec);
         s.computed = static_cast<int64_t>(s.tokens.size());
         ++done;
-        const TokenId next = rows.pred[r];
         if (s.rec.n() == c || (is_end_of_generation && is_end_of_generation(next))) {
           s.finished = true;
           done += c - s.rec.n();
@@ -278,8 +297,15 @@ TraceSet record_corpus(const LlamaModel& model, std::span<const TokenId> tokens,
       analyse_rows(rows, n_rows, hp.n_vocab, o.top_k, pool);
       int64_t r = 0;
       for (size_t i = 0; i < items.size(); ++i) {
+        // The text's next token: inside the window, after it (the next window's first), or at
+        // the very end of the text none, where the target's own prediction stands in.
+        const size_t w = b0 + who[i];
+        const size_t at = w * static_cast<size_t>(window) + static_cast<size_t>(computed[who[i]]);
         for (size_t q = 0; q < items[i].tokens.size(); ++q, ++r)
-          take_row(rows, r, hp.n_embd, o.top_k, recs[who[i]]);
+          take_row(
+              rows, r, hp.n_embd, o.top_k,
+              at + q + 1 < tokens.size() ? tokens[at + q + 1] : rows.pred[static_cast<size_t>(r)],
+              recs[who[i]]);
         computed[who[i]] += static_cast<int64_t>(items[i].tokens.size());
       }
       done += n_rows;

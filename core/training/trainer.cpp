@@ -142,16 +142,16 @@ void gather_head_batch(const TraceSet& t, std::span<const int64_t> ends, const S
   out.clear();
   for (int64_t i : batch) {
     const int64_t target = i + k + 1;
-    if (target >= ends[static_cast<size_t>(i)]) continue;
+    if (target >= ends[static_cast<size_t>(i)] || !t.greedy_path(i, target)) continue;
     out.x.insert(out.x.end(), t.hidden.begin() + i * d, t.hidden.begin() + (i + 1) * d);
     out.add_targets(t, sl, target, soft);
   }
 }
 
 // The mtp block's rows of a mini-batch. Each position i (with i + 1 inside its sequence) gives a
-// teacher-forced row [h_i; e(pred_i)] → pred_{i+1}, h_{i+1}, and then up to `rollout` rows that
+// teacher-forced row [h_i; e(next_i)] → pred_{i+1}, h_{i+1}, and then up to `rollout` rows that
 // continue from the block's own (current) predictions, as inference does from step 2 on: rollout
-// row j (1-based, while i + j + 1 is inside the sequence) is [ĥ_{i+j}; e(pred_{i+j})] →
+// row j (1-based, while i + j + 1 is inside the sequence) is [ĥ_{i+j}; e(next_{i+j})] →
 // pred_{i+j+1}, h_{i+j+1}, where ĥ_{i+j} is what the block predicted from row j − 1. No gradient
 // flows through ĥ: the rollout rows teach the block to continue from its own predicted hidden
 // states. Labels outside the vocabulary are left out (the block cannot draft them), and so is the
@@ -164,7 +164,7 @@ void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const Trac
   std::vector<float> e(static_cast<size_t>(d));
   const auto add_row = [&](const float* h, int64_t from, int64_t target) {
     if (sl.index_of(t.pred[static_cast<size_t>(target)]) < 0) return false;
-    embed_tokens(model, std::span(&t.pred[static_cast<size_t>(from)], 1), e.data());
+    embed_tokens(model, std::span(&t.next[static_cast<size_t>(from)], 1), e.data());
     out.x.insert(out.x.end(), h, h + d);
     out.x.insert(out.x.end(), e.begin(), e.end());
     out.hidden.insert(out.hidden.end(), t.hidden.begin() + target * d,

@@ -353,6 +353,13 @@ void CliTest::bad_input_data() {
   QTest::newRow("context lookup while sampling")
       << QStringList{"generate", "--prompt", "hi", "--lookup", "3", "--temperature", "0.7"}
       << "context lookup drafts are verified greedily; use temperature 0" << true;
+  QTest::newRow("head training without data")
+      << QStringList{"heads", "train", "--name", "h", "--domain", "code"}
+      << "give --prompt-set NAME, --corpus PATH…, or both" << false;
+  QTest::newRow("sampled continuations of a corpus")
+      << QStringList{"heads", "train",    "--name", "h",         "--domain",
+                     "code",  "--corpus", "notes",  "--samples", "2"}
+      << "--samples continues the prompts of --prompt-set" << false;
   QTest::newRow("prefill without decode")
       << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0"}
       << "disaggregated mode needs both --prefill and --decode" << true;

@@ -2,11 +2,14 @@
 // central finite differences, and the draft-head and trace file formats (round trips, and
 // malformed files refused with a message naming the file and the field).
 
+#include <xxhash.h>
 #include <QTemporaryDir>
+
 #include <QtTest>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -144,6 +147,7 @@ TraceSet random_trace(std::mt19937& rng) {
   std::uniform_int_distribution<int> id(0, 999);
   for (size_t i = 0; i < n; ++i) {
     t.pred.push_back(id(rng));
+    t.next.push_back(i % 3 == 0 ? id(rng) : t.pred.back());  // some positions off the greedy path
     for (int j = 0; j < 3; ++j) {
       t.topk_ids.push_back(id(rng));
       t.topk_probs.push_back(0.3f / float(j + 1));
@@ -744,6 +748,7 @@ void TrainingTest::trace_roundtrip() {
   QCOMPARE(back.top_k, 3);
   QVERIFY(back.hidden == t.hidden);
   QVERIFY(back.pred == t.pred);
+  QVERIFY(back.next == t.next);
   QVERIFY(back.topk_ids == t.topk_ids);
   QVERIFY(back.topk_probs == t.topk_probs);
   QVERIFY(back.seq_begin == t.seq_begin);
@@ -767,6 +772,26 @@ void TrainingTest::trace_roundtrip() {
   empty.n_embd = 4;
   empty.save(path("empty.trace"));
   QCOMPARE(TraceSet::load(path("empty.trace")).n_pos(), int64_t(0));
+
+  // A version 1 file (written before next existed: the same bytes without the next array)
+  // loads with next = pred, which is what its greedy continuations read.
+  std::string v1 = read_bytes(path("t.trace"));
+  const size_t n = size_t(t.n_pos());
+  const size_t next_at = 40 + (size_t(t.n_sequences()) + 1) * 8 + n * 4 * 4 + n * 4;
+  v1.erase(next_at, n * 4);
+  v1.resize(v1.size() - 8);
+  const uint32_t version = 1;
+  std::memcpy(v1.data() + 8, &version, 4);
+  const uint64_t sum = XXH64(v1.data(), v1.size(), 0);
+  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  write_bytes(path("v1.trace"), v1);
+  const TraceSet old = TraceSet::load(path("v1.trace"));
+  QVERIFY(old.pred == t.pred);
+  QVERIFY(old.next == t.pred);
+  QVERIFY(old.hidden == t.hidden && old.topk_probs == t.topk_probs);
+
+  QVERIFY(t.greedy_path(1, 3));  // positions 1 and 2 continue greedily, 0 and 3 were drawn
+  QCOMPARE(t.greedy_path(0, 3), t.greedy_at(0));
 }
 
 void TrainingTest::malformed_trace_files_rejected() {
@@ -785,6 +810,13 @@ void TrainingTest::malformed_trace_files_rejected() {
   corrupt[200] ^= 0x10;  // inside the hidden states
   write_bytes(f, corrupt);
   expect_error([&] { TraceSet::load(f); }, {f, "checksum"});
+  std::string version = good;
+  version[8] = 3;  // a later format
+  write_bytes(f, version);
+  expect_error([&] { TraceSet::load(f); }, {f, "version 3"});
+  TraceSet short_next = random_trace(rng);
+  short_next.next.pop_back();
+  expect_error([&] { short_next.save(path("short.trace")); }, {"next"});
   std::string magic = good;
   magic[0] = 'X';
   write_bytes(f, magic);

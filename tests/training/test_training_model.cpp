@@ -3,10 +3,13 @@
 // self-distillation run raises the simulated ACCEPT/STEP over the untrained head, and an mtp
 // head's rollout rows teach the later steps of its chain.
 
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -17,8 +20,10 @@
 #include "core/model/model_files.h"
 #include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
+#include "core/storage/database.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/training/head_eval.h"
+#include "core/training/head_training_job.h"
 #include "core/training/trace_recorder.h"
 #include "core/training/trainer.h"
 #include "kernels/cpu/thread_pool.h"
@@ -61,14 +66,16 @@ TokenId argmax(const float* x, int64_t n) {
 }
 
 // Greedy decoding of one prompt alone on a ModelRunner: prefill, then one pass per token. Returns
-// the generated tokens, and the hidden states and logits that produced them.
+// the argmax at each step, and the hidden states and logits that produced them. With `forced`,
+// the text goes on with forced[step] instead of the argmax (a sampled continuation replayed).
 struct Alone {
   std::vector<TokenId> tokens;
   std::vector<float> hidden, logits;
 };
 
 Alone generate_alone(const LlamaModel& model, kernels::ThreadPool& pool,
-                     const std::vector<TokenId>& prompt, int n, const Tokenizer& tok) {
+                     const std::vector<TokenId>& prompt, int n, const Tokenizer& tok,
+                     std::span<const TokenId> forced = {}) {
   constexpr int32_t kBlocks = 64;
   KvStorage storage(model.hparams(), kBlocks, 16);
   KvManager kv(kBlocks, 16);
@@ -89,9 +96,11 @@ Alone generate_alone(const LlamaModel& model, kernels::ThreadPool& pool,
     out.tokens.push_back(t);
     out.hidden.insert(out.hidden.end(), hidden.begin(), hidden.end());
     out.logits.insert(out.logits.end(), logits.begin(), logits.end());
-    if (tok.is_end_of_generation(t)) break;
-    seq.push_back(t);
-    kv.append(0, t);
+    const TokenId chosen = forced.empty() ? t : forced[size_t(step)];
+    if (tok.is_end_of_generation(chosen) || (!forced.empty() && step + 1 == int(forced.size())))
+      break;
+    seq.push_back(chosen);
+    kv.append(0, chosen);
   }
   return out;
 }
@@ -104,6 +113,9 @@ class TrainingModelTest : public QObject {
  private slots:
   void initTestCase();
   void recorder_matches_model();
+  void recorder_keeps_the_text_s_next_tokens();
+  void simulated_chains_stay_on_the_greedy_path();
+  void training_data_parts_are_cached_apart();
   void training_improves_acceptance_data();
   void training_improves_acceptance();
   void rollout_rows_train_later_steps();
@@ -191,6 +203,7 @@ void TrainingModelTest::recorder_matches_model() {
     const int64_t b = traces.seq_begin[s], e = traces.seq_begin[s + 1];
     const std::vector<TokenId> recorded(traces.pred.begin() + b, traces.pred.begin() + e);
     QCOMPARE(recorded, alone.tokens);  // the continuation is the greedy one
+    QVERIFY(std::equal(traces.next.begin() + b, traces.next.begin() + e, recorded.begin()));
     for (int64_t j = 0; j < e - b; ++j) {
       const float* l = alone.logits.data() + j * v;
       QCOMPARE(traces.pred[b + j], argmax(l, v));
@@ -215,6 +228,125 @@ void TrainingModelTest::recorder_matches_model() {
   // Each row's arithmetic does not depend on the other rows of its pass (per-row activation
   // quantization, per-sequence attention), so the batched recorder reproduces the lone run.
   QCOMPARE(worst_hidden, 0.0);
+}
+
+// Sampled continuations: each sequence's next tokens are a continuation drawn from the target
+// (reproducible from the seed, off the greedy path somewhere), and each row's argmax and hidden
+// state are what a runner replaying those tokens alone computes. Corpus traces: next is the
+// text's own next token, across window ends too, and the argmax only after the text's last one.
+void TrainingModelTest::recorder_keeps_the_text_s_next_tokens() {
+  constexpr int kContinuation = 12;
+  const auto prompts = encode_prompts(5);
+  TraceOptions options{4, kContinuation, 2, 3};
+  options.sampling = SamplingParams{};
+  options.sampling.temperature = 1.0f;
+  options.sampling.seed = 7;
+  const auto eog = [&](TokenId t) { return tokenizer_->is_end_of_generation(t); };
+  const TraceSet traces = record_continuations(*model_, prompts, options, eog, {});
+  QCOMPARE(traces.n_sequences(), int64_t(5));
+  QVERIFY(record_continuations(*model_, prompts, options, eog, {}).next == traces.next);
+  int64_t off_path = 0;
+  kernels::ThreadPool pool(2);
+  for (int s = 0; s < 5; ++s) {
+    const int64_t b = traces.seq_begin[s], e = traces.seq_begin[s + 1];
+    const std::vector<TokenId> drawn(traces.next.begin() + b, traces.next.begin() + e);
+    const Alone alone =
+        generate_alone(*model_, pool, prompts[s], kContinuation, *tokenizer_, drawn);
+    QCOMPARE(int64_t(alone.tokens.size()), e - b);
+    QVERIFY(std::equal(alone.tokens.begin(), alone.tokens.end(), traces.pred.begin() + b));
+    QVERIFY(std::equal(alone.hidden.begin(), alone.hidden.end(),
+                       traces.hidden.begin() + b * model_->hparams().n_embd));
+    for (int64_t j = b; j < e; ++j) off_path += !traces.greedy_at(j);
+  }
+  qInfo("sampled at temperature 1: %lld of %lld positions off the greedy path", (long long)off_path,
+        (long long)traces.n_pos());
+  QVERIFY(off_path > 0);
+
+  const std::vector<TokenId> text = tokenizer_->encode(
+      "Rivers carry water from the hills to the sea, and along the way they shape valleys, feed "
+      "fields and give towns a reason to grow where they bend.",
+      false, false);
+  QVERIFY(text.size() > 20);
+  const TraceSet corpus = record_corpus(*model_, text, 8, TraceOptions{4, 1, 2, 3}, {});
+  QCOMPARE(corpus.n_pos(), int64_t(text.size()) - (text.size() % 8 == 1 ? 1 : 0));
+  for (int64_t i = 0; i < corpus.n_pos(); ++i)
+    QCOMPARE(corpus.next[i], size_t(i) + 1 < text.size() ? text[i + 1] : corpus.pred[i]);
+}
+
+// The simulated chain counts only positions where the text goes on with the target's own token,
+// so a position whose next token was replaced is not simulated (a Medusa head's drafts do not
+// read the text, so nothing else changes).
+void TrainingModelTest::simulated_chains_stay_on_the_greedy_path() {
+  TraceSet traces = this->traces();
+  const DraftHead head = make_medusa_head(head_info(QStringLiteral("medusa")));
+  kernels::ThreadPool pool(2);
+  TransformerPass pass(*model_, pool);
+  std::vector<int64_t> all(size_t(traces.n_pos()));
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<int64_t> ends = traces.sequence_ends();
+  const HeadEvaluation greedy = evaluate_head(pass, head, traces, ends, all);
+  int64_t replaced = 0;
+  for (int64_t i = 0; i < traces.n_pos(); i += 7) {
+    traces.next[size_t(i)] = (traces.pred[size_t(i)] + 1) % TokenId(model_->hparams().n_vocab);
+    replaced += i + head.n_heads() < ends[size_t(i)];
+  }
+  const HeadEvaluation off = evaluate_head(pass, head, traces, ends, all);
+  QVERIFY(replaced > 0);
+  QCOMPARE(off.n_chain_positions, greedy.n_chain_positions - replaced);
+}
+
+// A run's data come in parts (the greedy continuations, each sampled pass, the corpus), each
+// traced once and cached on its own: a second run that adds a sampled pass and a file to the
+// first run's prompts reads the greedy part from the cache and records only the new ones.
+void TrainingModelTest::training_data_parts_are_cached_apart() {
+  QTemporaryDir home;
+  QVERIFY(home.isValid());
+  qputenv("TOKENFAB_HOME", home.path().toUtf8());
+  const std::filesystem::path traces_dir = user_data_dir() / "traces";
+  const auto trace_files = [&] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(traces_dir)) n += e.is_regular_file();
+    return n;
+  };
+  HeadTrainingRequest r;
+  r.name = "parts-1";
+  r.domain = "code";
+  r.prompt_set = "code";
+  r.type = "mtp";
+  r.max_prompts = 4;
+  r.continuation = 8;
+  r.steps = 2;
+  r.heads = 2;
+  r.batch = 16;
+  r.threads = 2;
+  std::vector<std::string> messages;
+  const auto progress = [&](const HeadTrainingProgress& p) {
+    if (!p.message.empty()) messages.push_back(p.message);
+    return true;
+  };
+  const HeadTrainingResult first = run_head_training(*model_, *tokenizer_, r, progress);
+  QCOMPARE(trace_files(), size_t(1));
+
+  const std::filesystem::path notes = std::filesystem::path(home.path().toStdString()) / "notes.py";
+  std::ofstream(notes) << "def area(width, height):\n    return width * height\n";
+  r.name = "parts-2";
+  r.samples = 1;
+  r.corpus = {notes.string()};
+  messages.clear();
+  const HeadTrainingResult second = run_head_training(*model_, *tokenizer_, r, progress);
+  QCOMPARE(trace_files(), size_t(3));
+  QCOMPARE(std::count_if(
+               messages.begin(), messages.end(),
+               [](const std::string& m) { return m.find("from the cache") != std::string::npos; }),
+           std::ptrdiff_t(1));
+  const int64_t greedy = first.report["trace_positions"].get<int64_t>();
+  const int64_t corpus = int64_t(
+      tokenizer_->encode("def area(width, height):\n    return width * height\n", false, false)
+          .size());
+  // The sampled pass: four sequences of at most eight positions each.
+  QVERIFY(second.report["trace_positions"].get<int64_t>() > greedy + corpus);
+  QVERIFY(second.report["trace_positions"].get<int64_t>() <= greedy + 4 * 8 + corpus);
+  qunsetenv("TOKENFAB_HOME");
 }
 
 void TrainingModelTest::training_improves_acceptance_data() {

@@ -66,7 +66,8 @@ QTableWidgetItem* cell(const QString& text) {
   return item;
 }
 
-// Train…: name, domain, data (a built-in domain or "all", or files and folders), steps, heads.
+// Train…: name, domain, data (a built-in domain or "all", files and folders, or both), sampled
+// continuations, type, steps, heads.
 std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   QDialog dialog(parent);
   dialog.setWindowTitle(QStringLiteral("Train a draft head"));
@@ -76,22 +77,30 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   auto* data = new QComboBox;
   for (const std::string& d : builtin_domains()) data->addItem(QString::fromStdString(d));
   data->addItem(QStringLiteral("all"));
-  data->addItem(QStringLiteral("files and folders…"));
+  data->addItem(QStringLiteral("none (files only)"));
+  const auto files_only = [data] { return data->currentIndex() == data->count() - 1; };
   QStringList paths;
   auto* paths_label = new QLabel(QStringLiteral("(none)"));
   auto* add_files = new QPushButton(QStringLiteral("Add files…"));
   auto* add_folder = new QPushButton(QStringLiteral("Add folder…"));
   QObject::connect(add_files, &QPushButton::clicked, &dialog, [&] {
     paths += QFileDialog::getOpenFileNames(&dialog, QStringLiteral("Training files"));
-    paths_label->setText(paths.join(QStringLiteral("\n")));
-    data->setCurrentIndex(data->count() - 1);
+    paths_label->setText(paths.isEmpty() ? QStringLiteral("(none)") : paths.join('\n'));
   });
   QObject::connect(add_folder, &QPushButton::clicked, &dialog, [&] {
     const QString dir = QFileDialog::getExistingDirectory(&dialog, QStringLiteral("Folder"));
     if (!dir.isEmpty()) paths += dir;
-    paths_label->setText(paths.join(QStringLiteral("\n")));
-    data->setCurrentIndex(data->count() - 1);
+    paths_label->setText(paths.isEmpty() ? QStringLiteral("(none)") : paths.join('\n'));
   });
+  auto* samples = new QSpinBox;
+  samples->setRange(0, 16);
+  samples->setValue(0);
+  samples->setToolTip(
+      QStringLiteral("Besides the greedy continuation of each prompt, this many sampled ones: "
+                     "the head also learns from contexts off the greedy path (more data, longer "
+                     "tracing)."));
+  QObject::connect(data, &QComboBox::currentIndexChanged, samples,
+                   [samples, files_only] { samples->setEnabled(!files_only()); });
   auto* steps = new QSpinBox;
   steps->setRange(10, 100000);
   steps->setValue(600);
@@ -104,6 +113,7 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   form->addRow(QStringLiteral("Name"), name);
   form->addRow(QStringLiteral("Domain"), domain);
   form->addRow(QStringLiteral("Prompt set"), data);
+  form->addRow(QStringLiteral("Sampled continuations"), samples);
   form->addRow(QStringLiteral("Files"), picks);
   form->addRow(QString(), paths_label);
   auto* type = new QComboBox;
@@ -120,10 +130,10 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   HeadTrainingRequest r;
   r.name = name->text().trimmed().toStdString();
   r.domain = domain->text().trimmed().toStdString();
-  if (data->currentIndex() == data->count() - 1) {
-    for (const QString& p : paths) r.corpus.push_back(p.toStdString());
-  } else {
+  for (const QString& p : paths) r.corpus.push_back(p.toStdString());
+  if (!files_only()) {
     r.prompt_set = data->currentText().toStdString();
+    r.samples = samples->value();
   }
   r.type = type->currentData().toString().toStdString();
   r.steps = steps->value();
