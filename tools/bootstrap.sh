@@ -10,7 +10,7 @@ build_dir="${TOKENFAB_BUILD_DIR:-$root/build}"
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  qt6-base-dev qt6-charts-dev libgl-dev
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   libspdlog-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev libssl-dev
   python3 python3-pip
   xvfb xauth
