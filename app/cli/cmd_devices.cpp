@@ -40,7 +40,7 @@ uint64_t meminfo_bytes(const std::string& key, uint64_t fallback) {
 }
 
 nlohmann::json describe_cpu() {
-  const kernels::CpuFeatures& f = kernels::cpu_features();
+  const kernels::CpuFeatures& f = kernels::detected_cpu_features();
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
   const uint64_t total = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * page;
   const uint64_t available = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
@@ -49,7 +49,7 @@ nlohmann::json describe_cpu() {
       {"name", proc_field("/proc/cpuinfo", "model name")},
       {"logical_cores", std::thread::hardware_concurrency()},
       {"simd", {{"avx2", f.avx2}, {"avx512", f.avx512}, {"avx512_vnni", f.avx512_vnni}}},
-      {"kernels", kernels::use_avx2() ? "avx2" : "scalar"},  // what the CPU ops dispatch to
+      {"kernels", kernels::kernel_isa_name()},  // what the matmul kernels dispatch to
       {"memory_total_bytes", meminfo_bytes("MemTotal", total)},
       {"memory_available_bytes", meminfo_bytes("MemAvailable", available)},
   };

@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/common/log.h"
+#include "kernels/cpu/cpu_features.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tokenfab-cli: a token factory on one workstation (headless front end)"};
@@ -15,7 +16,10 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
-  app.parse_complete_callback([&] { tokenfab::set_log_level(log_level); });
+  app.parse_complete_callback([&] {
+    tokenfab::set_log_level(log_level);
+    tokenfab::kernels::cpu_features();  // a bad TOKENFAB_CPU_KERNELS fails here, with its message
+  });
 
   tokenfab::cli::register_fetch(app);
   tokenfab::cli::register_info(app);

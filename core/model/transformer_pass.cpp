@@ -28,9 +28,31 @@ void TransformerPass::reserve_rows(int64_t n) {
   rows_ = n;
 }
 
+template <typename Fn>
+void TransformerPass::for_rows(int64_t n, Fn&& fn) {
+  if (n < kParallelRows) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool_.run([&](int t, int nt) {
+    int64_t b, e;
+    ThreadPool::split(n, 1, t, nt, b, e);
+    if (b < e) fn(b, e);
+  });
+}
+
 void TransformerPass::norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n) {
-  for (int64_t r = 0; r < n; ++r)
-    kernels::rms_norm(in + r * hp_.n_embd, w.data(), out + r * hp_.n_embd, hp_.n_embd, hp_.rms_eps);
+  for_rows(n, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      kernels::rms_norm(in + r * hp_.n_embd, w.data(), out + r * hp_.n_embd, hp_.n_embd,
+                        hp_.rms_eps);
+  });
+}
+
+void TransformerPass::add_rows(float* x, const float* y, int64_t n) {
+  for_rows(n, [&](int64_t b, int64_t e) {
+    kernels::add_inplace(x + b * hp_.n_embd, y + b * hp_.n_embd, (e - b) * hp_.n_embd);
+  });
 }
 
 void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64_t> positions,
@@ -74,18 +96,20 @@ void TransformerPass::attention_block(int64_t layer, int64_t n, KvBackend& kv) {
   kernels::matmul(pool_, qkv, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
 
   const int half = hp_.rot_dim / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* c = rope_cos_.data() + i * half;
-    const float* s = rope_sin_.data() + i * half;
-    kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
-    kernels::rope(k_.data() + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
-  }
+  for_rows(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* c = rope_cos_.data() + i * half;
+      const float* s = rope_sin_.data() + i * half;
+      kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
+      kernels::rope(k_.data() + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
+    }
+  });
   kv.store(layer, k_.data(), v_.data(), n);
   kv.attend(layer, q_.data(), att_.data(), n);
 
   const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);
   kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
-  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+  add_rows(x_.data(), xb_.data(), n);
 }
 
 void TransformerPass::ffn_block(int64_t layer, int64_t n) {
@@ -94,18 +118,12 @@ void TransformerPass::ffn_block(int64_t layer, int64_t n) {
   const MatmulJob gate_up[] = {matmul_job(w.w_gate, gate_.data(), hp_.n_ff),
                                matmul_job(w.w_up, up_.data(), hp_.n_ff)};
   kernels::matmul(pool_, gate_up, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
-  if (n == 1) {
-    kernels::silu_mul(gate_.data(), up_.data(), hp_.n_ff);
-  } else {
-    pool_.run([&](int t, int nt) {
-      int64_t b, e;
-      ThreadPool::split(n, 1, t, nt, b, e);
-      kernels::silu_mul(gate_.data() + b * hp_.n_ff, up_.data() + b * hp_.n_ff, (e - b) * hp_.n_ff);
-    });
-  }
+  for_rows(n, [&](int64_t b, int64_t e) {
+    kernels::silu_mul(gate_.data() + b * hp_.n_ff, up_.data() + b * hp_.n_ff, (e - b) * hp_.n_ff);
+  });
   const MatmulJob down = matmul_job(w.w_down, xb_.data(), hp_.n_embd);
   kernels::matmul(pool_, {&down, 1}, gate_.data(), hp_.n_ff, hp_.n_ff, n, scratch_);
-  kernels::add_inplace(x_.data(), xb_.data(), n * hp_.n_embd);
+  add_rows(x_.data(), xb_.data(), n);
 }
 
 }  // namespace tokenfab

@@ -46,6 +46,12 @@ class TransformerPass {
   void attention_block(int64_t layer, int64_t n, KvBackend& kv);
   void ffn_block(int64_t layer, int64_t n);
   void norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n);
+  void add_rows(float* x, const float* y, int64_t n);  // x += y, (n, n_embd) each
+  // fn(begin, end) over the rows [0, n): split over the threads from kParallelRows rows on (the
+  // element-wise ops of fewer rows take less time than waking the threads).
+  template <typename Fn>
+  void for_rows(int64_t n, Fn&& fn);
+  static constexpr int64_t kParallelRows = 4;
 
   const LlamaModel& model_;
   const HParams& hp_;

@@ -49,31 +49,6 @@ void attention_items(const AttentionArgs& a, int64_t item_begin, int64_t item_en
   }
 }
 
-// out_g = Σ_p w[g·n + p] · v_p for the G heads, four 8-float chunks of the head at a time.
-template <int NV, int G>
-void grouped_weighted_sum(const float* w, const uint16_t* v, int64_t stride, int64_t n,
-                          float* const* out) {
-  static_assert(NV % 4 == 0);
-  for (int c0 = 0; c0 < NV; c0 += 4) {
-    __m256 acc[G][4];
-    for (int g = 0; g < G; ++g)
-      for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
-    // G·4 accumulators + G weights + one V vector stay within the 16 ymm registers (G ≤ 3).
-    for (int64_t p = 0; p < n; ++p) {
-      _mm_prefetch(reinterpret_cast<const char*>(v + (p + kPrefetchRows) * stride + 8 * c0),
-                   _MM_HINT_T0);
-      __m256 wg[G];
-      for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * n + p);
-      for (int j = 0; j < 4; ++j) {
-        const __m256 vv = load_h8(v + p * stride + 8 * (c0 + j));
-        for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
-      }
-    }
-    for (int g = 0; g < G; ++g)
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + 8 * (c0 + j), acc[g][j]);
-  }
-}
-
 template <int NV, int G>
 void decode_partial_grouped(const AttentionArgs& a, int n_splits, int64_t item, float* partials,
                             float* scratch) {
@@ -103,7 +78,7 @@ void decode_partial_grouped(const AttentionArgs& a, int n_splits, int64_t item, 
     rec[g][1] = es.sum;
     out[g] = rec[g] + 2;
   }
-  grouped_weighted_sum<NV, G>(scores, v, a.kv_stride, n, out);
+  grouped_weighted_sum<NV, G>(scores, n, v, a.kv_stride, n, out);
 }
 
 template <int NV>

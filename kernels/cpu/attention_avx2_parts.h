@@ -106,24 +106,29 @@ inline void convert_head_rows(const uint16_t* src, int64_t stride, int64_t n, in
       _mm256_storeu_ps(dst + p * head_dim + d, load_h8(src + p * stride + d));
 }
 
-// Decode for a group of G query heads reading the fp16 rows directly: each K/V row is loaded and
-// converted once and used by all G heads (no f32 copy). Scores: 4 positions × G heads in flight,
-// reduced with one hadd tree per head. s: (G, n), s_stride floats apart.
-template <int NV, int G>
-void grouped_scores(const float* q, int64_t q_head_stride, const uint16_t* k, int64_t stride,
-                    int64_t n, float scale, float* s, int64_t s_stride) {
+// Scores of G query heads sharing one kv head, against the same rows: each K row is loaded (and,
+// for fp16 rows, converted) once and used by all G heads. Decode reads the fp16 rows directly
+// (no f32 copy); the paged kernel reads its f32 gathers. Scores: 4 positions × G heads in flight,
+// reduced with one hadd tree per head. s: (G, n), s_stride floats apart. Every score is formed
+// exactly as scores_row forms it (same FMA order over the head, same reduction of its group of
+// four positions or of a tail position), so the result equals G scores_row calls bit for bit.
+template <int NV, int G, typename E>
+void grouped_scores(const float* q, int64_t q_head_stride, const E* k, int64_t stride, int64_t n,
+                    float scale, float* s, int64_t s_stride) {
   int64_t p = 0;
   for (; p + 4 <= n; p += 4) {
     __m256 acc[G][4];
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < 4; ++i) acc[g][i] = _mm256_setzero_ps();
-    const uint16_t* kp = k + p * stride;
-    // The K rows are a stream from memory (the cache is far larger than L2): ask for the rows
+    const E* kp = k + p * stride;
+    // fp16 K rows are a stream from memory (the cache is far larger than L2): ask for the rows
     // kPrefetchRows ahead now, as the matmuls do for weights.
-    for (int i = 0; i < 4; ++i)
-      for (int b = 0; b < 16 * NV; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(kp + (kPrefetchRows + i) * stride) + b,
-                     _MM_HINT_T0);
+    if constexpr (sizeof(E) == 2) {
+      for (int i = 0; i < 4; ++i)
+        for (int b = 0; b < 16 * NV; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(kp + (kPrefetchRows + i) * stride) + b,
+                       _MM_HINT_T0);
+    }
     // G·4 accumulators + G query vectors + one K vector stay within the 16 ymm registers (G ≤ 3).
     for (int j = 0; j < NV; ++j) {
       __m256 qj[G];
@@ -147,6 +152,34 @@ void grouped_scores(const float* q, int64_t q_head_stride, const uint16_t* k, in
         a = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_head_stride + 8 * j), load_h8(k + p * stride + 8 * j), a);
       s[g * s_stride + p] = hsum_avx2(a) * scale;
     }
+  }
+}
+
+// out_g = Σ_p w[g·w_stride + p] · v_p for the G heads, four 8-float chunks of the head at a time,
+// each V row loaded once for all G heads. Every lane sums its products in position order, as
+// weighted_sum does, so the result equals G weighted_sum calls bit for bit.
+template <int NV, int G, typename E>
+void grouped_weighted_sum(const float* w, int64_t w_stride, const E* v, int64_t stride, int64_t n,
+                          float* const* out) {
+  static_assert(NV % 4 == 0);
+  for (int c0 = 0; c0 < NV; c0 += 4) {
+    __m256 acc[G][4];
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
+    // G·4 accumulators + G weights + one V vector stay within the 16 ymm registers (G ≤ 3).
+    for (int64_t p = 0; p < n; ++p) {
+      if constexpr (sizeof(E) == 2)
+        _mm_prefetch(reinterpret_cast<const char*>(v + (p + kPrefetchRows) * stride + 8 * c0),
+                     _MM_HINT_T0);
+      __m256 wg[G];
+      for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * w_stride + p);
+      for (int j = 0; j < 4; ++j) {
+        const __m256 vv = load_h8(v + p * stride + 8 * (c0 + j));
+        for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + 8 * (c0 + j), acc[g][j]);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/repack.h"
@@ -37,10 +38,10 @@ void convert_rows(const float* x, int64_t ldx, int64_t k, int64_t c0, int64_t c1
 }
 
 // BlockQ8B pays when enough columns share each unpacked weight record and every job runs the Q4
-// x8 kernel.
-XLayout choose_layout(std::span<const MatmulJob> jobs, int64_t cols) {
+// x8 AVX2 kernel; the VNNI kernel broadcasts from BlockQ8A rows for free.
+XLayout choose_layout(std::span<const MatmulJob> jobs, int64_t cols, bool vnni) {
   if (!is_block_quantized(jobs[0].type)) return XLayout::F32;
-  if (cols < kQ8BMinCols) return XLayout::Q8A;
+  if (vnni || cols < kQ8BMinCols) return XLayout::Q8A;
   for (const auto& j : jobs) {
     if (!j.x8 || (j.type != WeightType::Q4_0 && j.type != WeightType::Q4_1)) return XLayout::Q8A;
   }
@@ -52,7 +53,8 @@ XLayout choose_layout(std::span<const MatmulJob> jobs, int64_t cols) {
 void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, int64_t ldx,
             int64_t k, int64_t cols, ActivationScratch& scratch) {
   if (jobs.empty() || cols == 0) return;
-  const XLayout layout = choose_layout(jobs, cols);
+  const bool vnni = use_avx512_vnni();
+  const XLayout layout = choose_layout(jobs, cols, vnni);
   const size_t x_stride = layout == XLayout::Q8B
                               ? static_cast<size_t>(k / kQK) * sizeof(BlockQ8B)
                               : activation_row_bytes(jobs[0].type, k);
@@ -83,7 +85,9 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
         const size_t g_stride = x8_group_stride(j.type, k);
         const GemmArgs args{j.type, j.w + r0 / kX8Rows * g_stride, g_stride, xq, x_stride, k,
                             j.y + r0, j.ldy, r1 - r0, cols};
-        if (layout == XLayout::Q8B) {
+        if (vnni) {
+          gemm_x8_vnni(args);
+        } else if (layout == XLayout::Q8B) {
           gemm_x8_q8b_avx2(args);
         } else {
           gemm_x8_avx2(args);

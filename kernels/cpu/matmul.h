@@ -4,7 +4,8 @@
 // Several jobs sharing one input (Q/K/V, gate/up) run in one parallel region, their rows split
 // evenly over the threads. X is converted once to the layout the kernels read (Q8A blocks for
 // quantized weights — Q8B, their broadcast form, for 64 or more columns when every job is an x8
-// Q4 matrix — f32 otherwise).
+// Q4 matrix and the CPU has no AVX-512 VNNI — f32 otherwise). x8 jobs run the VNNI kernel where
+// the CPU has it, the AVX2 ones otherwise: the same results bit for bit.
 
 #include <cstddef>
 #include <cstdint>

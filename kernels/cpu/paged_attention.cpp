@@ -49,7 +49,7 @@ void plan_sequence(const PagedKv& kv, const PagedSequence& s, int32_t seq, int n
     const int64_t n_rows = s.pos0 + s.n_tokens;  // bounds pos0 + depth + 1
     for (int g = 0; g < kv.n_kv_head; ++g)
       plan.items.push_back({group * s.n_tokens * n_rows + n_rows, seq, g, 0, s.n_tokens});
-    plan.thread_floats = std::max(plan.thread_floats, n_rows * (1 + 2 * int64_t{kv.head_dim}));
+    plan.thread_floats = std::max(plan.thread_floats, n_rows * (group + 2 * int64_t{kv.head_dim}));
     return;
   }
   for (int64_t t0 = 0; t0 < s.n_tokens;) {
@@ -59,7 +59,7 @@ void plan_sequence(const PagedKv& kv, const PagedSequence& s, int32_t seq, int n
     const int64_t n_rows = s.pos0 + t1;
     for (int g = 0; g < kv.n_kv_head; ++g)
       plan.items.push_back({group * causal_cost(s.pos0, t0, t1) + n_rows, seq, g, t0, t1});
-    plan.thread_floats = std::max(plan.thread_floats, n_rows * (1 + 2 * int64_t{kv.head_dim}));
+    plan.thread_floats = std::max(plan.thread_floats, n_rows * (group + 2 * int64_t{kv.head_dim}));
     t0 = t1;
   }
 }
@@ -103,20 +103,23 @@ void gather_position(const PagedKv& kv, const int32_t* blocks, int kv_head, int6
   }
 }
 
-void attend_row(const Call& c, const float* q, const float* k32, const float* v32, int64_t n_pos,
-                float* scores, float* out) {
+// The query heads h0 .. h0 + group − 1 (one kv head's) of one row.
+void attend_heads(const Call& c, const float* q, const float* k32, const float* v32, int64_t n_pos,
+                  int group, float* scores, float* out) {
   if (c.avx2) {
-    attend_rows_f32_avx2(q, k32, v32, n_pos, c.kv.head_dim, c.scale, scores, out);
-  } else {
-    attend_rows_f32_scalar(q, k32, v32, n_pos, c.kv.head_dim, c.scale, scores, out);
+    attend_rows_grouped_f32_avx2(q, k32, v32, n_pos, c.kv.head_dim, group, c.scale, scores, out);
+    return;
   }
+  for (int g = 0; g < group; ++g)
+    attend_rows_f32_scalar(q + g * c.kv.head_dim, k32, v32, n_pos, c.kv.head_dim, c.scale, scores,
+                           out + g * c.kv.head_dim);
 }
 
 // An item's scratch for rows [0, n_rows) of its kv head, the first n_gather of them gathered.
 struct RowBuffers {
   float* k32;     // (n_rows, head_dim)
   float* v32;     // (n_rows, head_dim)
-  float* scores;  // n_rows
+  float* scores;  // (group, n_rows)
 };
 RowBuffers gather_rows(const Call& c, const PagedSequence& s, int kv_head, int64_t n_rows,
                        int64_t n_gather, float* scratch) {
@@ -142,12 +145,10 @@ void run_tree_item(const Call& c, const WorkItem& w, float* scratch) {
     for (int64_t r = t, d = depth; r >= 0; r = s.parent[r], --d)
       gather_position(kv, s.blocks, w.kv_head, s.pos0 + r, b.k32 + (s.pos0 + d) * kv.head_dim,
                       b.v32 + (s.pos0 + d) * kv.head_dim);
-    for (int g = 0; g < group; ++g) {
-      const int64_t h = int64_t{w.kv_head} * group + g;
-      attend_row(c, c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim, b.k32, b.v32,
-                 s.pos0 + depth + 1, b.scores,
-                 c.out + (s.q_row + t) * c.out_stride + h * kv.head_dim);
-    }
+    const int64_t h0 = int64_t{w.kv_head} * group;
+    attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim, b.k32, b.v32,
+                 s.pos0 + depth + 1, group, b.scores,
+                 c.out + (s.q_row + t) * c.out_stride + h0 * kv.head_dim);
   }
 }
 
@@ -159,12 +160,10 @@ void run_item(const Call& c, const WorkItem& w, float* scratch) {
   const int group = c.n_head / kv.n_kv_head;
   const int64_t n_rows = s.pos0 + w.end;
   const auto [k32, v32, scores] = gather_rows(c, s, w.kv_head, n_rows, n_rows, scratch);
-  for (int g = 0; g < group; ++g) {
-    const int64_t h = int64_t{w.kv_head} * group + g;
-    for (int64_t t = w.begin; t < w.end; ++t) {
-      attend_row(c, c.q + (s.q_row + t) * c.q_stride + h * kv.head_dim, k32, v32, s.pos0 + t + 1,
-                 scores, c.out + (s.q_row + t) * c.out_stride + h * kv.head_dim);
-    }
+  const int64_t h0 = int64_t{w.kv_head} * group;
+  for (int64_t t = w.begin; t < w.end; ++t) {
+    attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim, k32, v32, s.pos0 + t + 1,
+                 group, scores, c.out + (s.q_row + t) * c.out_stride + h0 * kv.head_dim);
   }
 }
 

@@ -78,6 +78,11 @@ void attend_rows_f32_scalar(const float* q, const float* k32, const float* v32, 
                             int head_dim, float scale, float* scores, float* out);
 void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
                           int head_dim, float scale, float* scores, float* out);
+// The `group` query heads of one kv head at once (q and out: `group` heads of head_dim, one after
+// the other; scores: group · n_pos floats), each K and V row loaded once for all of them. Equal,
+// bit for bit, to attend_rows_f32_avx2 for each head in turn.
+void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
+                                  int head_dim, int group, float scale, float* scores, float* out);
 bool paged_attention_avx2_supports(int head_dim);
 
 }  // namespace tokenfab::kernels

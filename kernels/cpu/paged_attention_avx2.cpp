@@ -34,6 +34,32 @@ void attend_rows(const float* q, const float* k32, const float* v32, int64_t n_p
   weighted_sum<NV>(s, v32, 8 * NV, n_pos, out);
 }
 
+template <int NV, int G>
+void attend_rows_grouped(const float* q, const float* k32, const float* v32, int64_t n_pos,
+                         float scale, float* s, float* out) {
+  grouped_scores<NV, G>(q, 8 * NV, k32, 8 * NV, n_pos, scale, s, n_pos);
+  float* outs[G];
+  for (int g = 0; g < G; ++g) {
+    softmax_avx2(s + g * n_pos, n_pos);
+    outs[g] = out + g * 8 * NV;
+  }
+  grouped_weighted_sum<NV, G>(s, n_pos, v32, 8 * NV, n_pos, outs);
+}
+
+template <int NV>
+void attend_rows_grouped_nv(const float* q, const float* k32, const float* v32, int64_t n_pos,
+                            int group, float scale, float* s, float* out) {
+  switch (group) {
+    case 1: return attend_rows_grouped<NV, 1>(q, k32, v32, n_pos, scale, s, out);
+    case 2: return attend_rows_grouped<NV, 2>(q, k32, v32, n_pos, scale, s, out);
+    case 3: return attend_rows_grouped<NV, 3>(q, k32, v32, n_pos, scale, s, out);
+    case 4: return attend_rows_grouped<NV, 4>(q, k32, v32, n_pos, scale, s, out);
+    default:
+      for (int g = 0; g < group; ++g)
+        attend_rows<NV>(q + g * 8 * NV, k32, v32, n_pos, scale, s, out + g * 8 * NV);
+  }
+}
+
 }  // namespace
 
 // The same row kernels as the contiguous attention, over rows gathered into f32.
@@ -44,6 +70,20 @@ void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, in
     case 64: return attend_rows<8>(q, k32, v32, n_pos, scale, s, out);
     case 96: return attend_rows<12>(q, k32, v32, n_pos, scale, s, out);
     default: return attend_rows<16>(q, k32, v32, n_pos, scale, s, out);
+  }
+}
+
+}  // namespace tokenfab::kernels
+
+namespace tokenfab::kernels {
+
+void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
+                                  int head_dim, int group, float scale, float* s, float* out) {
+  switch (head_dim) {
+    case 32: return attend_rows_grouped_nv<4>(q, k32, v32, n_pos, group, scale, s, out);
+    case 64: return attend_rows_grouped_nv<8>(q, k32, v32, n_pos, group, scale, s, out);
+    case 96: return attend_rows_grouped_nv<12>(q, k32, v32, n_pos, group, scale, s, out);
+    default: return attend_rows_grouped_nv<16>(q, k32, v32, n_pos, group, scale, s, out);
   }
 }
 

@@ -61,4 +61,8 @@ void expand_q8b(const BlockQ8A* x, BlockQ8B* y, int64_t nb);
 // As gemm_x8_avx2 for Q4_0 / Q4_1 weights, with x pointing at BlockQ8B rows (x_stride bytes apart).
 void gemm_x8_q8b_avx2(const GemmArgs& a);
 
+// AVX-512 VNNI (256-bit vectors, AVX512VL) version of gemm_x8_avx2 for Q4_0 / Q4_1 / Q8_0 on
+// BlockQ8A rows at any width (gemm_x8_avx512.cpp); equal to gemm_x8_avx2 bit for bit.
+void gemm_x8_vnni(const GemmArgs& a);
+
 }  // namespace tokenfab::kernels

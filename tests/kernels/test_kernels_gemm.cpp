@@ -1,6 +1,7 @@
 // The matmul kernels, for every weight type: gemm_scalar against a double-precision reference
-// built from dequantize_row, gemm_avx2 and the x8 kernels against gemm_scalar, and the threaded
-// matmul() against per-job gemm_scalar.
+// built from dequantize_row, gemm_avx2 and the x8 kernels against gemm_scalar, the AVX-512 VNNI
+// x8 kernel against the AVX2 one bit for bit (where the CPU has VNNI), and the threaded matmul()
+// against per-job gemm_scalar (registered twice: as the CPU dispatches, and capped at AVX2).
 //
 // Tolerances are measured against mag = Σ_i (|w_i| + 2·|bias_b|)·|x_i|, which bounds every
 // intermediate the kernels form: a block's terms d·d_a·Σq·q_a and bias·s, where bias is −8d (Q4_0),
@@ -211,11 +212,13 @@ void KernelTest::gemm_matches_reference_data() {
 //       plus a few roundings per term (d·d_a, s, the bias product, Q4_1's d·q + m in the
 //       reference);
 //   (b) gemm_avx2 vs gemm_scalar, (c) repack_x8 + gemm_x8_avx2 vs gemm_scalar, (d) for Q4
-//       weights, gemm_x8_q8b_avx2 on the expanded activations vs gemm_scalar: kFastVsScalar.
+//       weights, gemm_x8_q8b_avx2 on the expanded activations vs gemm_scalar: kFastVsScalar;
+//   (e) where the CPU has AVX-512 VNNI, gemm_x8_vnni vs gemm_x8_avx2: bit for bit.
 void KernelTest::gemm_matches_reference() {
   QFETCH(WeightType, type);
   QFETCH(int64_t, k);
   const bool avx2 = cpu_features().avx2;
+  const bool vnni = cpu_features().avx512_vnni;
   std::mt19937 rng(static_cast<unsigned>(k * 10 + static_cast<int>(type)));
   const size_t w_stride = row_bytes(type, k) + kRowPad;
   const std::vector<uint8_t> w = random_weights(type, kMaxRows, k, w_stride, rng);
@@ -280,6 +283,16 @@ void KernelTest::gemm_matches_reference() {
       err =
           compare_tile("gemm_x8_avx2", y_x8.data(), scalar_y, mag, rows, cols, ldy, kFastVsScalar);
       QVERIFY2(err.isEmpty(), qPrintable(err + shape));
+
+      // (e) the VNNI kernel: the same integer sums and float operations as gemm_x8_avx2, so the
+      // same bits (untouched padding included).
+      if (vnni) {
+        std::vector<float> y_vnni(cols * ldy, std::bit_cast<float>(kUntouched));
+        a.y = y_vnni.data();
+        gemm_x8_vnni(a);
+        QVERIFY2(std::memcmp(y_vnni.data(), y_x8.data(), y_x8.size() * sizeof(float)) == 0,
+                 qPrintable("gemm_x8_vnni differs from gemm_x8_avx2 bitwise" + shape));
+      }
 
       // (d) Q4 weights with the broadcast activation layout: the same blocks, expanded.
       if (type == WeightType::Q8_0) continue;

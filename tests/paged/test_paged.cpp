@@ -4,7 +4,8 @@
 // the reference; paged_attention's rows are bitwise the same however the batch around them, its
 // chunking or the thread count changes. Blocks no sequence owns and the rows past
 // a sequence's end in its own last block hold NaN, so a read outside the table poisons the output;
-// the padding after each out row must stay untouched.
+// the padding after each out row must stay untouched. The grouped row kernel (all query heads of
+// a kv head at once) equals the one-head kernel bit for bit.
 
 #include <QtTest>
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quant_types.h"
 
@@ -215,6 +217,7 @@ class PagedTest : public QObject {
   void rows_are_batch_invariant();
   void tree_rows_equal_their_path_on_a_chain_data() { add_rows(); }
   void tree_rows_equal_their_path_on_a_chain();
+  void grouped_heads_equal_one_head_at_a_time();
 
  private:
   static void add_rows();
@@ -398,6 +401,37 @@ void PagedTest::tree_rows_equal_their_path_on_a_chain() {
                     sizeof(float) * n_head * head_dim) == 0,
         qPrintable(
             QString("tree row %1 (depth %2) differs from its chain").arg(t).arg(path.size() - 1)));
+  }
+}
+
+// attend_rows_grouped_f32_avx2 (the G query heads of one kv head at once, the paged kernel's
+// fast path) against attend_rows_f32_avx2 for one head at a time: bit for bit, for every AVX2
+// head size, group sizes with and without a specialisation (1–4 and 5), and context lengths
+// around the kernels' 4-position groups and 4-vector chunks.
+void PagedTest::grouped_heads_equal_one_head_at_a_time() {
+  if (!cpu_features().avx2) QSKIP("this CPU has no AVX2 (or TOKENFAB_FORCE_SCALAR=1)");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int head_dim : {32, 64, 96, 128}) {
+    for (int group : {1, 2, 3, 4, 5}) {
+      for (int64_t n_pos : {1, 2, 3, 4, 5, 7, 8, 17, 64, 131}) {
+        std::vector<float> q(group * head_dim), k(n_pos * head_dim), v(n_pos * head_dim);
+        for (std::vector<float>* buf : {&q, &k, &v})
+          for (float& x : *buf) x = normal(rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> scores(group * n_pos), grouped(group * head_dim), one(group * head_dim);
+        attend_rows_grouped_f32_avx2(q.data(), k.data(), v.data(), n_pos, head_dim, group, scale,
+                                     scores.data(), grouped.data());
+        for (int g = 0; g < group; ++g)
+          attend_rows_f32_avx2(q.data() + g * head_dim, k.data(), v.data(), n_pos, head_dim, scale,
+                               scores.data(), one.data() + g * head_dim);
+        QVERIFY2(std::memcmp(grouped.data(), one.data(), one.size() * sizeof(float)) == 0,
+                 qPrintable(QString("head_dim %1, group %2, %3 positions: the grouped heads differ")
+                                .arg(head_dim)
+                                .arg(group)
+                                .arg(n_pos)));
+      }
+    }
   }
 }
 
