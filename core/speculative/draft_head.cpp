@@ -13,7 +13,9 @@
 #include "core/gguf/gguf_reader.h"
 #include "core/gguf/gguf_writer.h"
 #include "core/speculative/dense_math.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack.h"
 
 namespace tokenfab {
 
@@ -177,17 +179,45 @@ void DraftHead::mtp_step(const float* h, const float* e, int64_t n, float* z) co
 void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
                              float* logits) const {
   const int64_t d = info.n_embd;
+  const WeightMatrix& out = model.output();
+  const auto v = static_cast<int64_t>(vocab.size());
   VocabRows& cache = *vocab_rows_;
   std::call_once(cache.once, [&] {
-    const WeightMatrix& out = model.output();
     if (out.cols != d || out.rows != info.n_vocab)
       throw Error("draft head '" + info.name + "' does not fit the model's LM head");
-    cache.rows.resize(vocab.size() * static_cast<size_t>(d));
-    for (size_t j = 0; j < vocab.size(); ++j)
-      kernels::dequantize_row(out.type, out.row(vocab[j]), cache.rows.data() + j * d, d);
+    // Where the target's LM head is in the x8 layout, so are these rows: padded to whole groups
+    // of 8 with copies of the last row, so that every row takes the kernel the target's takes.
+    const bool x8 = out.x8_data != nullptr;
+    cache.padded_rows = x8 ? (v + kernels::kX8Rows - 1) / kernels::kX8Rows * kernels::kX8Rows : v;
+    std::vector<uint8_t> rows(static_cast<size_t>(cache.padded_rows) * out.row_bytes);
+    for (int64_t j = 0; j < cache.padded_rows; ++j)
+      std::memcpy(rows.data() + j * out.row_bytes, out.row(vocab[std::min(j, v - 1)]),
+                  out.row_bytes);
+    if (x8) {
+      cache.rows.resize(rows.size());
+      kernels::repack_x8(out.type, rows.data(), out.row_bytes, cache.rows.data(),
+                         cache.padded_rows, d);
+    } else {
+      cache.rows = std::move(rows);
+    }
   });
-  const auto v = static_cast<int64_t>(vocab.size());
-  dense::gemm_nt(n, v, d, z, d, cache.rows.data(), d, logits, v, false);
+  // One thread: drafting runs on the worker's thread between the device's batched passes.
+  thread_local kernels::ThreadPool pool(1);
+  thread_local kernels::ActivationScratch scratch;
+  const kernels::MatmulJob job{out.type, cache.rows.data(), cache.padded_rows, logits, v,
+                               out.x8_data != nullptr};
+  if (cache.padded_rows == v) {
+    kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
+    return;
+  }
+  thread_local std::vector<float> padded;  // (n, padded_rows), then the first v of each row
+  padded.resize(static_cast<size_t>(n * cache.padded_rows));
+  kernels::MatmulJob padded_job = job;
+  padded_job.y = padded.data();
+  padded_job.ldy = cache.padded_rows;
+  kernels::matmul(pool, {&padded_job, 1}, z, d, d, n, scratch);
+  for (int64_t r = 0; r < n; ++r)
+    std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);
 }
 
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,

@@ -67,8 +67,11 @@ struct DraftHead {
   // Single-threaded; z must not alias h or e.
   void mtp_step(const float* h, const float* e, int64_t n, float* z) const;
   // mtp: logits (n, vocab.size()) of the rows z (n, n_embd) over the LM-head rows of `vocab`,
-  // which are read from `model` (dequantized to f32) on first use and kept. Single-threaded
-  // except for that first use, which is safe from several threads.
+  // computed as the target computes its own logits: the rows are copied from `model`'s LM head
+  // in its stored type on first use (in the x8 layout where the target's is) and multiplied with
+  // the same matmul kernels, so a row's logit is bit for bit the target's logit for that token
+  // of z. (A draft step reads a quarter of the bytes f32 rows would take: drafting is bound by
+  // memory like a decode step.) Single-threaded; safe from several threads at once.
   void vocab_logits(const LlamaModel& model, const float* z, int64_t n, float* logits) const;
   // mtp: the drafts after the token `last`, whose hidden state is h (n_embd) — the row whose
   // logits gave `last`. Level l expands every node of level l − 1 (the root: `last` itself) into
@@ -93,7 +96,11 @@ struct DraftHead {
  private:
   struct VocabRows {
     std::once_flag once;
-    std::vector<float> rows;  // (vocab.size(), n_embd)
+    // The vocabulary's LM-head rows in the head's stored type, padded_rows of them (x8 layout,
+    // the last row repeated up to a multiple of 8, where the target's LM head is x8; else the
+    // GGUF layout, vocab.size() rows).
+    std::vector<uint8_t> rows;
+    int64_t padded_rows = 0;
   };
   // Shared by copies: `vocab` is fixed once a head is made or loaded.
   mutable std::shared_ptr<VocabRows> vocab_rows_ = std::make_shared<VocabRows>();

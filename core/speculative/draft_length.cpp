@@ -46,6 +46,20 @@ std::optional<double> StepCostTable::estimate(int32_t rows) const {
   return lo + (hi - lo) * static_cast<double>(rows - below) / static_cast<double>(above - below);
 }
 
+std::optional<double> StepCostTable::floor_estimate(int32_t rows) const {
+  if (const auto m = measured(rows)) return m;
+  const int32_t below = nearest_measured(std::min(rows - 1, static_cast<int32_t>(seconds_.size()) - 1), -1);
+  if (below == 0) return std::nullopt;
+  return seconds_[static_cast<size_t>(below)];
+}
+
+std::optional<double> StepCostTable::linear_estimate(int32_t n) const {
+  const int32_t smallest = nearest_measured(1, 1);
+  if (smallest == 0 || n >= smallest) return estimate(n);
+  return seconds_[static_cast<size_t>(smallest)] * static_cast<double>(n) /
+         static_cast<double>(smallest);
+}
+
 DraftLengthPolicy::DraftLengthPolicy(int32_t max_length) : max_(max_length) {
   if (max_length < 1) throw std::invalid_argument("draft length policy: max length must be >= 1");
 }
@@ -73,11 +87,16 @@ int32_t DraftLengthPolicy::choose(const std::vector<int64_t>& proposed_at,
     if (longest && last_ != max_) return max_;
     if (!longest && last_ != 0) return 0;
   }
+  // Untried row counts at their floor only when the plain step itself is measured (a batch whose
+  // other rows vary is compared on the straight line instead: there the floor would make every
+  // draft look free next to an estimated plain step).
+  const bool base_measured = costs.measured(base).has_value();
   int32_t best = 0;
   double best_rate = 0.0, expected = 1.0;
   for (int32_t k = 0; k <= max_; ++k) {
     if (k > 0) expected += p_[static_cast<size_t>(k - 1)];
-    const double t = *costs.estimate(base + k) + (k > 0 ? proposals.estimate(k).value_or(0.0) : 0.0);
+    const double t = (base_measured ? *costs.floor_estimate(base + k) : *costs.estimate(base + k)) +
+                     (k > 0 ? proposals.linear_estimate(k).value_or(0.0) : 0.0);
     const double rate = expected / t;
     if (rate > best_rate) {
       best_rate = rate;

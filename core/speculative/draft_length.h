@@ -12,13 +12,23 @@
 //     drafts and accepted the first i (Laplace-smoothed, and never above P_(i-1)).
 // With R rows from the other running sequences, a length k is expected to emit
 // E(k) = 1 + P_1 + … + P_k tokens for a step of R + 1 + k rows plus a proposal of k drafts; the
-// policy picks the k in [0, max] with the most E(k) per second of that estimated time (a
-// proposal length not measured yet counts as free, so it gets tried). Row counts not measured yet are
-// interpolated between measured neighbours. Until some step at most as large as the plain one
-// (R + 1 rows) and some step at least as large as the longest (R + 1 + max) are measured, the
-// policy picks that end to measure it (in a batch the rows of a step vary with everyone's
-// choices, so any count on the right side will do); and every kProbeEvery steps it tries the end
-// it is not using, so that neither the costs nor the deep positions' acceptance go stale.
+// policy picks the k in [0, max] with the most E(k) per second of that estimated time.
+//
+// What is not measured yet is counted at about the least it could cost, so that it gets tried
+// when that would pay, and is measured from then on. A proposal of k drafts (k sequential draft
+// steps) counts in proportion to the measured lengths, or as free when none is. When the plain
+// step's own count (R + 1) is measured, a row count counts as the nearest measured count below
+// it (a step of more rows never costs less): where a row costs most of a step (a compute-bound
+// CPU), each longer step is tried once and then left; where rows are cheap (a step bound by
+// memory, reading the weights), the cheap lengths are found, which a straight line between the
+// costs of 1 and of 1 + max rows would hide. When the plain step's count is not measured (the
+// rows of a batch vary with everyone's choices), counts are interpolated between measured
+// neighbours.
+//
+// Until some step at most as large as the plain one (R + 1 rows) and some step at least as large
+// as the longest (R + 1 + max) are measured, the policy picks that end to measure it (in a batch
+// any count on the right side will do); and every kProbeEvery steps it tries the end it is not
+// using, so that neither the costs nor the deep positions' acceptance go stale.
 //
 // Lossless whatever it picks: drafts are verified by the target, and k = 0 is a plain step.
 
@@ -42,6 +52,12 @@ class StepCostTable {
   // the largest measured count, that count's value scaled by rows / count (steps grow at most in
   // proportion to their rows); below the smallest, its value. nullopt when nothing is measured.
   std::optional<double> estimate(int32_t rows) const;
+  // The measured value, else the value of the nearest measured count below (a lower bound: steps
+  // do not get cheaper with more rows); nullopt when nothing at or below is measured.
+  std::optional<double> floor_estimate(int32_t rows) const;
+  // As estimate(), except below the smallest measured count: in proportion to it (a cost that
+  // grows with the count, as a proposal of k drafts does).
+  std::optional<double> linear_estimate(int32_t n) const;
 
  private:
   // The first measured count from `from` on, stepping by `direction` (±1); 0 if none.

@@ -16,6 +16,7 @@
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
+#include "core/model/transformer_pass.h"
 #include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
 #include "core/runtime/sampler.h"
@@ -68,6 +69,7 @@ class SpeculativeTest : public QObject {
   void greedy_output_is_unchanged_by_dynamic_trees();
   void greedy_output_is_unchanged_by_context_lookup();
   void dynamic_tree_holds_the_most_probable_nodes();
+  void draft_vocabulary_logits_are_the_target_s();
   void greedy_output_is_unchanged_by_adaptive_drafting();
   void auto_selection_switches_heads_mid_generation();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
@@ -359,6 +361,42 @@ void SpeculativeTest::dynamic_tree_holds_the_most_probable_nodes() {
 // Adaptive chains (each step's length chosen from measured step costs and acceptance, 0 when
 // drafting does not pay): outputs unchanged whatever lengths are picked, colocated and
 // disaggregated, Medusa and mtp heads.
+// An mtp head's logits over its draft vocabulary are the target's own logits for those tokens,
+// bit for bit (the same stored rows and kernels as the target's LM head), for one row and for
+// several, with a vocabulary whose size is not a multiple of the x8 row group and one that is.
+void SpeculativeTest::draft_vocabulary_logits_are_the_target_s() {
+  const int64_t d = model_->hparams().n_embd, n_vocab = model_->hparams().n_vocab;
+  std::vector<TokenId> vocab = prompt_and_output_tokens();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  QVERIFY(vocab.size() > 16);
+  const size_t whole_groups = (vocab.size() - 1) / 8 * 8;
+  for (const size_t size : {whole_groups - 5, whole_groups}) {
+    const std::vector<TokenId> sub(vocab.begin(), vocab.begin() + static_cast<ptrdiff_t>(size));
+    const std::shared_ptr<const DraftHead> head = mtp_head(sub, 1);
+    const auto v = static_cast<int64_t>(head->vocab.size());
+    for (const int64_t n : {int64_t{1}, int64_t{5}}) {
+      std::vector<float> z(static_cast<size_t>(n * d));
+      for (float& x : z) x = noise(rng);
+      std::vector<float> draft(static_cast<size_t>(n * v)), target;
+      head->vocab_logits(*model_, z.data(), n, draft.data());
+      kernels::ThreadPool pool(1);
+      TransformerPass pass(*model_, pool);
+      target.resize(static_cast<size_t>(n * n_vocab));
+      pass.lm_head(z.data(), n, target.data());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < v; ++j)
+          QVERIFY2(draft[r * v + j] == target[r * n_vocab + head->vocab[j]],
+                   qPrintable(QString("vocabulary of %1, row %2, token %3: %4 against %5")
+                                  .arg(v)
+                                  .arg(r)
+                                  .arg(head->vocab[j])
+                                  .arg(draft[r * v + j])
+                                  .arg(target[r * n_vocab + head->vocab[j]])));
+    }
+  }
+}
+
 void SpeculativeTest::greedy_output_is_unchanged_by_adaptive_drafting() {
   const std::vector<TokenId> vocab = prompt_and_output_tokens();
   const LosslessCase cases[] = {

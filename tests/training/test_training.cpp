@@ -468,6 +468,14 @@ void TrainingTest::draft_length_policy() {
   costs.record(5, 3.0);
   QCOMPARE(*costs.estimate(3), 2.0);    // halfway between 1 and 5
   QCOMPARE(*costs.estimate(8), 4.8);    // beyond: in proportion to the rows
+  QCOMPARE(*costs.floor_estimate(3), 1.0);  // the nearest measured count below
+  QVERIFY(!costs.floor_estimate(0));
+  {
+    StepCostTable proposals;
+    proposals.record(4, 2.0);
+    QCOMPARE(*proposals.linear_estimate(1), 0.5);  // below the smallest: in proportion
+    QCOMPARE(*proposals.linear_estimate(6), 3.0);
+  }
   costs.record(5, 5.0);                 // the average moves a quarter of the way
   QCOMPARE(*costs.measured(5), 3.5);
 
@@ -514,18 +522,40 @@ void TrainingTest::draft_length_policy() {
     const StepCostTable dear = table({{1, 1.0}, {4, 4.0}});
     QCOMPARE(policy.choose(proposed, accepted, c, dear, 0), 0);
   }
-  {  // Each row costing most of a step (a compute-bound CPU) and acceptance 0.6, 0.4, …: plain
-     // steps (E(k) / t(1 + k) is largest at k = 0: 1/1 against 1.6/1.7, 2.0/2.4, …).
-    const StepCostTable c = table({{1, 1.0}, {5, 3.8}});
+  {  // Each row costing most of a step (a compute-bound CPU) and acceptance 0.6, 0.4, …: a row
+     // count not measured yet counts at the cost of the nearest measured one below, so each
+     // longer step is tried while that looks better than a plain one, then plain steps
+     // (E(k) / t(1 + k) largest at k = 0 once measured: 1/1 against 1.6/1.7, 2.0/2.4, …).
+    StepCostTable c = table({{1, 1.0}, {5, 3.8}});
     DraftLengthPolicy policy(4);
     const auto [proposed, accepted] = counts({0.6, 0.4, 0.3, 0.2}, 1000);
-    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 0);
-    // The same acceptance at a cost of 0.2 per extra row: E(k)/t = 1, 1.33, 1.43, 1.44, 1.39.
-    const StepCostTable cheap = table({{1, 1.0}, {5, 1.8}});
+    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 3);  // 2.3 / 1.0: 2–4 rows untried
+    c.record(4, 3.1);
+    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 2);  // 2.0 / 1.0
+    c.record(3, 2.4);
+    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 1);  // 1.6 / 1.0
+    c.record(2, 1.7);
+    QCOMPARE(policy.choose(proposed, accepted, c, kFree, 0), 0);  // all measured: 1.6 / 1.7 < 1
+    // The same acceptance at a cost of 0.2 per extra row, only the ends measured: 3 drafts (2.3
+    // tokens) look best at the floor cost of 1.0; measured at 1.6, the choice stays 3
+    // (E(k)/t = 1, 1.33, 1.43, 1.44, 1.39 on the straight line).
+    StepCostTable cheap = table({{1, 1.0}, {5, 1.8}});
     QCOMPARE(policy.choose(proposed, accepted, cheap, kFree, 0), 3);
+    cheap.record(2, 1.2);
+    cheap.record(3, 1.4);
+    cheap.record(4, 1.6);
+    QCOMPARE(policy.choose(proposed, accepted, cheap, kFree, 0), 3);
+    // A step bound by memory: 2 rows cost what 1 does, more rows more. Measured, one draft
+    // (1.6 / 1.0) is the best; a straight line from 1 row (1.0) to 5 (2.0) would have put 2 rows
+    // at 1.25 and chosen two drafts (2.0 / 1.5).
+    const StepCostTable bound = table({{1, 1.0}, {2, 1.0}, {3, 1.5}, {4, 1.8}, {5, 2.0}});
+    QCOMPARE(policy.choose(proposed, accepted, bound, kFree, 0), 1);
     // In a batch the other sequences' 3 rows are the base: from 4 rows (1.6) to 8 (1.8) a row
-    // costs 0.05, so E(k)/t(4 + k) grows up to the longest chain.
-    const StepCostTable batch = table({{4, 1.6}, {8, 1.8}});
+    // costs 0.05. With 5–7 rows untried at the floor of 1.6, 3 drafts come first (2.3 / 1.6);
+    // 7 rows measured at 1.75, the longest chain wins (2.5 / 1.8 against 2.3 / 1.75).
+    StepCostTable batch = table({{4, 1.6}, {8, 1.8}});
+    QCOMPARE(policy.choose(proposed, accepted, batch, kFree, 3), 3);
+    batch.record(7, 1.75);
     QCOMPARE(policy.choose(proposed, accepted, batch, kFree, 3), 4);
   }
   {  // Measured acceptance is monotone: a deeper position cannot be likelier than a shallower.
@@ -535,7 +565,7 @@ void TrainingTest::draft_length_policy() {
     for (double p : policy.acceptance()) QVERIFY(p <= 11.0 / 102.0 + 1e-12);
   }
   {  // Probes: every kProbeEvery decisions the end not in use.
-    const StepCostTable c = table({{1, 1.0}, {5, 3.8}});
+    const StepCostTable c = table({{1, 1.0}, {2, 1.7}, {3, 2.4}, {4, 3.1}, {5, 3.8}});
     DraftLengthPolicy policy(4);
     const auto [proposed, accepted] = counts({0.6, 0.4, 0.3, 0.2}, 1000);
     std::vector<int32_t> chosen;
