@@ -159,8 +159,15 @@ void run_item(const Call& c, const WorkItem& w, float* scratch) {
   if (s.parent) return run_tree_item(c, w, scratch);
   const int group = c.n_head / kv.n_kv_head;
   const int64_t n_rows = s.pos0 + w.end;
-  const auto [k32, v32, scores] = gather_rows(c, s, w.kv_head, n_rows, n_rows, scratch);
   const int64_t h0 = int64_t{w.kv_head} * group;
+  // A single row reads the blocks in place: its gather would be used once.
+  if (c.avx2 && w.end - w.begin == 1 &&
+      attend_paged_in_place_avx2(kv, s.blocks, w.kv_head, n_rows, group,
+                                 c.q + (s.q_row + w.begin) * c.q_stride + h0 * kv.head_dim,
+                                 c.scale, scratch,
+                                 c.out + (s.q_row + w.begin) * c.out_stride + h0 * kv.head_dim))
+    return;
+  const auto [k32, v32, scores] = gather_rows(c, s, w.kv_head, n_rows, n_rows, scratch);
   for (int64_t t = w.begin; t < w.end; ++t) {
     attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim, k32, v32, s.pos0 + t + 1,
                  group, scores, c.out + (s.q_row + t) * c.out_stride + h0 * kv.head_dim);

@@ -2,12 +2,13 @@
 // Attention for a batch of sequences whose fp16 K/V live in fixed-size blocks of one shared pool
 // (a block table per sequence maps position p to blocks[p / block_size], row p % block_size).
 // Every query row — a decode token or a row of a prefill chunk — is computed the same way: its kv
-// head's rows [0, pos] are gathered into f32 (an exact conversion) and one softmax-weighted sum
-// runs over them in position order. A row's output therefore depends only on its query and its
-// context: not on the batch around it, the chunk it belongs to, or the number of threads. That
-// is what makes greedy outputs identical whether a request runs alone, batched with others,
-// prefilled in chunks or on another device (the engine's modes). Work items are (sequence, kv
-// head, token range); a prefill item gathers its rows once for all its tokens.
+// head's rows [0, pos] are gathered into f32 (an exact conversion; a lone row reads them in
+// place, converted the same way) and one softmax-weighted sum runs over them in position order.
+// A row's output therefore depends only on its query and its context: not on the batch around
+// it, the chunk it belongs to, or the number of threads. That is what makes greedy outputs
+// identical whether a request runs alone, batched with others, prefilled in chunks or on another
+// device (the engine's modes). Work items are (sequence, kv head, token range); a prefill item
+// gathers its rows once for all its tokens.
 
 #include <cstdint>
 #include <span>
@@ -84,5 +85,12 @@ void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, in
 void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
                                   int head_dim, int group, float scale, float* scores, float* out);
 bool paged_attention_avx2_supports(int head_dim);
+// attend_rows_grouped_f32_avx2 over positions [0, n_pos) of kv head `kv_head`, read in place from
+// the pool's fp16 blocks instead of a gathered f32 copy (a decode row, which would use its gather
+// once): the same result bit for bit. Returns false, computing nothing, where it has no
+// specialisation (head_dim, a group of more than 4 heads, a block size not a multiple of 4).
+bool attend_paged_in_place_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head,
+                                int64_t n_pos, int group, const float* q, float scale,
+                                float* scores, float* out);
 
 }  // namespace tokenfab::kernels

@@ -60,6 +60,68 @@ void attend_rows_grouped_nv(const float* q, const float* k32, const float* v32, 
   }
 }
 
+// The V half of attend_rows_grouped for fp16 rows read in place from the pool's blocks: the same
+// products summed in the same position order as grouped_weighted_sum over the gathered rows.
+template <int NV, int G>
+void grouped_weighted_sum_paged(const float* w, int64_t w_stride, const PagedKv& kv,
+                                const int32_t* blocks, int kv_head, int64_t n, float* const* out) {
+  static_assert(NV % 4 == 0);
+  const int64_t head_rows = int64_t{kv.block_size} * kv.head_dim;
+  for (int c0 = 0; c0 < NV; c0 += 4) {
+    __m256 acc[G][4];
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
+    for (int64_t p0 = 0; p0 < n; p0 += kv.block_size) {
+      const uint16_t* v =
+          kv.v + (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows;
+      const int64_t rows = std::min<int64_t>(kv.block_size, n - p0);
+      for (int64_t i = 0; i < rows; ++i) {
+        __m256 wg[G];
+        for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * w_stride + p0 + i);
+        for (int j = 0; j < 4; ++j) {
+          const __m256 vv = load_h8(v + i * 8 * NV + 8 * (c0 + j));
+          for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + 8 * (c0 + j), acc[g][j]);
+  }
+}
+
+// attend_rows_grouped over positions [0, n_pos) read in place from the blocks: the scores of each
+// block's rows in groups of four (a block holds a multiple of four rows, so the groups and the
+// tail are those of the gathered rows), the same softmax, the same sums.
+template <int NV, int G>
+void attend_paged_grouped(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_pos,
+                          const float* q, float scale, float* s, float* out) {
+  const int64_t head_rows = int64_t{kv.block_size} * kv.head_dim;
+  for (int64_t p0 = 0; p0 < n_pos; p0 += kv.block_size) {
+    const uint16_t* k =
+        kv.k + (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows;
+    grouped_scores<NV, G>(q, 8 * NV, k, 8 * NV, std::min<int64_t>(kv.block_size, n_pos - p0),
+                          scale, s + p0, n_pos);
+  }
+  float* outs[G];
+  for (int g = 0; g < G; ++g) {
+    softmax_avx2(s + g * n_pos, n_pos);
+    outs[g] = out + g * 8 * NV;
+  }
+  grouped_weighted_sum_paged<NV, G>(s, n_pos, kv, blocks, kv_head, n_pos, outs);
+}
+
+template <int NV>
+bool attend_paged_nv(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_pos,
+                     int group, const float* q, float scale, float* s, float* out) {
+  switch (group) {
+    case 1: attend_paged_grouped<NV, 1>(kv, blocks, kv_head, n_pos, q, scale, s, out); return true;
+    case 2: attend_paged_grouped<NV, 2>(kv, blocks, kv_head, n_pos, q, scale, s, out); return true;
+    case 3: attend_paged_grouped<NV, 3>(kv, blocks, kv_head, n_pos, q, scale, s, out); return true;
+    case 4: attend_paged_grouped<NV, 4>(kv, blocks, kv_head, n_pos, q, scale, s, out); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 // The same row kernels as the contiguous attention, over rows gathered into f32.
@@ -84,6 +146,23 @@ void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float*
     case 64: return attend_rows_grouped_nv<8>(q, k32, v32, n_pos, group, scale, s, out);
     case 96: return attend_rows_grouped_nv<12>(q, k32, v32, n_pos, group, scale, s, out);
     default: return attend_rows_grouped_nv<16>(q, k32, v32, n_pos, group, scale, s, out);
+  }
+}
+
+}  // namespace tokenfab::kernels
+
+namespace tokenfab::kernels {
+
+bool attend_paged_in_place_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head,
+                                int64_t n_pos, int group, const float* q, float scale,
+                                float* scores, float* out) {
+  if (kv.block_size % 4 != 0) return false;
+  switch (kv.head_dim) {
+    case 32: return attend_paged_nv<4>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
+    case 64: return attend_paged_nv<8>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
+    case 96: return attend_paged_nv<12>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
+    case 128: return attend_paged_nv<16>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
+    default: return false;
   }
 }
 
