@@ -24,8 +24,10 @@ nlohmann::json optional_json(const std::optional<double>& v) {
 }
 
 nlohmann::json percentiles_json(const PercentileSummary& p) {
-  return {
-      {"p50", optional_json(p.p50)}, {"p95", optional_json(p.p95)}, {"p99", optional_json(p.p99)}};
+  return {{"p50", optional_json(p.p50)},
+          {"p95", optional_json(p.p95)},
+          {"p99", optional_json(p.p99)},
+          {"max", optional_json(p.max)}};
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // KV transfers) and the live output-token series, summarized in the serve-bench JSON shape
 // (issue 3 "Command line (contract)"):
 //   {"requests","completed","failed","preemptions","duration_s","throughput_tok_s",
-//    "ttft_ms":{"p50","p95","p99"},"itl_ms":{..},"tpot_ms":{..},"e2e_ms":{..},
+//    "ttft_ms":{"p50","p95","p99","max"},"itl_ms":{..},"tpot_ms":{..},"e2e_ms":{..},
 //    "prefix_hit_rate","transfer":{"count","bytes","gb_s"}}
 // Definitions follow vLLM's benchmark: latency percentiles are over completed requests only
 // (TPOT over those with >= 2 output tokens; ITL over every gap of every completed request);

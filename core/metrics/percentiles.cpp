@@ -51,6 +51,7 @@ PercentileSummary summarize_percentiles(std::vector<double> values) {
   s.p50 = percentile_of_sorted(values, 50.0);
   s.p95 = percentile_of_sorted(values, 95.0);
   s.p99 = percentile_of_sorted(values, 99.0);
+  s.max = values.back();
   return s;
 }
 

@@ -20,12 +20,14 @@ double percentile_of_sorted(std::span<const double> sorted, double q);
 // Copies and sorts, then as above. Throws Error on an empty sample or q outside [0, 100].
 double percentile(std::span<const double> values, double q);
 
-// p50 / p95 / p99 of one sample, sorted once. All absent for an empty sample.
+// p50 / p95 / p99 and the largest value of one sample, sorted once. All absent for an empty
+// sample.
 struct PercentileSummary {
   int64_t count = 0;
   std::optional<double> p50;
   std::optional<double> p95;
   std::optional<double> p99;
+  std::optional<double> max;
 };
 PercentileSummary summarize_percentiles(std::vector<double> values);
 

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -150,6 +151,7 @@ class TestMetrics : public QObject {
     QCOMPARE(s.count, static_cast<int64_t>(values.size()));
     QVERIFY(near(*s.p50, expected[2], 1e-12 * 50) && near(*s.p95, expected[3], 1e-12 * 50) &&
             near(*s.p99, expected[4], 1e-12 * 50));
+    QCOMPARE(*s.max, *std::max_element(values.begin(), values.end()));
   }
 
   void percentile_edge_cases() {
@@ -159,7 +161,7 @@ class TestMetrics : public QObject {
     QVERIFY_THROWS_EXCEPTION(tokenfab::Error, tokenfab::percentile(v, -1));
     QVERIFY_THROWS_EXCEPTION(tokenfab::Error, tokenfab::percentile(v, 100.5));
     const tokenfab::PercentileSummary s = tokenfab::summarize_percentiles({});
-    QVERIFY(s.count == 0 && !s.p50 && !s.p95 && !s.p99);
+    QVERIFY(s.count == 0 && !s.p50 && !s.p95 && !s.p99 && !s.max);
   }
 
   void log_histogram_buckets() {
@@ -259,11 +261,12 @@ class TestMetrics : public QObject {
              (std::set<std::string>{"requests", "completed", "failed", "preemptions", "duration_s",
                                     "throughput_tok_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms",
                                     "prefix_hit_rate", "transfer"}));
-    const std::set<std::string> pct = {"p50", "p95", "p99"};
+    const std::set<std::string> pct = {"p50", "p95", "p99", "max"};
     for (const char* k : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) QCOMPARE(keys_of(j[k]), pct);
     QCOMPARE(keys_of(j["transfer"]), (std::set<std::string>{"count", "bytes", "gb_s"}));
     QCOMPARE(j["requests"].get<int64_t>(), int64_t{4});
     QVERIFY(near(j["itl_ms"]["p95"].get<double>(), 97, t));
+    QVERIFY(near(j["itl_ms"]["max"].get<double>(), *s.itl_ms.max));
     QVERIFY(near(j["transfer"]["gb_s"].get<double>(), 2.0));
   }
 
