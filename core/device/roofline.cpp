@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -98,6 +99,8 @@ double measure_int8_peak_gmacs(const LlamaModel& model, int threads) {
                       static_cast<double>(hp.n_embd);
   return macs / best / 1e9;
 }
+
+const char* cpu_matmul_kernels() { return kernels::kernel_isa_name(); }
 
 int64_t layer_matrix_elements(const HParams& hp) {
   const int64_t attention = hp.q_dim() * hp.n_embd         // wq

@@ -43,6 +43,9 @@ double measure_host_bandwidth_gbs(int threads);
 // after one warm-up run; best of 3. GMAC/s = 64 × n_vocab × n_embd / seconds / 1e9. Throws Error
 // when threads < 1.
 double measure_int8_peak_gmacs(const LlamaModel& model, int threads);
+// Which CPU matmul kernels that peak is of: "avx512-vnni", "avx2" or "scalar" (what the
+// kernels dispatch to on this machine, TOKENFAB_CPU_KERNELS applied).
+const char* cpu_matmul_kernels();
 
 // Multiply-accumulates of the layer matrices per row: wq, wk, wv, wo, gate, up, down.
 int64_t layer_matrix_elements(const HParams& hp);

@@ -138,6 +138,8 @@ void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
   QVERIFY2(
       page.roofline_summary(decode).contains(QString("The last %1 steps ran at").arg(timed_steps)),
       qPrintable(page.roofline_summary(decode)));
+  QVERIFY2(page.roofline_summary(decode).contains(QString("%1 kernels").arg(cpu_matmul_kernels())),
+           qPrintable(page.roofline_summary(decode)));
   qInfo().noquote() << decode << page.roofline_summary(decode);
   QCOMPARE(page.roofline_points("cpu:9", "measured"), -1);
 }

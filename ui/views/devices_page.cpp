@@ -307,20 +307,23 @@ void DevicesPage::update_panel(Panel& panel, const DeviceSnapshot& device) {
   } else if (!limits) {
     text = tr("measuring… (host bandwidth and matmul peak with %1 threads)").arg(device.threads);
   } else if (n == 0) {
-    text = tr("No steps yet. Limits with %1 threads: %2 GB/s, %3 GMAC/s.")
+    text = tr("No steps yet. Limits with %1 threads: %2 GB/s, %3 GMAC/s (%4 kernels).")
                .arg(device.threads)
                .arg(limits->bandwidth_gbs, 0, 'f', 1)
-               .arg(limits->peak_gmacs, 0, 'f', 1);
+               .arg(limits->peak_gmacs, 0, 'f', 1)
+               .arg(QString::fromLatin1(cpu_matmul_kernels()));
   } else {
     text = tr("The last %1 steps ran at %2% of the physical limit (limit %3 ms, measured %4 ms "
-              "per step on average; %5 GB/s and %6 GMAC/s measured with %7 threads).")
+              "per step on average; %5 GB/s and %6 GMAC/s measured with %7 threads, %8 "
+              "kernels).")
                .arg(n)
                .arg(100.0 * sum_bound / sum_measured, 0, 'f', 1)
                .arg(1000.0 * sum_bound / n, 0, 'f', 2)
                .arg(1000.0 * sum_measured / n, 0, 'f', 2)
                .arg(limits->bandwidth_gbs, 0, 'f', 1)
                .arg(limits->peak_gmacs, 0, 'f', 1)
-               .arg(device.threads);
+               .arg(device.threads)
+               .arg(QString::fromLatin1(cpu_matmul_kernels()));
   }
   if (panel.summary->text() != text) panel.summary->setText(text);
 }
