@@ -135,10 +135,6 @@ void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, in
   }
 }
 
-}  // namespace tokenfab::kernels
-
-namespace tokenfab::kernels {
-
 void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
                                   int head_dim, int group, float scale, float* s, float* out) {
   switch (head_dim) {
@@ -148,10 +144,6 @@ void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float*
     default: return attend_rows_grouped_nv<16>(q, k32, v32, n_pos, group, scale, s, out);
   }
 }
-
-}  // namespace tokenfab::kernels
-
-namespace tokenfab::kernels {
 
 bool attend_paged_in_place_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head,
                                 int64_t n_pos, int group, const float* q, float scale,
