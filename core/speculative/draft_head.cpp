@@ -204,20 +204,17 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
   // One thread: drafting runs on the worker's thread between the device's batched passes.
   thread_local kernels::ThreadPool pool(1);
   thread_local kernels::ActivationScratch scratch;
-  const kernels::MatmulJob job{out.type, cache.rows.data(), cache.padded_rows, logits, v,
+  // Padded rows go to a buffer (n, padded_rows) whose first v columns are then the logits.
+  thread_local std::vector<float> padded;
+  const bool exact = cache.padded_rows == v;
+  if (!exact) padded.resize(static_cast<size_t>(n * cache.padded_rows));
+  const kernels::MatmulJob job{out.type, cache.rows.data(), cache.padded_rows,
+                               exact ? logits : padded.data(), cache.padded_rows,
                                out.x8_data != nullptr};
-  if (cache.padded_rows == v) {
-    kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
-    return;
-  }
-  thread_local std::vector<float> padded;  // (n, padded_rows), then the first v of each row
-  padded.resize(static_cast<size_t>(n * cache.padded_rows));
-  kernels::MatmulJob padded_job = job;
-  padded_job.y = padded.data();
-  padded_job.ldy = cache.padded_rows;
-  kernels::matmul(pool, {&padded_job, 1}, z, d, d, n, scratch);
-  for (int64_t r = 0; r < n; ++r)
-    std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);
+  kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
+  if (!exact)
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);
 }
 
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,

@@ -155,32 +155,57 @@ void grouped_scores(const float* q, int64_t q_head_stride, const E* k, int64_t s
   }
 }
 
+// A run of consecutive positions' rows: row i of the run at rows + i · stride.
+template <typename E>
+struct RowRun {
+  const E* rows;
+  int64_t count;
+};
+
 // out_g = Σ_p w[g·w_stride + p] · v_p for the G heads, four 8-float chunks of the head at a time,
-// each V row loaded once for all G heads. Every lane sums its products in position order, as
-// weighted_sum does, so the result equals G weighted_sum calls bit for bit.
-template <int NV, int G, typename E>
-void grouped_weighted_sum(const float* w, int64_t w_stride, const E* v, int64_t stride, int64_t n,
-                          float* const* out) {
+// each V row loaded once for all G heads. The rows come in runs: run(p0) gives the run starting at
+// position p0 (a contiguous copy is one run, a paged pool one per block). Every lane sums its
+// products in position order, as weighted_sum does, so the result equals G weighted_sum calls
+// bit for bit, however the rows are cut into runs.
+template <int NV, int G, typename E, typename Run>
+void grouped_weighted_sum_runs(const float* w, int64_t w_stride, Run run, int64_t stride,
+                               int64_t n, float* const* out) {
   static_assert(NV % 4 == 0);
   for (int c0 = 0; c0 < NV; c0 += 4) {
     __m256 acc[G][4];
     for (int g = 0; g < G; ++g)
       for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
     // G·4 accumulators + G weights + one V vector stay within the 16 ymm registers (G ≤ 3).
-    for (int64_t p = 0; p < n; ++p) {
-      if constexpr (sizeof(E) == 2)
-        _mm_prefetch(reinterpret_cast<const char*>(v + (p + kPrefetchRows) * stride + 8 * c0),
-                     _MM_HINT_T0);
-      __m256 wg[G];
-      for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * w_stride + p);
-      for (int j = 0; j < 4; ++j) {
-        const __m256 vv = load_h8(v + p * stride + 8 * (c0 + j));
-        for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
+    for (int64_t p0 = 0; p0 < n;) {
+      const RowRun<E> r = run(p0);
+      for (int64_t i = 0; i < r.count; ++i) {
+        const E* v = r.rows + i * stride;
+        if constexpr (sizeof(E) == 2) {
+          if (i + kPrefetchRows < r.count)
+            _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchRows * stride + 8 * c0),
+                         _MM_HINT_T0);
+        }
+        __m256 wg[G];
+        for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * w_stride + p0 + i);
+        for (int j = 0; j < 4; ++j) {
+          const __m256 vv = load_h8(v + 8 * (c0 + j));
+          for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
+        }
       }
+      p0 += r.count;
     }
     for (int g = 0; g < G; ++g)
       for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + 8 * (c0 + j), acc[g][j]);
   }
+}
+
+// The same over n rows `stride` elements apart (one run).
+template <int NV, int G, typename E>
+void grouped_weighted_sum(const float* w, int64_t w_stride, const E* v, int64_t stride, int64_t n,
+                          float* const* out) {
+  grouped_weighted_sum_runs<NV, G, E>(
+      w, w_stride, [&](int64_t p0) { return RowRun<E>{v + p0 * stride, n - p0}; }, stride, n,
+      out);
 }
 
 }  // namespace tokenfab::kernels::avx2

@@ -34,16 +34,24 @@ void attend_rows(const float* q, const float* k32, const float* v32, int64_t n_p
   weighted_sum<NV>(s, v32, 8 * NV, n_pos, out);
 }
 
-template <int NV, int G>
-void attend_rows_grouped(const float* q, const float* k32, const float* v32, int64_t n_pos,
-                         float scale, float* s, float* out) {
-  grouped_scores<NV, G>(q, 8 * NV, k32, 8 * NV, n_pos, scale, s, n_pos);
+// Softmax of each head's scores s (G, n_pos), then out_g = Σ_p s_g[p] · v_p over the V rows (f32
+// or fp16) that run(p0) gives (RowRun).
+template <int NV, int G, typename E, typename Run>
+void softmax_weighted_sum(float* s, int64_t n_pos, Run run, float* out) {
   float* outs[G];
   for (int g = 0; g < G; ++g) {
     softmax_avx2(s + g * n_pos, n_pos);
     outs[g] = out + g * 8 * NV;
   }
-  grouped_weighted_sum<NV, G>(s, n_pos, v32, 8 * NV, n_pos, outs);
+  grouped_weighted_sum_runs<NV, G, E>(s, n_pos, run, 8 * NV, n_pos, outs);
+}
+
+template <int NV, int G>
+void attend_rows_grouped(const float* q, const float* k32, const float* v32, int64_t n_pos,
+                         float scale, float* s, float* out) {
+  grouped_scores<NV, G>(q, 8 * NV, k32, 8 * NV, n_pos, scale, s, n_pos);
+  softmax_weighted_sum<NV, G, float>(
+      s, n_pos, [&](int64_t p0) { return RowRun<float>{v32 + p0 * 8 * NV, n_pos - p0}; }, out);
 }
 
 template <int NV>
@@ -60,54 +68,26 @@ void attend_rows_grouped_nv(const float* q, const float* k32, const float* v32, 
   }
 }
 
-// The V half of attend_rows_grouped for fp16 rows read in place from the pool's blocks: the same
-// products summed in the same position order as grouped_weighted_sum over the gathered rows.
-template <int NV, int G>
-void grouped_weighted_sum_paged(const float* w, int64_t w_stride, const PagedKv& kv,
-                                const int32_t* blocks, int kv_head, int64_t n, float* const* out) {
-  static_assert(NV % 4 == 0);
-  const int64_t head_rows = int64_t{kv.block_size} * kv.head_dim;
-  for (int c0 = 0; c0 < NV; c0 += 4) {
-    __m256 acc[G][4];
-    for (int g = 0; g < G; ++g)
-      for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
-    for (int64_t p0 = 0; p0 < n; p0 += kv.block_size) {
-      const uint16_t* v =
-          kv.v + (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows;
-      const int64_t rows = std::min<int64_t>(kv.block_size, n - p0);
-      for (int64_t i = 0; i < rows; ++i) {
-        __m256 wg[G];
-        for (int g = 0; g < G; ++g) wg[g] = _mm256_broadcast_ss(w + g * w_stride + p0 + i);
-        for (int j = 0; j < 4; ++j) {
-          const __m256 vv = load_h8(v + i * 8 * NV + 8 * (c0 + j));
-          for (int g = 0; g < G; ++g) acc[g][j] = _mm256_fmadd_ps(wg[g], vv, acc[g][j]);
-        }
-      }
-    }
-    for (int g = 0; g < G; ++g)
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + 8 * (c0 + j), acc[g][j]);
-  }
-}
-
-// attend_rows_grouped over positions [0, n_pos) read in place from the blocks: the scores of each
-// block's rows in groups of four (a block holds a multiple of four rows, so the groups and the
-// tail are those of the gathered rows), the same softmax, the same sums.
+// attend_rows_grouped over positions [0, n_pos) read in place from the blocks, one run of rows
+// per block: the scores of each block's rows in groups of four (a block holds a multiple of four
+// rows, so the groups and the tail are those of the gathered rows), the same softmax, the same
+// sums in the same position order.
 template <int NV, int G>
 void attend_paged_grouped(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_pos,
                           const float* q, float scale, float* s, float* out) {
   const int64_t head_rows = int64_t{kv.block_size} * kv.head_dim;
+  // Position p0 (a block's first) of K or V: that block's rows of kv head `kv_head`.
+  const auto block_rows = [&](const uint16_t* pool, int64_t p0) {
+    return RowRun<uint16_t>{
+        pool + (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows,
+        std::min<int64_t>(kv.block_size, n_pos - p0)};
+  };
   for (int64_t p0 = 0; p0 < n_pos; p0 += kv.block_size) {
-    const uint16_t* k =
-        kv.k + (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows;
-    grouped_scores<NV, G>(q, 8 * NV, k, 8 * NV, std::min<int64_t>(kv.block_size, n_pos - p0),
-                          scale, s + p0, n_pos);
+    const RowRun<uint16_t> k = block_rows(kv.k, p0);
+    grouped_scores<NV, G>(q, 8 * NV, k.rows, 8 * NV, k.count, scale, s + p0, n_pos);
   }
-  float* outs[G];
-  for (int g = 0; g < G; ++g) {
-    softmax_avx2(s + g * n_pos, n_pos);
-    outs[g] = out + g * 8 * NV;
-  }
-  grouped_weighted_sum_paged<NV, G>(s, n_pos, kv, blocks, kv_head, n_pos, outs);
+  softmax_weighted_sum<NV, G, uint16_t>(
+      s, n_pos, [&](int64_t p0) { return block_rows(kv.v, p0); }, out);
 }
 
 template <int NV>
