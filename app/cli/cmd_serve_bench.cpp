@@ -124,6 +124,8 @@ nlohmann::json device_json(const DeviceSnapshot& d) {
     j["decode_step_tok_s"] = static_cast<double>(d.decode_rows) / d.decode_busy_s;
     j["engine_overhead_fraction"] = 1.0 - d.decode_compute_s / d.decode_busy_s;
   }
+  // The chunk sizer's last limit (colocated, with a step target).
+  if (d.prefill_limit > 0) j["prefill_limit_tokens"] = d.prefill_limit;
   return j;
 }
 
@@ -150,7 +152,9 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"token_budget", e.token_budget},
                       {"max_running", e.max_running},
                       {"chunked_prefill", e.chunked_prefill},
+                      {"step_target_ms", e.step_target_ms},
                       {"connector", e.connector},
+                      {"streamed_transfer", e.streamed_transfer},
                       {"head", c.head.head},
                       {"spec", c.head.spec},
                       {"draft_len", c.head.draft_len},
@@ -270,6 +274,7 @@ void run_serve_bench(ServeBenchCommand c) {
       {"max_tokens", c.max_tokens},
       {"token_budget", c.engine.token_budget},
       {"chunked_prefill", c.engine.chunked_prefill},
+      {"step_target_ms", c.engine.step_target_ms},
       {"seed", c.seed}};
   if (c.slo_ttft_ms || c.slo_tpot_ms) {
     Slo slo;
@@ -300,7 +305,14 @@ void add_engine_options(CLI::App& cmd, EngineConfig& e) {
       ->capture_default_str();
   cmd.add_flag("--no-chunked-prefill{false}", e.chunked_prefill,
                "read each prompt in one step (for comparison)");
+  cmd.add_option("--step-target-ms", e.step_target_ms,
+                 "colocated: while decodes run, read only as many prompt tokens per step as keep "
+                 "it near this time, by the device's measured speed (0: fill the token budget)")
+      ->capture_default_str();
   cmd.add_option("--connector", e.connector, "KV transfer backend")->capture_default_str();
+  cmd.add_flag("--no-streamed-transfer{false}", e.streamed_transfer,
+               "disaggregated: copy a prompt's KV after its last prefill step instead of layer by "
+               "layer during it (for comparison)");
 }
 
 void register_serve_bench(CLI::App& app) {

@@ -8,6 +8,7 @@
 // Threads are divided between devices explicitly: `--threads N` is the total, split as evenly as
 // possible in device-list order (divide_threads).
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,6 +78,11 @@ class Device {
   // Calls fn(i) for i in [0, n) on the device's host threads (sampling a batch's rows); fn must
   // be safe to run concurrently for different i. From the worker thread only.
   virtual void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) = 0;
+  // Streamed KV hand-off: during later runs, store into *counter (release order) how many layers'
+  // KV are written to the pool for every row of the batch, as each layer completes; nullptr: off.
+  // A device that cannot tell before its run returns (a GPU computing asynchronously) ignores it:
+  // the worker stores the last layer when run() has returned. Worker thread only.
+  virtual void set_layer_progress(std::atomic<int32_t>* counter) { (void)counter; }
 };
 
 // Calls fn(i) for i in [0, n) on the threads of `pool` (the caller is one of them); fn must be
@@ -103,6 +109,9 @@ class CpuDevice final : public Device {
   }
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
     parallel_for_on(pool_, n, fn);
+  }
+  void set_layer_progress(std::atomic<int32_t>* counter) override {
+    runner_.set_layer_progress(counter);
   }
 
  private:

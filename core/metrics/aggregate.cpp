@@ -53,7 +53,13 @@ nlohmann::json to_json(const ServingSummary& s) {
       {"transfer",
        {{"count", s.transfer.count},
         {"bytes", s.transfer.bytes},
-        {"gb_s", optional_json(s.transfer.gb_per_s())}}},
+        {"gb_s", optional_json(s.transfer.gb_per_s())},
+        {"copy_s", s.transfer.seconds},
+        {"waited_s", s.transfer.waited_s},
+        {"layers_overlapped_fraction",
+         s.transfer.layers > 0 ? nlohmann::json(static_cast<double>(s.transfer.layers_overlapped) /
+                                                static_cast<double>(s.transfer.layers))
+                               : nlohmann::json()}}},
   };
 }
 
@@ -119,14 +125,21 @@ void ServingMetrics::on_prefix_lookup(int64_t lookups, int64_t hits) {
   prefix_hits_ += hits;
 }
 
-void ServingMetrics::on_transfer(int64_t bytes, double seconds) {
-  if (bytes < 0 || !(seconds >= 0.0)) {
-    throw Error("ServingMetrics::on_transfer: bytes and seconds must be >= 0");
+void ServingMetrics::on_transfer(int64_t bytes, double seconds, double waited_s, int32_t layers,
+                                 int32_t layers_overlapped) {
+  if (bytes < 0 || !(seconds >= 0.0) || !(waited_s >= 0.0) || layers < 0 || layers_overlapped < 0 ||
+      layers_overlapped > layers) {
+    throw Error(
+        "ServingMetrics::on_transfer: bytes, seconds and waits must be >= 0, and the overlapped "
+        "layers between 0 and the layers");
   }
   std::lock_guard lock(mutex_);
   ++transfer_.count;
   transfer_.bytes += bytes;
   transfer_.seconds += seconds;
+  transfer_.waited_s += waited_s;
+  transfer_.layers += layers;
+  transfer_.layers_overlapped += layers_overlapped;
 }
 
 ServingSummary ServingMetrics::summary(MetricsTime end) const {

@@ -32,7 +32,11 @@ namespace tokenfab {
 struct TransferTotals {
   int64_t count = 0;
   int64_t bytes = 0;
-  double seconds = 0.0;  // sum of the transfers' own durations
+  double seconds = 0.0;  // sum of the transfers' copy times (waits for the producer left out)
+  // Streamed transfers: the time spent waiting for the producer's layers, and of all layers
+  // copied, how many were copied while the producer was still computing later ones.
+  double waited_s = 0.0;
+  int64_t layers = 0, layers_overlapped = 0;
   // Decimal GB (1e9 bytes) per second of transfer time; absent when no time was recorded.
   std::optional<double> gb_per_s() const;
 };
@@ -97,8 +101,10 @@ class ServingMetrics {
   void on_preemption();
   // Prefix-cache lookups and hits, in the caller's unit (blocks); hits <= lookups.
   void on_prefix_lookup(int64_t lookups, int64_t hits);
-  // One KV transfer of `bytes` that took `seconds`.
-  void on_transfer(int64_t bytes, double seconds);
+  // One KV transfer of `bytes` that copied for `seconds` (and waited `waited_s` for its producer,
+  // copying `layers_overlapped` of its `layers` layers while the producer was still computing).
+  void on_transfer(int64_t bytes, double seconds, double waited_s = 0.0, int32_t layers = 0,
+                   int32_t layers_overlapped = 0);
 
   ServingSummary summary(MetricsTime end) const;
   Goodput goodput(const Slo& slo, MetricsTime end) const;

@@ -9,7 +9,10 @@
 namespace tokenfab {
 
 ModelRunner::ModelRunner(const LlamaModel& model, kernels::ThreadPool& pool, KvStorage& storage)
-    : hp_(model.hparams()), storage_(storage), pass_(model, pool), kv_(model.hparams(), pool, storage) {}
+    : hp_(model.hparams()),
+      storage_(storage),
+      pass_(model, pool),
+      kv_(model.hparams(), pool, storage) {}
 
 void validate_batch(std::span<const BatchSequence> batch, const HParams& hp, int32_t n_blocks,
                     int32_t block_size) {
@@ -53,7 +56,8 @@ void BatchRows::assign(std::span<const BatchSequence> batch) {
       int64_t depth = static_cast<int64_t>(i);
       if (!s.tree_parent.empty()) {
         depth = 0;
-        for (int32_t r = s.tree_parent[i]; r >= 0; r = s.tree_parent[static_cast<size_t>(r)]) ++depth;
+        for (int32_t r = s.tree_parent[i]; r >= 0; r = s.tree_parent[static_cast<size_t>(r)])
+          ++depth;
       }
       positions.push_back(s.pos0 + depth);
     }
@@ -89,7 +93,8 @@ void ModelRunner::PagedBackend::bind(std::span<const BatchSequence> batch,
   seqs_ = seqs;
 }
 
-// Row r of sequence s sits at position pos0 + i: block blocks[pos / block_size], row pos % block_size.
+// Row r of sequence s sits at position pos0 + i: block blocks[pos / block_size], row pos %
+// block_size.
 void ModelRunner::PagedBackend::store(int64_t layer, const float* k, const float* v, int64_t) {
   const int64_t kv_dim = hp_.kv_dim(), bs = storage_.block_size();
   uint16_t* kd = storage_.k(layer);
@@ -106,6 +111,7 @@ void ModelRunner::PagedBackend::store(int64_t layer, const float* k, const float
       }
     }
   }
+  if (progress_) progress_->store(static_cast<int32_t>(layer) + 1, std::memory_order_release);
 }
 
 void ModelRunner::PagedBackend::attend(int64_t layer, const float* q, float* out, int64_t) {

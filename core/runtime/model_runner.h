@@ -4,6 +4,7 @@
 // of the paged pool, and each query attends over its own sequence's blocks. Prefill chunks and
 // decode tokens mix freely in a batch (continuous batching, chunked prefill).
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -17,8 +18,9 @@
 namespace tokenfab {
 
 struct BatchSequence {
-  std::span<const int32_t> tokens;  // tokens computed this step (a prefill chunk or one decode token)
-  int64_t pos0 = 0;                 // position of tokens[0]; positions before it are in the blocks
+  std::span<const int32_t>
+      tokens;        // tokens computed this step (a prefill chunk or one decode token)
+  int64_t pos0 = 0;  // position of tokens[0]; positions before it are in the blocks
   std::span<const int32_t> blocks;  // block table covering positions [0, pos0 + tokens.size())
   bool want_logits = false;         // logits of the last token
   bool all_logits = false;          // logits of every token (speculative verification)
@@ -56,6 +58,9 @@ class ModelRunner {
            std::vector<float>* hidden = nullptr);
   // logits (n, n_vocab) of the model's LM head over z (n, n_embd): draft heads use it.
   void lm_head(const float* z, int64_t n, std::vector<float>& logits);
+  // From the next run() on, each layer's KV, once written to the pool for every row, is announced
+  // by storing the number of layers written so far into *counter (release order); nullptr: off.
+  void set_layer_progress(std::atomic<int32_t>* counter) { kv_.set_progress(counter); }
 
  private:
   class PagedBackend : public KvBackend {
@@ -65,6 +70,7 @@ class ModelRunner {
     void bind(std::span<const BatchSequence> batch, std::span<const kernels::PagedSequence> seqs);
     void store(int64_t layer, const float* k, const float* v, int64_t n_rows) override;
     void attend(int64_t layer, const float* q, float* out, int64_t n_rows) override;
+    void set_progress(std::atomic<int32_t>* counter) { progress_ = counter; }
 
    private:
     const HParams& hp_;
@@ -73,6 +79,7 @@ class ModelRunner {
     std::span<const BatchSequence> batch_;
     std::span<const kernels::PagedSequence> seqs_;
     kernels::PagedAttentionScratch scratch_;
+    std::atomic<int32_t>* progress_ = nullptr;
   };
 
   const HParams& hp_;

@@ -52,6 +52,8 @@ void EngineConfig::validate() const {
     fail("the token budget (" + std::to_string(token_budget) +
          ") must be >= max running sequences (" + std::to_string(max_running) +
          "), so every running decode fits each step");
+  if (!(step_target_ms >= 0.0) || step_target_ms > 1e6)
+    fail("--step-target-ms must be 0 (off) or a positive number of milliseconds up to 1e6");
   if (decode_side_prefill_tokens < 0) fail("decode-side prefill tokens must be >= 0");
   if (max_context < 0) fail("max context must be >= 0");
 }
@@ -164,6 +166,10 @@ Engine::~Engine() {
     std::lock_guard lock(mutex_);
     for (auto& [id, record] : requests_) record->cancelled = true;
   }
+  // Prefill workers first: a request they have handed over streamed is theirs until their step
+  // ends, so once they have stopped every request a decode worker holds is its own or has ended.
+  for (auto& w : workers_)
+    if (w->role() == WorkerRole::kPrefill || w->role() == WorkerRole::kLongPrefill) w->stop();
   for (auto& w : workers_) w->stop();
   workers_.clear();
 }
@@ -283,18 +289,20 @@ void Engine::on_ended(Record& record) {
   ended_.notify_all();
 }
 
-void Engine::hand_off(std::shared_ptr<Record> record, Worker&) {
+void Engine::hand_off(std::shared_ptr<Record> record, Worker&, bool streamed) {
   Worker& decode = router_->route_decode();
   record->decode_worker = &decode;
   {
     std::lock_guard lock(record->mutex);
     record->info.decode_device = decode.name();
   }
-  decode.post_incoming(std::move(record));
+  decode.post_incoming(std::move(record), streamed);
 }
 
 void Engine::on_transfer_ended(const KvTransferStats& stats) {
-  if (stats.state == TransferState::kDone) metrics_.on_transfer(stats.bytes, stats.seconds());
+  if (stats.state == TransferState::kDone)
+    metrics_.on_transfer(stats.bytes, stats.copy_seconds(), stats.waited_s, stats.layers_done,
+                         stats.layers_overlapped);
   std::lock_guard lock(mutex_);
   transfers_.push_back(stats);
   if (transfers_.size() > kTransferHistory)

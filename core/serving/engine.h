@@ -68,7 +68,15 @@ struct EngineConfig {
   int32_t token_budget = 512;      // tokens computed per step per device
   int32_t max_running = 64;        // sequences per device batch
   bool chunked_prefill = true;     // colocated: read long prompts in budget-sized chunks
+  // Colocated, chunked: while decodes run, a step reads only as many prompt tokens as keep it near
+  // this many milliseconds by the device's measured speeds (chunk_sizer.h), at most the token
+  // budget; 0: every step may fill the budget.
+  double step_target_ms = 50.0;
   std::string connector = "loopback";
+  // Disaggregated: hand a request to its decode device before the prefill step that computes its
+  // prompt's last chunk, so its KV is copied layer by layer while that step runs (false: after
+  // the step, for comparison).
+  bool streamed_transfer = true;
   // Disaggregated: a prompt is prefilled on a decode device when that device's prefix cache
   // leaves at most this many tokens to compute (0: never).
   int32_t decode_side_prefill_tokens = 256;
@@ -181,13 +189,13 @@ struct RequestInfo {
 // One step of a device, for the roofline view: what it computed and how long it took.
 struct StepSample {
   MetricsTime end{};
-  int32_t rows = 0;                 // tokens through the layers (batch rows)
-  int32_t logit_rows = 0;           // rows through the LM head
-  int32_t sequences = 0;            // sequences in the batch
-  int64_t attended_positions = 0;   // Σ over rows of the positions each attends (attention work)
-  int64_t kv_positions = 0;         // Σ over sequences of their context (KV rows read once)
-  double seconds = 0.0;             // the whole step (planning … events)
-  double compute_s = 0.0;           // inside the device's batched pass
+  int32_t rows = 0;                // tokens through the layers (batch rows)
+  int32_t logit_rows = 0;          // rows through the LM head
+  int32_t sequences = 0;           // sequences in the batch
+  int64_t attended_positions = 0;  // Σ over rows of the positions each attends (attention work)
+  int64_t kv_positions = 0;        // Σ over sequences of their context (KV rows read once)
+  double seconds = 0.0;            // the whole step (planning … events)
+  double compute_s = 0.0;          // inside the device's batched pass
 };
 
 struct DeviceSnapshot {
@@ -205,6 +213,9 @@ struct DeviceSnapshot {
   double busy_s = 0, compute_s = 0;
   int64_t decode_steps = 0, decode_rows = 0;
   double decode_busy_s = 0, decode_compute_s = 0;
+  // Colocated, chunked, with a step target: prompt tokens a step with decodes may read now
+  // (ChunkSizer); 0 when the worker has no target.
+  int32_t prefill_limit = 0;
   std::vector<StepSample> recent_steps;  // the last kRecentSteps steps, oldest first
   static constexpr size_t kRecentSteps = 64;
 };
@@ -262,7 +273,9 @@ class Engine {
   struct Record;
   void publish(const TokenEvent& event);
   void on_ended(Record& record);
-  void hand_off(std::shared_ptr<Record> record, Worker& from);  // prefill done → decode worker
+  // Prefill worker → the decode worker the router picks. Streamed: before the step that computes
+  // the prompt's last chunk (the prefill worker still owns the request until that step ends).
+  void hand_off(std::shared_ptr<Record> record, Worker& from, bool streamed);
   ServingMetrics& metrics() { return metrics_; }
   void on_transfer_ended(const KvTransferStats& stats);
 

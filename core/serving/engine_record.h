@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -42,8 +43,13 @@ struct Engine::Record {
   Worker* decode_worker = nullptr;
   std::vector<TokenId> generated;      // sampled so far (the prefill device's first token, ...)
   std::vector<int32_t> source_blocks;  // prefill device's blocks holding the prompt's KV
-  int64_t prefill_tokens_left = 0;     // counted in the prefill worker's queued-token load
-  std::vector<float> draft_hidden;     // hidden state the next drafts are proposed from
+  // Streamed hand-off (Worker::step): set by the prefill worker before the step that computes the
+  // prompt's last chunk, when it hands the request over; layers_ready counts that step's layers
+  // whose KV is written (the transfer copies no further). Read by the decode worker from then on.
+  bool streamed = false;
+  std::shared_ptr<std::atomic<int32_t>> layers_ready;
+  int64_t prefill_tokens_left = 0;  // counted in the prefill worker's queued-token load
+  std::vector<float> draft_hidden;  // hidden state the next drafts are proposed from
   // The draft head proposing now: request.head until the switching policy (set when the request
   // has candidates, head_switch.h) picks another.
   std::shared_ptr<const DraftHead> head = request.head;

@@ -138,6 +138,8 @@ StepPlan Scheduler::schedule() {
   preempted_this_step_ = 0;
   int32_t budget = token_budget_;
   schedule_decodes(plan, budget);
+  if (chunked_prefill_ && prefill_limit_with_decodes_ > 0 && !plan.chunks.empty())
+    budget = std::min(budget, prefill_limit_with_decodes_);
   schedule_prefills(plan, budget);
   admit_waiting(plan, budget);
   last_plan_copies_ = plan.copies;
@@ -186,7 +188,8 @@ int32_t Scheduler::reserve_with_draft(SequenceId seq, int32_t budget, StepPlan& 
   if (k <= 0 || n_reserved != s.n_tokens() - 1 || !kv_.can_append(seq, 1 + k)) return 0;
   if (!s.draft_parent.empty()) {  // rows: 0 the last token, 1 + i the draft i
     tree_parent.assign(1, -1);
-    for (int32_t i = 0; i < k; ++i) tree_parent.push_back(s.draft_parent[static_cast<size_t>(i)] + 1);
+    for (int32_t i = 0; i < k; ++i)
+      tree_parent.push_back(s.draft_parent[static_cast<size_t>(i)] + 1);
   }
   s.tokens.insert(s.tokens.end(), s.draft.begin(), s.draft.begin() + k);
   s.draft.clear();
@@ -380,8 +383,8 @@ std::vector<EmittedToken> Scheduler::complete(const StepPlan& plan,
       // The table's tokens and full-block hashes follow the accepted path; from the last token,
       // whose block the unregistered append may have filled.
       kv_.rewrite(chunk.seq, chunk.first_token,
-                  std::span<const TokenId>(s.tokens).subspan(
-                      static_cast<size_t>(chunk.first_token), static_cast<size_t>(1 + n_accepted)));
+                  std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(chunk.first_token),
+                                                             static_cast<size_t>(1 + n_accepted)));
     }
     s.n_draft_in_flight = 0;
     mark_written(chunk.seq, before, s.n_computed);

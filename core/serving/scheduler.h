@@ -24,6 +24,10 @@
 //      served); one that does not fit an otherwise empty pool fails. Tokens found in the prefix
 //      cache need no compute. A chunk is min(pending tokens, remaining budget).
 //
+// With a prefill limit (set_prefill_limit_with_decodes), a step that has decodes gives its prefill
+// chunks at most that many tokens of the remaining budget, so the decodes' step stays short; a
+// step without decodes still gives them the whole budget.
+//
 // Without chunked prefill (set_chunked_prefill(false), for comparison), a prefill chunk is always
 // a sequence's whole pending prompt, however much of the budget it takes; a step that starts one
 // runs it with the decodes, so those decodes wait for the whole prompt.
@@ -139,6 +143,11 @@ class Scheduler {
 
   void set_chunked_prefill(bool on) { chunked_prefill_ = on; }
   bool chunked_prefill() const { return chunked_prefill_; }
+  // Chunked prefill: a step that decodes reads at most `tokens` prompt tokens (> 0; the worker's
+  // ChunkSizer sets it before each step); 0: only the token budget limits them. A step with no
+  // decodes is never limited by it.
+  void set_prefill_limit_with_decodes(int32_t tokens) { prefill_limit_with_decodes_ = tokens; }
+  int32_t prefill_limit_with_decodes() const { return prefill_limit_with_decodes_; }
 
   // Plans the next step (policy above). Mutates: admissions, KV reservations, preemptions.
   StepPlan schedule();
@@ -206,6 +215,7 @@ class Scheduler {
   int32_t max_running_;
   EndOfGeneration is_end_of_generation_;
   bool chunked_prefill_ = true;
+  int32_t prefill_limit_with_decodes_ = 0;
 
   std::unordered_map<RequestId, SequenceState> sequences_;
   std::deque<SequenceId> waiting_;   // front = next to admit

@@ -43,6 +43,7 @@ Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
                Scheduler::EndOfGeneration is_end_of_generation)
     : engine_(engine),
       device_(std::move(device)),
+      streamed_transfer_(config.streamed_transfer),
       role_(role),
       name_(device_->name()),
       n_embd_(device_->model().hparams().n_embd),
@@ -51,6 +52,8 @@ Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
       kv_(device_->kv_storage().n_blocks(), device_->kv_storage().block_size()),
       scheduler_(kv_, config.token_budget, config.max_running, std::move(is_end_of_generation)) {
   scheduler_.set_chunked_prefill(config.chunked_prefill);
+  if (role_ == WorkerRole::kColocated && config.chunked_prefill && config.step_target_ms > 0.0)
+    chunk_sizer_.emplace(config.step_target_ms / 1000.0, config.token_budget);
   free_blocks_ = kv_.n_available_blocks();
   publish(true);
 }
@@ -82,10 +85,19 @@ void Worker::post_request(std::shared_ptr<Engine::Record> record) {
   inbox_cv_.notify_all();
 }
 
-void Worker::post_incoming(std::shared_ptr<Engine::Record> record) {
+void Worker::post_incoming(std::shared_ptr<Engine::Record> record, bool streamed) {
   {
     std::lock_guard lock(inbox_mutex_);
     new_incoming_.push_back(std::move(record));
+    new_incoming_streamed_.push_back(streamed);
+  }
+  inbox_cv_.notify_all();
+}
+
+void Worker::post_first_token(std::shared_ptr<Engine::Record> record) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    first_tokens_.push_back(std::move(record));
   }
   inbox_cv_.notify_all();
 }
@@ -141,10 +153,13 @@ void Worker::loop() {
     std::unique_lock lock(inbox_mutex_);
     auto has_work = [&] {
       return stopping_ || woken_ || !new_requests_.empty() || !new_incoming_.empty() ||
-             !releases_.empty();
+             !first_tokens_.empty() || !releases_.empty();
     };
-    const bool transfers_in_flight = std::any_of(incoming_.begin(), incoming_.end(),
-                                                 [](const Incoming& in) { return in.reserved; });
+    // A streamed request not yet owned cannot be adopted before its first token is posted, which
+    // wakes this worker: only owned transfers need polling.
+    const bool transfers_in_flight =
+        std::any_of(incoming_.begin(), incoming_.end(),
+                    [](const Incoming& in) { return in.reserved && in.owned; });
     if (transfers_in_flight) {
       inbox_cv_.wait_for(lock, kTransferPoll, has_work);
     } else {
@@ -152,7 +167,8 @@ void Worker::loop() {
     }
     woken_ = false;
   }
-  // Stopping: everything still here ends cancelled and gives its blocks back.
+  // Stopping: everything still here ends cancelled and gives its blocks back. (A streamed
+  // request not yet owned is its prefill worker's to end; the engine stops those workers first.)
   const MetricsTime t = MetricsClock::now();
   for (Incoming& in : incoming_) {
     if (in.transfer >= 0) {
@@ -161,7 +177,8 @@ void Worker::loop() {
       connector_.release(in.transfer);
     }
     if (scheduler_.contains(in.record->id)) scheduler_.cancel(in.record->id);
-    end(in.record, RequestState::kCancelled, "", {}, steps_, t);
+    if (in.owned && !request_ended(in.record->state()))
+      end(in.record, RequestState::kCancelled, "", {}, steps_, t);
   }
   incoming_.clear();
   for (auto& [id, record] : requests_) {
@@ -174,17 +191,29 @@ void Worker::loop() {
 }
 
 void Worker::drain_inbox() {
-  std::vector<std::shared_ptr<Engine::Record>> requests, incoming;
+  std::vector<std::shared_ptr<Engine::Record>> requests, incoming, first_tokens;
+  std::vector<bool> streamed;
   std::vector<SequenceId> releases;
   {
     std::lock_guard lock(inbox_mutex_);
     requests.swap(new_requests_);
     incoming.swap(new_incoming_);
+    streamed.swap(new_incoming_streamed_);
+    first_tokens.swap(first_tokens_);
     releases.swap(releases_);
   }
   for (const SequenceId hold : releases) release_hold(hold);
   for (auto& record : requests) admit(record);
-  for (auto& record : incoming) incoming_.push_back({std::move(record)});
+  for (size_t i = 0; i < incoming.size(); ++i) {
+    Incoming& in = incoming_.emplace_back();
+    in.record = std::move(incoming[i]);
+    in.owned = !streamed[i];
+  }
+  // Posted after the request itself, so it is here (a request its prefill worker ended gets no
+  // first token).
+  for (const auto& record : first_tokens)
+    for (Incoming& in : incoming_)
+      if (in.record == record) in.owned = true;
 }
 
 void Worker::admit(const std::shared_ptr<Engine::Record>& record) {
@@ -217,7 +246,8 @@ void Worker::handle_cancellations() {
     it = requests_.erase(it);
   }
   for (auto it = incoming_.begin(); it != incoming_.end();) {
-    if (!it->record->cancelled.load()) {
+    // Not owned yet: its prefill worker handles the cancel. Failed already: it ends as failed.
+    if (!it->record->cancelled.load() || !it->owned || it->error) {
       ++it;
       continue;
     }
@@ -238,6 +268,20 @@ void Worker::handle_incoming() {
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     Incoming& in = *it;
     const auto& record = in.record;
+    if (!in.owned && request_ended(record->state())) {  // its prefill worker ended it
+      drop_incoming(in);
+      it = incoming_.erase(it);
+      continue;
+    }
+    if (in.error) {  // failed while its prefill worker owned it
+      if (!in.owned) {
+        ++it;
+        continue;
+      }
+      end(record, RequestState::kFailed, *in.error, {}, steps_, MetricsClock::now());
+      it = incoming_.erase(it);
+      continue;
+    }
     if (!in.reserved) {
       if (!reserving) {
         ++it;
@@ -249,9 +293,7 @@ void Worker::handle_incoming() {
         n_ready =
             scheduler_.receive({record->id, r.prompt, r.max_tokens, r.stop_at_end_of_generation});
       } catch (const Error& e) {
-        record->prefill_worker->post_release(hold_id(record->id));
-        end(record, RequestState::kFailed, e.what(), {}, steps_, MetricsClock::now());
-        it = incoming_.erase(it);
+        it = fail_incoming(in, e.what()) ? incoming_.erase(it) : std::next(it);
         continue;
       }
       if (!n_ready) {
@@ -262,13 +304,12 @@ void Worker::handle_incoming() {
         if (alone) {  // nothing will ever free blocks for it
           const int32_t bs = kv_.block_size();
           const int64_t n = static_cast<int64_t>(r.prompt.size());
-          record->prefill_worker->post_release(hold_id(record->id));
-          end(record, RequestState::kFailed,
-              "request " + std::to_string(record->id) + ": its " + std::to_string(n) +
-                  "-token prompt needs " + std::to_string((n + bs - 1) / bs) + " KV blocks on " +
-                  name_ + ", whose pool has " + std::to_string(kv_.pool().n_blocks()),
-              {}, steps_, MetricsClock::now());
-          it = incoming_.erase(it);
+          it = fail_incoming(in, "request " + std::to_string(record->id) + ": its " +
+                                     std::to_string(n) + "-token prompt needs " +
+                                     std::to_string((n + bs - 1) / bs) + " KV blocks on " + name_ +
+                                     ", whose pool has " + std::to_string(kv_.pool().n_blocks()))
+                   ? incoming_.erase(it)
+                   : std::next(it);
           continue;
         }
         ++it;
@@ -285,24 +326,53 @@ void Worker::handle_incoming() {
                              record->source_blocks.end());
       spec.dst_blocks.assign(dst.begin() + static_cast<ptrdiff_t>(from), dst.end());
       spec.n_tokens = static_cast<int32_t>(r.prompt.size()) - *n_ready;
+      spec.layers_ready = record->layers_ready.get();  // streamed: copy each layer once written
       try {
         in.transfer = connector_.send(std::move(spec));
       } catch (const Error& e) {
-        scheduler_.cancel(record->id);
-        record->prefill_worker->post_release(hold_id(record->id));
-        end(record, RequestState::kFailed, e.what(), {}, steps_, MetricsClock::now());
-        it = incoming_.erase(it);
+        it = fail_incoming(in, e.what()) ? incoming_.erase(it) : std::next(it);
         continue;
       }
     }
     const TransferState state = connector_.poll(in.transfer);
-    if (state != TransferState::kDone && state != TransferState::kFailed) {
+    // Not owned yet: the first token is still being computed; the ended transfer waits for it.
+    if ((state != TransferState::kDone && state != TransferState::kFailed) || !in.owned) {
       ++it;
       continue;
     }
     finish_transfer(in, MetricsClock::now());
     it = incoming_.erase(it);
   }
+}
+
+bool Worker::fail_incoming(Incoming& in, std::string error) {
+  if (in.transfer >= 0) {
+    connector_.cancel(in.transfer);
+    connector_.wait(in.transfer);
+    engine_.on_transfer_ended(connector_.release(in.transfer));
+    in.transfer = -1;
+  }
+  if (in.reserved || scheduler_.contains(in.record->id)) scheduler_.cancel(in.record->id);
+  in.reserved = false;
+  in.record->prefill_worker->post_release(hold_id(in.record->id));
+  if (in.owned) {
+    end(in.record, RequestState::kFailed, std::move(error), {}, steps_, MetricsClock::now());
+    return true;
+  }
+  in.error = std::move(error);
+  return false;
+}
+
+void Worker::drop_incoming(Incoming& in) {
+  if (in.transfer >= 0) {
+    connector_.cancel(in.transfer);
+    connector_.wait(in.transfer);  // the destination blocks are written no more
+    engine_.on_transfer_ended(connector_.release(in.transfer));
+    in.transfer = -1;
+  }
+  if (in.reserved || scheduler_.contains(in.record->id)) scheduler_.cancel(in.record->id);
+  in.reserved = false;
+  if (!in.error) in.record->prefill_worker->post_release(hold_id(in.record->id));  // else done
 }
 
 void Worker::finish_transfer(Incoming& in, MetricsTime t) {
@@ -326,6 +396,7 @@ bool Worker::step() {
     return false;
   }
   const MetricsTime step_start = MetricsClock::now();
+  if (chunk_sizer_) scheduler_.set_prefill_limit_with_decodes(chunk_sizer_->limit());
   const StepPlan plan = scheduler_.schedule();
   const int64_t step_id = plan.step;
   if (plan.empty()) {
@@ -336,6 +407,7 @@ bool Worker::step() {
   for (const BlockCopy& copy : plan.copies) storage.copy_block(copy.src, copy.dst);
   batch_.clear();
   tables_.resize(plan.chunks.size());
+  int32_t prompt_tokens = 0;  // of the step's rows, prompt tokens (the rest decode and verify)
   const MetricsTime planned = MetricsClock::now();
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& chunk = plan.chunks[i];
@@ -360,6 +432,7 @@ bool Worker::step() {
     if (chunk.first_token < s.n_prompt) {
       const int64_t n =
           std::min(chunk.first_token + chunk.n_tokens, s.n_prompt) - chunk.first_token;
+      prompt_tokens += static_cast<int32_t>(n);
       const int64_t counted = std::min(n, record.prefill_tokens_left);
       record.prefill_tokens_left -= counted;
       queued_prefill_tokens_ -= counted;
@@ -371,28 +444,44 @@ bool Worker::step() {
   });
   // A device that takes the argmax itself (a GPU) sends back one id per row instead of the
   // row's logits when every sampled request of the step is greedy.
-  greedy_step_ = device_->greedy_on_device() &&
-                 std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
-                   return !c.wants_logits ||
-                          requests_.at(c.seq)->sampler.params().temperature == 0.0f;
-                 });
+  greedy_step_ =
+      device_->greedy_on_device() &&
+      std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
+        return !c.wants_logits || requests_.at(c.seq)->sampler.params().temperature == 0.0f;
+      });
+  // Prefill role: a prompt whose last chunk this step computes keeps its blocks for the transfer
+  // under a hold (released by the decode worker), and is handed to its decode worker now —
+  // streamed — so that its KV transfer copies each layer as soon as this pass has written it.
+  std::shared_ptr<std::atomic<int32_t>> layers_ready;
+  if (prefill_role()) {
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      if (!chunk.wants_logits) continue;
+      const std::shared_ptr<Engine::Record>& record = requests_.at(chunk.seq);
+      kv_.fork(chunk.seq, hold_id(chunk.seq));
+      const auto& blocks = kv_.table(hold_id(chunk.seq)).blocks();
+      record->source_blocks.assign(blocks.begin(), blocks.end());
+      if (!streamed_transfer_ || record->request.max_tokens <= 1 || record->cancelled.load())
+        continue;  // handed over after the step, if there is anything to decode
+      if (!layers_ready) layers_ready = std::make_shared<std::atomic<int32_t>>(0);
+      record->layers_ready = layers_ready;
+      record->streamed = true;
+      engine_.hand_off(record, *this, true);
+    }
+    device_->set_layer_progress(layers_ready.get());
+  }
   const MetricsTime run_start = MetricsClock::now();
   if (greedy_step_)
     device_->run_greedy(batch_, argmax_, need_hidden ? &hidden_ : nullptr);
   else
     device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
   const double compute_s = seconds_between(run_start, MetricsClock::now());
+  if (layers_ready) {
+    device_->set_layer_progress(nullptr);
+    layers_ready->store(static_cast<int32_t>(device_->model().hparams().n_layer),
+                        std::memory_order_release);
+  }
   const std::vector<ChunkResult> results = sample(plan);
   move_accepted_tree_rows(plan, results);
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    if (!chunk.wants_logits) continue;
-    Engine::Record& record = *requests_.at(chunk.seq);
-    if (prefill_role()) {  // keep the prompt's blocks for the transfer (released by the decoder)
-      kv_.fork(chunk.seq, hold_id(chunk.seq));
-      const auto& blocks = kv_.table(hold_id(chunk.seq)).blocks();
-      record.source_blocks.assign(blocks.begin(), blocks.end());
-    }
-  }
   const std::vector<EmittedToken> emitted = scheduler_.complete(plan, results);
   ++steps_;
   const MetricsTime t = MetricsClock::now();
@@ -443,9 +532,21 @@ bool Worker::step() {
     }
     TokenEvent last;
     if (const auto ev = events.find(s.id); ev != events.end()) last = ev->second;
+    // Ends the request here. A streamed one's decode worker gives back its side (and the hold,
+    // which it releases after stopping the transfer) once it sees the request ended.
+    const bool streamed = prefill_role() && record->streamed;
+    auto end_here = [&](RequestState state, std::string error) {
+      if (streamed) {
+        std::lock_guard lock(record->mutex);
+        record->info.decode_device.clear();  // handed over, but never decoded there
+      } else {
+        release_hold(hold_id(s.id));
+      }
+      end(record, state, std::move(error), last, step_id, t);
+      if (streamed) record->decode_worker->wake();
+    };
     if (s.status == SequenceStatus::kFailed) {
-      release_hold(hold_id(s.id));
-      end(record, RequestState::kFailed, s.error, last, step_id, t);
+      end_here(RequestState::kFailed, s.error);
       continue;
     }
     const GenerationRequest& r = record->request;
@@ -453,13 +554,11 @@ bool Worker::step() {
                       !(r.stop_at_end_of_generation && !last.tokens.empty() &&
                         scheduler_.is_end_of_generation(last.tokens.back()));
     if (!more) {
-      release_hold(hold_id(s.id));
-      end(record, RequestState::kFinished, "", last, step_id, t);
+      end_here(RequestState::kFinished, "");
       continue;
     }
     if (record->cancelled.load()) {
-      release_hold(hold_id(s.id));
-      end(record, RequestState::kCancelled, "", last, step_id, t);
+      end_here(RequestState::kCancelled, "");
       continue;
     }
     queued_prefill_tokens_ -= record->prefill_tokens_left;
@@ -471,7 +570,10 @@ bool Worker::step() {
     last.device = name_;
     last.state = RequestState::kTransferring;
     engine_.publish(last);
-    engine_.hand_off(record, *this);
+    if (streamed)
+      record->decode_worker->post_first_token(record);  // the decode worker owns it from here
+    else
+      engine_.hand_off(record, *this, false);
   }
   const int64_t preemptions = scheduler_.n_preemptions();
   for (; seen_preemptions_ < preemptions; ++seen_preemptions_) engine_.metrics().on_preemption();
@@ -498,6 +600,9 @@ bool Worker::step() {
         int64_t{c.n_tokens} * c.first_token + int64_t{c.n_tokens} * (c.n_tokens + 1) / 2;
     sample.kv_positions += c.first_token + c.n_tokens;
   }
+  if (chunk_sizer_)
+    chunk_sizer_->observe(static_cast<int32_t>(plan.n_tokens()) - prompt_tokens, prompt_tokens,
+                          busy_s);
   recent_steps_.push_back(sample);
   if (recent_steps_.size() > DeviceSnapshot::kRecentSteps) recent_steps_.pop_front();
   // What a step of this many rows costs, for choosing draft lengths: decode and verification
@@ -910,6 +1015,7 @@ void Worker::publish(bool force) {
   snap.decode_rows = decode_rows_;
   snap.decode_busy_s = decode_busy_s_;
   snap.decode_compute_s = decode_compute_s_;
+  if (chunk_sizer_) snap.prefill_limit = chunk_sizer_->limit();
   snap.recent_steps.assign(recent_steps_.begin(), recent_steps_.end());
   std::unordered_set<uint64_t> hashes;
   if (role_ == WorkerRole::kDecode)

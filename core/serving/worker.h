@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@
 
 #include "core/device/device.h"
 #include "core/kvcache/kv_manager.h"
+#include "core/serving/chunk_sizer.h"
 #include "core/serving/engine.h"
 #include "core/serving/scheduler.h"
 #include "core/speculative/draft_length.h"
@@ -59,9 +61,14 @@ class Worker {
   void stop();
 
   // Thread-safe; each wakes the worker.
-  void post_request(std::shared_ptr<Engine::Record> record);   // prefill it (or serve it whole)
-  void post_incoming(std::shared_ptr<Engine::Record> record);  // decode role: its prompt's KV
-  void post_release(SequenceId hold);                          // prefill role: drop a hold
+  void post_request(std::shared_ptr<Engine::Record> record);  // prefill it (or serve it whole)
+  // Decode role: a request whose prompt's KV is to arrive from its prefill worker. Streamed: handed
+  // over before the prefill step that computes the prompt's last chunk; its prefill worker still
+  // owns it until post_first_token() (the step ended with a token to decode from) or until it
+  // ends the request itself (wake() then tells this worker to drop its side).
+  void post_incoming(std::shared_ptr<Engine::Record> record, bool streamed = false);
+  void post_first_token(std::shared_ptr<Engine::Record> record);
+  void post_release(SequenceId hold);  // prefill role: drop a hold
   void wake();
 
   // Read by the router from any thread.
@@ -80,6 +87,10 @@ class Worker {
     std::shared_ptr<Engine::Record> record;
     bool reserved = false;
     TransferId transfer = -1;
+    // False while a streamed request's prefill step runs: its blocks are reserved and its KV
+    // copied, but only its prefill worker may end it. A failure found meanwhile waits in `error`.
+    bool owned = true;
+    std::optional<std::string> error;
   };
 
   void loop();
@@ -113,6 +124,12 @@ class Worker {
                  std::vector<int32_t> parent);
   void release_hold(SequenceId hold);
   void finish_transfer(Incoming& in, MetricsTime t);
+  // Decode role: `in` fails with `error`, now if this worker owns it, else once it does; its
+  // reservation, transfer and hold are given back at once. False: it stays in incoming_.
+  bool fail_incoming(Incoming& in, std::string error);
+  // Decode role: gives back what `in` holds here (transfer, reservation, the prefill side's hold)
+  // without ending the request — its prefill worker has ended it.
+  void drop_incoming(Incoming& in);
   void publish(bool force);
   bool prefill_role() const {
     return role_ == WorkerRole::kPrefill || role_ == WorkerRole::kLongPrefill;
@@ -120,6 +137,7 @@ class Worker {
 
   Engine& engine_;
   std::unique_ptr<Device> device_;
+  const bool streamed_transfer_;
   const WorkerRole role_;
   const std::string name_;
   const int64_t n_embd_, n_vocab_;
@@ -140,6 +158,8 @@ class Worker {
   // Adaptive drafting: decode-only steps' forward pass and sampling by rows, and one request's
   // proposal by draft length.
   StepCostTable step_costs_, proposal_costs_;
+  // Colocated, chunked, with a step target: sizes prompt chunks while decodes run.
+  std::optional<ChunkSizer> chunk_sizer_;
 
   std::vector<BatchSequence> batch_;
   std::vector<std::vector<int32_t>> tables_;
@@ -159,6 +179,8 @@ class Worker {
   std::condition_variable inbox_cv_;
   std::vector<std::shared_ptr<Engine::Record>> new_requests_;
   std::vector<std::shared_ptr<Engine::Record>> new_incoming_;
+  std::vector<bool> new_incoming_streamed_;  // pairwise with new_incoming_
+  std::vector<std::shared_ptr<Engine::Record>> first_tokens_;
   std::vector<SequenceId> releases_;
   bool woken_ = false;
   bool stopping_ = false;

@@ -18,9 +18,10 @@
 // Layer by layer: a transfer copies layer 0 of every block, then layer 1, ... It may start
 // before the producer has written the last layers: KvTransferSpec::layers_ready, when set, is
 // advanced by the producer as each layer's KV is complete, and the backend never copies a layer
-// at or above it. (On CPU virtual devices the prefill already occupies every core of its device,
-// so the engine starts transfers when the prefill step has finished; the overlap is for
-// devices with their own copy engines.)
+// at or above it. The engine's prefill workers hand a request to its decode worker before the step
+// that computes the prompt's last chunk, so its transfer copies layer l while the step computes
+// the layers after l (Worker::step, "streamed hand-off"). The stats say how long a transfer waited
+// for the producer and how many layers it copied while the producer was still computing.
 //
 // Thread-safety: every method may be called from any thread.
 
@@ -59,8 +60,8 @@ class KvBlockStore {
   virtual KvMemory memory() const = 0;
   virtual int32_t n_layers() const = 0;
   virtual int32_t n_blocks() const = 0;
-  virtual int32_t block_size() const = 0;   // tokens per block
-  virtual size_t block_bytes() const = 0;   // bytes of K (or of V) of one block in one layer
+  virtual int32_t block_size() const = 0;  // tokens per block
+  virtual size_t block_bytes() const = 0;  // bytes of K (or of V) of one block in one layer
   virtual std::byte* k_block(int32_t layer, int32_t block) = 0;
   virtual std::byte* v_block(int32_t layer, int32_t block) = 0;
 };
@@ -86,10 +87,15 @@ struct KvTransferStats {
   int32_t blocks = 0;
   int32_t tokens = 0;
   int32_t layers_done = 0;
+  // Layers copied while the producer had not yet finished the last layer (streamed transfers).
+  int32_t layers_overlapped = 0;
   int64_t bytes = 0;  // copied so far (K and V)
   MetricsTime queued{}, started{}, ended{};
-  double seconds() const;                // started → ended (or → now while copying); 0 if not started
-  std::optional<double> gb_per_s() const;  // decimal GB/s over seconds(); absent when 0
+  double waited_s = 0.0;   // of seconds(), the time spent waiting for the producer's layers
+  double seconds() const;  // started → ended (or → now while copying); 0 if not started
+  double copy_seconds() const { return seconds() > waited_s ? seconds() - waited_s : 0.0; }
+  // Decimal GB/s over copy_seconds() (the producer's compute time left out); absent when 0.
+  std::optional<double> gb_per_s() const;
 };
 
 class KvConnector {

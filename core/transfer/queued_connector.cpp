@@ -17,7 +17,7 @@ namespace {
 
 // How long the worker sleeps between looks at a producer's layers_ready: short against a layer's
 // compute time (milliseconds), long enough not to keep a core busy while it waits.
-constexpr auto kLayerPollInterval = std::chrono::microseconds(50);
+constexpr auto kLayerPollInterval = std::chrono::microseconds(200);
 
 constexpr const char* kCancelled = "cancelled";
 
@@ -30,8 +30,8 @@ void check_block_ids(const std::string& what, const KvBlockStore& store,
                      const std::vector<int32_t>& blocks, const char* side) {
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i] < 0 || blocks[i] >= store.n_blocks())
-      throw Error(what + ": " + side + " block " + std::to_string(blocks[i]) +
-                  " (entry " + std::to_string(i) + ") is outside " + std::string(store.device()) +
+      throw Error(what + ": " + side + " block " + std::to_string(blocks[i]) + " (entry " +
+                  std::to_string(i) + ") is outside " + std::string(store.device()) +
                   "'s pool of " + std::to_string(store.n_blocks()) + " blocks");
   }
 }
@@ -77,7 +77,9 @@ void QueuedConnector::validate(const KvTransferSpec& spec) const {
                 std::to_string(dst.block_size()) + " tokens");
 }
 
-QueuedConnector::~QueuedConnector() { stop(); }
+QueuedConnector::~QueuedConnector() {
+  stop();
+}
 
 void QueuedConnector::start() {
   worker_ = std::thread([this] { run(); });
@@ -233,16 +235,24 @@ void QueuedConnector::run() {
   }
 }
 
-bool QueuedConnector::wait_for_layer(const Transfer& t, int32_t layer) {
+bool QueuedConnector::wait_for_layer(Transfer& t, int32_t layer) {
   const std::atomic<int32_t>* ready = t.spec.layers_ready;
-  if (ready == nullptr) return true;
+  if (ready == nullptr || ready->load(std::memory_order_acquire) > layer) return true;
   // The producer only stores into the atomic (it knows nothing of this connector), so there is
   // nothing to be woken by: look again after a short sleep.
+  const MetricsTime from = MetricsClock::now();
+  bool go = true;
   while (ready->load(std::memory_order_acquire) <= layer) {
-    if (should_stop(t)) return false;
+    if (should_stop(t)) {
+      go = false;
+      break;
+    }
     std::this_thread::sleep_for(kLayerPollInterval);
   }
-  return true;
+  const double waited = seconds_between(from, MetricsClock::now());
+  std::lock_guard lock(mu_);
+  t.stats.waited_s += waited;
+  return go;
 }
 
 std::string QueuedConnector::copy_layers(Transfer& t) {
@@ -254,8 +264,10 @@ std::string QueuedConnector::copy_layers(Transfer& t) {
 
 std::string QueuedConnector::copy_each_layer(Transfer& t) {
   const KvTransferSpec& spec = t.spec;
-  const auto layer_bytes = static_cast<int64_t>(2 * spec.src->block_bytes() * spec.src_blocks.size());
-  if (std::string error = begin_transfer(spec); !error.empty()) return describe(spec) + ": " + error;
+  const auto layer_bytes =
+      static_cast<int64_t>(2 * spec.src->block_bytes() * spec.src_blocks.size());
+  if (std::string error = begin_transfer(spec); !error.empty())
+    return describe(spec) + ": " + error;
   for (int32_t layer = 0; layer < spec.src->n_layers(); ++layer) {
     if (!wait_for_layer(t, layer)) return kCancelled;
     std::shared_ptr<const FaultInjector> injector;
@@ -271,9 +283,13 @@ std::string QueuedConnector::copy_each_layer(Transfer& t) {
     }
     if (std::string error = copy_layer(spec, layer); !error.empty())
       return describe(spec) + " failed at layer " + std::to_string(layer) + ": " + error;
+    const bool overlapped =
+        spec.layers_ready != nullptr &&
+        spec.layers_ready->load(std::memory_order_acquire) < spec.src->n_layers();
     std::lock_guard lock(mu_);
     t.stats.bytes += layer_bytes;
     t.stats.layers_done = layer + 1;
+    if (overlapped) ++t.stats.layers_overlapped;
   }
   return {};
 }

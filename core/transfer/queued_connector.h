@@ -68,7 +68,8 @@ class QueuedConnector : public KvConnector {
   std::string copy_layers(Transfer& t);
   std::string copy_each_layer(Transfer& t);
   // Blocks until the producer has finished `layer` or the transfer is to stop; false: stop.
-  bool wait_for_layer(const Transfer& t, int32_t layer);
+  // Adds the time it waited to t's stats.
+  bool wait_for_layer(Transfer& t, int32_t layer);
   bool should_stop(const Transfer& t) const;                         // takes the lock
   void finish(Transfer& t, TransferState state, std::string error);  // lock held
   const Transfer& find(TransferId id) const;                         // lock held

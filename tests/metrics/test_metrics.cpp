@@ -263,7 +263,12 @@ class TestMetrics : public QObject {
                                     "prefix_hit_rate", "transfer"}));
     const std::set<std::string> pct = {"p50", "p95", "p99", "max"};
     for (const char* k : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) QCOMPARE(keys_of(j[k]), pct);
-    QCOMPARE(keys_of(j["transfer"]), (std::set<std::string>{"count", "bytes", "gb_s"}));
+    QCOMPARE(keys_of(j["transfer"]),
+             (std::set<std::string>{"count", "bytes", "gb_s", "copy_s", "waited_s",
+                                    "layers_overlapped_fraction"}));
+    QVERIFY(near(j["transfer"]["copy_s"].get<double>(), 0.75));
+    QVERIFY(near(j["transfer"]["waited_s"].get<double>(), 0.1));
+    QVERIFY(near(j["transfer"]["layers_overlapped_fraction"].get<double>(), 12.0 / 60.0));
     QCOMPARE(j["requests"].get<int64_t>(), int64_t{4});
     QVERIFY(near(j["itl_ms"]["p95"].get<double>(), 97, t));
     QVERIFY(near(j["itl_ms"]["max"].get<double>(), *s.itl_ms.max));
@@ -279,6 +284,9 @@ class TestMetrics : public QObject {
     QVERIFY(j["ttft_ms"]["p50"].is_null() && j["transfer"]["gb_s"].is_null());
     QVERIFY_THROWS_EXCEPTION(tokenfab::Error, sm.on_prefix_lookup(1, 2));
     QVERIFY_THROWS_EXCEPTION(tokenfab::Error, sm.on_transfer(-1, 0.1));
+    QVERIFY_THROWS_EXCEPTION(tokenfab::Error, sm.on_transfer(1, 0.1, -0.5));
+    QVERIFY_THROWS_EXCEPTION(tokenfab::Error, sm.on_transfer(1, 0.1, 0.0, 4, 5));
+    QVERIFY(j["transfer"]["layers_overlapped_fraction"].is_null());
   }
 
   // vLLM's goodput: good = meets every SLO set (<=); one-token requests have TPOT 0.
@@ -367,8 +375,9 @@ class TestMetrics : public QObject {
     sm.on_preemption();
     sm.on_prefix_lookup(6, 1);
     sm.on_prefix_lookup(4, 3);
-    sm.on_transfer(1'000'000'000, 0.5);
-    sm.on_transfer(500'000'000, 0.25);
+    sm.on_transfer(1'000'000'000, 0.5, 0.0, 30, 0);
+    sm.on_transfer(500'000'000, 0.25, 0.1, 30,
+                   12);  // streamed: 12 layers copied during the prefill
   }
 };
 

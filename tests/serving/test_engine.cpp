@@ -15,13 +15,13 @@
 #include <set>
 #include <thread>
 
-#include "tests/common/default_model.h"
-#include "tests/serving/serving_prompts.h"
 #include "core/common/error.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
 #include "core/serving/engine.h"
 #include "core/tokenizer/tokenizer.h"
+#include "tests/common/default_model.h"
+#include "tests/serving/serving_prompts.h"
 
 using namespace tokenfab;
 
@@ -56,6 +56,8 @@ class EngineTest : public QObject {
   void tiny_pool_preempts_and_matches_unconstrained();
   void cancel_in_each_state_frees_everything();
   void injected_transfer_failure_fails_only_its_request();
+  void transfer_streams_layers_during_the_last_prefill_step();
+  void request_ended_at_its_first_token_leaves_nothing_on_the_decode_device();
   void follow_up_turn_prefills_only_new_tokens_on_the_decode_device();
   void long_prompts_use_their_own_prefill_pool();
   void lifecycle_timestamps_are_ordered();
@@ -269,6 +271,60 @@ void EngineTest::injected_transfer_failure_fails_only_its_request() {
   const ServingSummary s = engine.summary();
   QCOMPARE(s.failed, int64_t{1});
   QCOMPARE(s.completed, static_cast<int64_t>(prompts_.size()) - 1);
+}
+
+// Disaggregated: the prefill worker hands a request to its decode worker before the step that
+// computes the prompt's last chunk, and the transfer copies each layer once that step has written
+// it. So some layer is copied while the request is still prefilling, the transfer's stats count
+// layers copied before the producer finished and the time it waited for them, and the output
+// equals a colocated run's.
+void EngineTest::transfer_streams_layers_during_the_last_prefill_step() {
+  std::vector<TokenId> prompt;  // about a thousand tokens: a prefill step of a second or so
+  while (prompt.size() < 1000)
+    for (const auto& p : prompts_) prompt.insert(prompt.end(), p.begin(), p.end());
+  EngineConfig c = config("", "cpu:0", "cpu:1");
+  c.token_budget = 2048;  // the whole prompt in one step
+  Engine engine(*model_, c);
+  std::atomic<int> layers_while_prefilling{0};
+  engine.set_transfer_fault_injector([&](const KvTransferSpec& spec, int32_t) {
+    if (engine.request(spec.request).state == RequestState::kPrefilling) ++layers_while_prefilling;
+    return std::string();
+  });
+  const RequestInfo info = engine.wait(engine.submit({prompt, kMaxTokens}));
+  QCOMPARE(info.state, RequestState::kFinished);
+  QCOMPARE(info.decode_device, std::string("cpu:1"));
+  QVERIFY2(layers_while_prefilling.load() > 0, "no layer was copied during the prefill step");
+  const std::vector<KvTransferStats> transfers = engine.snapshot().transfers;
+  QCOMPARE(transfers.size(), size_t{1});
+  const KvTransferStats& t = transfers[0];
+  QCOMPARE(t.state, TransferState::kDone);
+  QCOMPARE(t.layers_done, static_cast<int32_t>(model_->hparams().n_layer));
+  QVERIFY2(t.layers_overlapped > 0 && t.layers_overlapped < t.layers_done,
+           qPrintable(QString("%1 layers overlapped").arg(t.layers_overlapped)));
+  QVERIFY(t.waited_s > 0.0 && t.waited_s < t.seconds());
+  Engine colocated(*model_, config("cpu:0"));
+  QCOMPARE(info.output, colocated.wait(colocated.submit({prompt, kMaxTokens})).output);
+  expect_all_free(engine);
+}
+
+// A streamed request that ends at its first token (here every token ends generation) ends on its
+// prefill device; its decode device, which had reserved blocks and started the transfer, gives
+// everything back and never decodes it.
+void EngineTest::request_ended_at_its_first_token_leaves_nothing_on_the_decode_device() {
+  Engine engine(*model_, config("", "cpu:0", "cpu:1"), [](TokenId) { return true; });
+  const auto outputs = run_all(engine);
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    const RequestInfo info = engine.request(static_cast<RequestId>(i + 1));
+    QCOMPARE(info.state, RequestState::kFinished);
+    QCOMPARE(outputs[i].size(), size_t{1});
+    QCOMPARE(outputs[i][0], alone_[i][0]);
+    QCOMPARE(info.prefill_device, std::string("cpu:0"));
+    QVERIFY2(info.decode_device.empty(), info.decode_device.c_str());
+  }
+  expect_all_free(engine);
+  const EngineSnapshot snap = engine.snapshot();
+  QCOMPARE(snap.devices[1].steps, int64_t{0});
+  QCOMPARE(snap.devices[1].receiving, 0);
 }
 
 void EngineTest::follow_up_turn_prefills_only_new_tokens_on_the_decode_device() {

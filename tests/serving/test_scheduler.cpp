@@ -12,6 +12,7 @@
 
 #include "core/common/error.h"
 #include "core/kvcache/kv_manager.h"
+#include "core/serving/chunk_sizer.h"
 #include "core/serving/scheduler.h"
 
 using namespace tokenfab;
@@ -135,6 +136,9 @@ class TestScheduler : public QObject {
   void request_too_large_for_the_pool_fails_alone();
   void end_of_generation_token_stops_early();
   void without_chunking_a_prompt_is_read_in_one_step();
+  void prefill_limit_applies_only_to_steps_with_decodes();
+  void chunk_sizer_keeps_mixed_steps_near_the_target();
+  void chunk_sizer_floor_and_budget_bound_the_limit();
   void received_requests_resume_where_the_prefill_device_stopped();
   void receive_reuses_written_blocks_and_waits_for_room();
   void drafts_are_verified_and_rejected_ones_rolled_back();
@@ -398,6 +402,122 @@ void TestScheduler::without_chunking_a_prompt_is_read_in_one_step() {
   verify_outputs(requests, outputs);
   scheduler.take_finished();
   verify_all_free(kv);
+}
+
+// A prefill limit caps the prompt tokens of a step that also decodes, and only of such steps: a
+// long prompt arriving alone still takes the whole budget. Outputs are unchanged.
+void TestScheduler::prefill_limit_applies_only_to_steps_with_decodes() {
+  KvManager kv(512);
+  Scheduler scheduler(kv, 512, 64);
+  scheduler.set_prefill_limit_with_decodes(40);
+  std::mt19937 rng(8);
+  std::vector<Request> requests;
+  const Request alone{50, random_tokens(rng, 1000), 200};  // decodes all through the test
+  scheduler.add(alone);
+  requests.push_back(alone);
+  Outputs outputs;
+  run_step(scheduler, kv, outputs);
+  const auto& first = scheduler.step_log().back().advanced;  // no decodes yet: the whole budget
+  QCOMPARE(first.size(), size_t{1});
+  QCOMPARE(first[0].n_tokens, 512);
+  run_step(scheduler, kv, outputs);  // the other 488 and the first token
+  QCOMPARE(scheduler.sequence(50).n_generated, 1);
+
+  const Request long_request{100, random_tokens(rng, 2000), 4};
+  scheduler.add(long_request);
+  requests.push_back(long_request);
+  int steps = 0;
+  while (scheduler.sequence(100).n_generated == 0) {
+    run_step(scheduler, kv, outputs);
+    if (QTest::currentTestFailed()) return;
+    const StepLogEntry& entry = scheduler.step_log().back();
+    int32_t prompt_tokens = 0;
+    for (const auto& a : entry.advanced)
+      if (a.seq == 100) prompt_tokens += a.n_tokens;
+    QVERIFY2(prompt_tokens <= 40,
+             qPrintable(QString("step %1 read %2 prompt tokens beside a decode")
+                            .arg(entry.step)
+                            .arg(prompt_tokens)));
+    QVERIFY(++steps < 200);
+  }
+  QVERIFY2(steps >= 2000 / 40, qPrintable(QString("prefilled in %1 steps").arg(steps)));
+  run_until_idle(scheduler, kv, outputs);
+  if (QTest::currentTestFailed()) return;
+  verify_outputs(requests, outputs);
+  scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+namespace {
+
+// A device whose step takes `fixed_s` for its decodes plus one `token_s` per prompt token.
+struct LinearDevice {
+  double fixed_s, token_s;
+  double step(int32_t prompt_tokens) const { return fixed_s + prompt_tokens * token_s; }
+};
+
+}  // namespace
+
+// On a device of known costs, steps sized by the sizer converge to the target — within 5 % after
+// 20 steps — starting from the floor, and follow the device when it slows down.
+void TestScheduler::chunk_sizer_keeps_mixed_steps_near_the_target() {
+  ChunkSizer sizer(0.050, 512);
+  QCOMPARE(sizer.limit(), ChunkSizer::kMinTokens);  // nothing measured yet
+  LinearDevice device{0.010, 0.001};                // 10 ms of decodes, 1 ms per prompt token
+  sizer.observe(0, 512, 0.5);                       // no decodes: not counted
+  sizer.observe(8, 0, 0.2);                         // no prompt tokens: not counted
+  QCOMPARE(sizer.limit(), ChunkSizer::kMinTokens);
+  auto settle = [&](int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const int32_t n = sizer.limit();
+      sizer.observe(8, n, device.step(n));
+    }
+  };
+  settle(20);
+  double step_s = device.step(sizer.limit());
+  QVERIFY2(std::abs(step_s - 0.050) < 0.0025, qPrintable(QString("step %1 s").arg(step_s)));
+  QVERIFY2(std::abs(sizer.limit() - 40) <= 2, qPrintable(QString("limit %1").arg(sizer.limit())));
+
+  device.token_s = 0.002;  // later chunks attend over a longer prompt: each token costs twice
+  settle(20);
+  step_s = device.step(sizer.limit());
+  QVERIFY2(std::abs(step_s - 0.050) < 0.0025, qPrintable(QString("step %1 s").arg(step_s)));
+
+  // A step whose prompts ran out below the limit, under the target, leaves it as it is.
+  const int32_t before = sizer.limit();
+  sizer.observe(8, 3, device.step(3));
+  QCOMPARE(sizer.limit(), before);
+  // One over the target lowers it, by at most half.
+  sizer.observe(8, 3, 1.0);
+  QCOMPARE(sizer.limit(), ChunkSizer::kMinTokens);
+}
+
+// The limit never falls below kMinTokens (prompts keep moving when decodes alone fill the
+// target) nor exceeds the token budget (a fast device reads whole budgets), and moves by at most
+// a factor of two per step; a bad target is refused.
+void TestScheduler::chunk_sizer_floor_and_budget_bound_the_limit() {
+  ChunkSizer slow(0.050, 512);
+  for (int i = 0; i < 5; ++i) slow.observe(32, slow.limit(), 0.080);  // decodes alone: 80 ms
+  QCOMPARE(slow.limit(), ChunkSizer::kMinTokens);
+
+  ChunkSizer fast(0.050, 512);
+  LinearDevice gpu{0.002, 0.00001};  // a GPU-like device: 512 tokens in about 5 ms
+  int32_t previous = fast.limit();
+  for (int i = 0; i < 10; ++i) {
+    fast.observe(64, fast.limit(), gpu.step(fast.limit()));
+    QVERIFY(fast.limit() <= 2 * previous);
+    previous = fast.limit();
+  }
+  QCOMPARE(fast.limit(), 512);
+
+  ChunkSizer tiny_budget(0.050, 8);
+  QCOMPARE(tiny_budget.limit(), 8);
+  tiny_budget.observe(4, 8, 0.001);
+  QCOMPARE(tiny_budget.limit(), 8);
+
+  QVERIFY_THROWS_EXCEPTION(Error, ChunkSizer(0.0, 512));
+  QVERIFY_THROWS_EXCEPTION(Error, ChunkSizer(-1.0, 512));
+  QVERIFY_THROWS_EXCEPTION(Error, ChunkSizer(0.05, 0));
 }
 
 // Disaggregated hand-off on the scheduler level: a prefill-side scheduler computes each prompt
