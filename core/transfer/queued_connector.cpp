@@ -3,6 +3,7 @@
 
 #include "core/transfer/queued_connector.h"
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <unordered_set>
@@ -225,8 +226,7 @@ void QueuedConnector::run() {
     if (stopping_) return;  // the destructor has failed whatever was queued
     Transfer& t = find(queue_.front());
     queue_.pop_front();
-    t.stats.state = TransferState::kTransferring;
-    t.stats.started = MetricsClock::now();
+    start_transfer(t);
     lock.unlock();
     std::string error = copy_layers(t);
     const TransferState state = error.empty() ? TransferState::kDone : TransferState::kFailed;
@@ -235,11 +235,44 @@ void QueuedConnector::run() {
   }
 }
 
+void QueuedConnector::start_transfer(Transfer& t) {
+  t.stats.state = TransferState::kTransferring;
+  t.stats.started = MetricsClock::now();
+}
+
+bool QueuedConnector::run_ready_queued() {
+  Transfer* ready = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      Transfer& c = find(*it);
+      const std::atomic<int32_t>* layers = c.spec.layers_ready;
+      if (layers == nullptr || layers->load(std::memory_order_acquire) >= c.spec.src->n_layers()) {
+        ready = &c;
+        queue_.erase(it);
+        start_transfer(c);
+        break;
+      }
+    }
+  }
+  if (ready == nullptr) return false;
+  // Its layers are all written, so it never waits in turn: no deeper nesting.
+  std::string error = copy_layers(*ready);
+  const TransferState state = error.empty() ? TransferState::kDone : TransferState::kFailed;
+  std::lock_guard lock(mu_);
+  finish(*ready, state, std::move(error));
+  return true;
+}
+
 bool QueuedConnector::wait_for_layer(Transfer& t, int32_t layer) {
   const std::atomic<int32_t>* ready = t.spec.layers_ready;
   if (ready == nullptr || ready->load(std::memory_order_acquire) > layer) return true;
   // The producer only stores into the atomic (it knows nothing of this connector), so there is
-  // nothing to be woken by: look again after a short sleep.
+  // nothing to be woken by: look again after a short sleep, or after copying a transfer queued
+  // behind this one whose KV is complete.
+  // The whole wait counts as waiting, copies of other transfers included: copy_seconds() stays
+  // this transfer's own copying.
   const MetricsTime from = MetricsClock::now();
   bool go = true;
   while (ready->load(std::memory_order_acquire) <= layer) {
@@ -247,6 +280,7 @@ bool QueuedConnector::wait_for_layer(Transfer& t, int32_t layer) {
       go = false;
       break;
     }
+    if (interleaves_ready_transfers() && run_ready_queued()) continue;
     std::this_thread::sleep_for(kLayerPollInterval);
   }
   const double waited = seconds_between(from, MetricsClock::now());

@@ -2,7 +2,10 @@
 // QueuedConnector: the bookkeeping every KvConnector backend shares (core/transfer/kv_connector.h).
 // Transfers are validated on send(), queued, and run one at a time in send() order on the
 // connector's own thread, layer by layer: the backend only says how one layer of a transfer is
-// copied. One mutex guards the bookkeeping and is never held while copying, so poll() and stats()
+// copied. One exception: while a streamed transfer waits for its producer's next layer, a backend
+// whose copies keep no state between layers (interleaves_ready_transfers()) runs the transfers
+// queued behind it whose KV is complete, so that a prompt whose prefill has ended never waits
+// behind another's prefill step (several prefill devices feeding one decode device). One mutex guards the bookkeeping and is never held while copying, so poll() and stats()
 // answer at once however large the copy.
 //
 // A backend calls start() at the end of its constructor (the thread calls its virtuals) and stop()
@@ -51,6 +54,8 @@ class QueuedConnector : public KvConnector {
   // transfer is still being written (a backend that queues copies waits for them here); "" or
   // the error that fails it.
   virtual std::string end_transfer(const KvTransferSpec&) { return {}; }
+  // Whether a whole transfer may be copied while another waits between two of its layers.
+  virtual bool interleaves_ready_transfers() const { return false; }
 
   // "KV transfer of request N (src → dst)", the start of every error about a transfer.
   static std::string describe(const KvTransferSpec& spec);
@@ -70,6 +75,9 @@ class QueuedConnector : public KvConnector {
   // Blocks until the producer has finished `layer` or the transfer is to stop; false: stop.
   // Adds the time it waited to t's stats.
   bool wait_for_layer(Transfer& t, int32_t layer);
+  // Runs the first queued transfer whose KV is complete, start to end; false when there is none.
+  bool run_ready_queued();
+  void start_transfer(Transfer& t);  // lock held: state transferring, start time
   bool should_stop(const Transfer& t) const;                         // takes the lock
   void finish(Transfer& t, TransferState state, std::string error);  // lock held
   const Transfer& find(TransferId id) const;                         // lock held

@@ -102,6 +102,7 @@ class TransferTest : public QObject {
   void injected_fault_fails_only_that_transfer();
   void cancel_pending_and_running();
   void layers_ready_gates_copy();
+  void complete_transfers_pass_one_waiting_for_its_producer();
   void destructor_ends_pending_transfers();
 
  private:
@@ -302,7 +303,12 @@ void TransferTest::cancel_pending_and_running() {
   KvTransferSpec gated = spec(1, {0, 1}, {2, 3});
   gated.layers_ready = &ready;
   const TransferId running = connector->send(gated);
-  const TransferId pending = connector->send(spec(2, {4}, {5}));
+  // Queued behind it, its own producer not yet done with any layer (a complete one would be run
+  // while `running` waits, see complete_transfers_pass_one_waiting_for_its_producer).
+  std::atomic<int32_t> nothing_ready{0};
+  KvTransferSpec queued = spec(2, {4}, {5});
+  queued.layers_ready = &nothing_ready;
+  const TransferId pending = connector->send(queued);
   QTRY_COMPARE(connector->stats(running).layers_done, 1);
   QCOMPARE(name(connector->poll(running)), QString("transferring"));
   QCOMPARE(name(connector->poll(pending)), QString("pending"));
@@ -368,6 +374,36 @@ void TransferTest::layers_ready_gates_copy() {
   QCOMPARE(st.copy_seconds(), st.seconds() - st.waited_s);
   QVERIFY(st.gb_per_s().has_value());
   QVERIFY(*st.gb_per_s() >= static_cast<double>(st.bytes) / st.seconds() / 1e9);
+}
+
+// A transfer whose producer is still computing does not hold back one queued behind it whose KV
+// is complete (another prefill device's prompt): the second ends first, copied exactly, while the
+// first still waits; the first then ends when its producer has finished.
+void TransferTest::complete_transfers_pass_one_waiting_for_its_producer() {
+  const auto connector = make_loopback_connector();
+  std::atomic<int32_t> ready{1};
+  KvTransferSpec gated = spec(1, {8, 1}, {0, 9});
+  gated.layers_ready = &ready;
+  const TransferId first = connector->send(gated);
+  QTRY_COMPARE(connector->stats(first).layers_done, 1);
+  const TransferId second = connector->send(spec(2, {3, 4}, {5, 6}));
+  QCOMPARE(name(connector->wait(second)), QString("done"));
+  QCOMPARE(name(connector->poll(first)), QString("transferring"));
+  QCOMPARE(connector->stats(first).layers_done, 1);
+  for (int32_t l = 0; l < hp_.n_layer; ++l) {
+    QVERIFY(same_block(*dst_, 5, *src_, 3, l));
+    QVERIFY(same_block(*dst_, 6, *src_, 4, l));
+  }
+  const KvTransferStats done = connector->release(second);
+  QCOMPARE(done.layers_done, static_cast<int32_t>(hp_.n_layer));
+  QCOMPARE(done.layers_overlapped, 0);
+
+  ready.store(static_cast<int32_t>(hp_.n_layer), std::memory_order_release);
+  QCOMPARE(name(connector->wait(first)), QString("done"));
+  for (int32_t l = 0; l < hp_.n_layer; ++l) {
+    QVERIFY(same_block(*dst_, 0, *src_, 8, l));
+    QVERIFY(same_block(*dst_, 9, *src_, 1, l));
+  }
 }
 
 // Destroying the connector with a transfer held by its producer and one queued behind it
