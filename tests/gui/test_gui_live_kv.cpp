@@ -218,6 +218,14 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   QVERIFY(!last->transfers.empty());
   QCOMPARE(kv.transfers_table()->rowCount(), static_cast<int>(last->transfers.size()));
   QCOMPARE(kv.transfers_table()->item(0, 1)->text(), QString("cpu:0 → cpu:1"));
+  {  // copy time, waits for the prefill and overlapped layers, as the stats say
+    const KvTransferStats& t = last->transfers.back();
+    QCOMPARE(kv.transfers_table()->item(0, 4)->text(),
+             QString::number(t.copy_seconds() * 1e3, 'f', 2));
+    QCOMPARE(kv.transfers_table()->item(0, 5)->text(), QString::number(t.waited_s * 1e3, 'f', 1));
+    QCOMPARE(kv.transfers_table()->item(0, 6)->text(),
+             QString("%1 / %2").arg(t.layers_overlapped).arg(t.layers_done));
+  }
   QCOMPARE(kv.sequences_table()->rowCount(), 0);  // nothing live any more
 
   // Tokens the inspector showed for blocks are the sequence's tokens at those positions.

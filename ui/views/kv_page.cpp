@@ -87,7 +87,11 @@ KvPage::KvPage(QWidget* parent) : Page(parent) {
   sequences_ = make_table({"Request", "State", "Devices", "Prompt tokens", "Cached prompt",
                            "Output tokens", "Preemptions", "Blocks held"},
                           this);
-  transfers_ = make_table({"Request", "Src → dst", "Blocks", "Bytes", "ms", "GB/s", "State"}, this);
+  // "Copy ms": the transfer's own copying; "Waited ms": time it waited for the prefill's layers
+  // (streamed transfers); "Overlapped": layers copied while the prefill was still computing.
+  transfers_ = make_table({"Request", "Src → dst", "Blocks", "Bytes", "Copy ms", "Waited ms",
+                           "Overlapped", "GB/s", "State"},
+                          this);
   usage_chart_ = new TimeChart("KV blocks of the shown device over time", "% of blocks", this);
   usage_chart_->ensure_series("owned", "owned by sequences");
   usage_chart_->ensure_series("cached", "prefix-cached, unreferenced");
@@ -314,9 +318,11 @@ void KvPage::update_transfers() {
              QString("%1 → %2").arg(QString::fromStdString(t.src), QString::fromStdString(t.dst)));
     set_cell(transfers_, row, 2, QString::number(t.blocks));
     set_cell(transfers_, row, 3, bytes_text(t.bytes));
-    set_cell(transfers_, row, 4, QString::number(t.seconds() * 1e3, 'f', 2));
-    set_cell(transfers_, row, 5, gb_s ? QString::number(*gb_s, 'f', 2) : kDash);
-    set_cell(transfers_, row, 6, transfer_state_name(t.state), QString::fromStdString(t.error));
+    set_cell(transfers_, row, 4, QString::number(t.copy_seconds() * 1e3, 'f', 2));
+    set_cell(transfers_, row, 5, QString::number(t.waited_s * 1e3, 'f', 1));
+    set_cell(transfers_, row, 6, QString("%1 / %2").arg(t.layers_overlapped).arg(t.layers_done));
+    set_cell(transfers_, row, 7, gb_s ? QString::number(*gb_s, 'f', 2) : kDash);
+    set_cell(transfers_, row, 8, transfer_state_name(t.state), QString::fromStdString(t.error));
   }
 }
 
