@@ -178,7 +178,8 @@ void Worker::loop() {
     }
     if (scheduler_.contains(in.record->id)) scheduler_.cancel(in.record->id);
     if (in.owned && !request_ended(in.record->state()))
-      end(in.record, RequestState::kCancelled, "", {}, steps_, t);
+      end(in.record, in.error ? RequestState::kFailed : RequestState::kCancelled,
+          in.error.value_or(""), {}, steps_, t);
   }
   incoming_.clear();
   for (auto& [id, record] : requests_) {
