@@ -252,13 +252,7 @@ void Worker::handle_cancellations() {
       ++it;
       continue;
     }
-    if (it->transfer >= 0) {
-      connector_.cancel(it->transfer);
-      connector_.wait(it->transfer);  // the destination blocks are written no more
-      engine_.on_transfer_ended(connector_.release(it->transfer));
-    }
-    if (it->reserved) scheduler_.cancel(it->record->id);
-    it->record->prefill_worker->post_release(hold_id(it->record->id));
+    give_back(*it);
     end(it->record, RequestState::kCancelled, "", {}, steps_, t);
     it = incoming_.erase(it);
   }
@@ -270,7 +264,7 @@ void Worker::handle_incoming() {
     Incoming& in = *it;
     const auto& record = in.record;
     if (!in.owned && request_ended(record->state())) {  // its prefill worker ended it
-      drop_incoming(in);
+      give_back(in);
       it = incoming_.erase(it);
       continue;
     }
@@ -347,15 +341,7 @@ void Worker::handle_incoming() {
 }
 
 bool Worker::fail_incoming(Incoming& in, std::string error) {
-  if (in.transfer >= 0) {
-    connector_.cancel(in.transfer);
-    connector_.wait(in.transfer);
-    engine_.on_transfer_ended(connector_.release(in.transfer));
-    in.transfer = -1;
-  }
-  if (in.reserved || scheduler_.contains(in.record->id)) scheduler_.cancel(in.record->id);
-  in.reserved = false;
-  in.record->prefill_worker->post_release(hold_id(in.record->id));
+  give_back(in);
   if (in.owned) {
     end(in.record, RequestState::kFailed, std::move(error), {}, steps_, MetricsClock::now());
     return true;
@@ -364,7 +350,7 @@ bool Worker::fail_incoming(Incoming& in, std::string error) {
   return false;
 }
 
-void Worker::drop_incoming(Incoming& in) {
+void Worker::give_back(Incoming& in) {
   if (in.transfer >= 0) {
     connector_.cancel(in.transfer);
     connector_.wait(in.transfer);  // the destination blocks are written no more

@@ -127,9 +127,9 @@ class Worker {
   // Decode role: `in` fails with `error`, now if this worker owns it, else once it does; its
   // reservation, transfer and hold are given back at once. False: it stays in incoming_.
   bool fail_incoming(Incoming& in, std::string error);
-  // Decode role: gives back what `in` holds here (transfer, reservation, the prefill side's hold)
-  // without ending the request — its prefill worker has ended it.
-  void drop_incoming(Incoming& in);
+  // Decode role: gives back what `in` holds (its transfer, stopped; its reservation; the prefill
+  // side's hold, unless a failure already gave it back) without ending the request.
+  void give_back(Incoming& in);
   void publish(bool force);
   bool prefill_role() const {
     return role_ == WorkerRole::kPrefill || role_ == WorkerRole::kLongPrefill;

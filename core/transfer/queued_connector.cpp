@@ -228,11 +228,16 @@ void QueuedConnector::run() {
     queue_.pop_front();
     start_transfer(t);
     lock.unlock();
-    std::string error = copy_layers(t);
-    const TransferState state = error.empty() ? TransferState::kDone : TransferState::kFailed;
+    copy_and_finish(t);
     lock.lock();
-    finish(t, state, std::move(error));
   }
+}
+
+void QueuedConnector::copy_and_finish(Transfer& t) {
+  std::string error = copy_layers(t);
+  const TransferState state = error.empty() ? TransferState::kDone : TransferState::kFailed;
+  std::lock_guard lock(mu_);
+  finish(t, state, std::move(error));
 }
 
 void QueuedConnector::start_transfer(Transfer& t) {
@@ -257,11 +262,7 @@ bool QueuedConnector::run_ready_queued() {
     }
   }
   if (ready == nullptr) return false;
-  // Its layers are all written, so it never waits in turn: no deeper nesting.
-  std::string error = copy_layers(*ready);
-  const TransferState state = error.empty() ? TransferState::kDone : TransferState::kFailed;
-  std::lock_guard lock(mu_);
-  finish(*ready, state, std::move(error));
+  copy_and_finish(*ready);  // its layers are all written, so it never waits in turn: no nesting
   return true;
 }
 

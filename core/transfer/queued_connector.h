@@ -5,8 +5,9 @@
 // copied. One exception: while a streamed transfer waits for its producer's next layer, a backend
 // whose copies keep no state between layers (interleaves_ready_transfers()) runs the transfers
 // queued behind it whose KV is complete, so that a prompt whose prefill has ended never waits
-// behind another's prefill step (several prefill devices feeding one decode device). One mutex guards the bookkeeping and is never held while copying, so poll() and stats()
-// answer at once however large the copy.
+// behind another's prefill step (several prefill devices feeding one decode device). One mutex
+// guards the bookkeeping and is never held while copying, so poll() and stats() answer at once
+// however large the copy.
 //
 // A backend calls start() at the end of its constructor (the thread calls its virtuals) and stop()
 // at the start of its destructor (before its own members go).
@@ -77,8 +78,9 @@ class QueuedConnector : public KvConnector {
   bool wait_for_layer(Transfer& t, int32_t layer);
   // Runs the first queued transfer whose KV is complete, start to end; false when there is none.
   bool run_ready_queued();
-  void start_transfer(Transfer& t);  // lock held: state transferring, start time
-  bool should_stop(const Transfer& t) const;                         // takes the lock
+  void start_transfer(Transfer& t);           // lock held: state transferring, start time
+  void copy_and_finish(Transfer& t);          // lock not held: copy_layers(t), then finish it
+  bool should_stop(const Transfer& t) const;  // takes the lock
   void finish(Transfer& t, TransferState state, std::string error);  // lock held
   const Transfer& find(TransferId id) const;                         // lock held
   Transfer& find(TransferId id) { return const_cast<Transfer&>(std::as_const(*this).find(id)); }
