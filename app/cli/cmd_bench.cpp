@@ -7,6 +7,11 @@
 // roofline: (the weights as the GPU holds them + the KV read) ÷ its peak bandwidth.
 // --synthetic SHAPE benchmarks a synthetic model of that shape (random weights, written to a
 // temporary file and removed after) instead of --model.
+// --verify-rows LIST adds what a speculative verifying step costs on the device: after the
+// prompt, one sequence computes n consecutive tokens with every row's logits and hidden states
+// (as a step verifying n − 1 drafts does), for each n of the list in turn, repeated and
+// interleaved so that a drifting host speed shifts every n alike; the median step per n and its
+// ratio to the one-row step are reported ("verify").
 
 #include <algorithm>
 #include <iostream>
@@ -15,13 +20,14 @@
 #include <chrono>
 #include <numeric>
 
-#include <filesystem>
 #include <unistd.h>
+#include <filesystem>
 
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/device/cuda_device.h"
 #include "core/device/cuda_model.h"
+#include "core/device/device.h"
 #include "core/device/roofline.h"
 #include "core/model/synthetic_model.h"
 #include "core/runtime/generator.h"
@@ -37,8 +43,9 @@ struct BenchCommand {
   int gen_tokens = 128;
   int repetitions = 3;
   std::string device = "cpu";
-  std::string synthetic;             // a SyntheticShape preset, or empty: --model
+  std::string synthetic;  // a SyntheticShape preset, or empty: --model
   std::string synthetic_type = "q4_0";
+  std::vector<int> verify_rows;  // --verify-rows: rows per measured verifying step
 };
 
 // A synthetic model written for one benchmark: removed when the benchmark ends.
@@ -69,6 +76,10 @@ class SyntheticFile {
 };
 
 using Clock = std::chrono::steady_clock;
+
+int verify_most(const BenchCommand& c) {
+  return c.verify_rows.empty() ? 0 : *std::max_element(c.verify_rows.begin(), c.verify_rows.end());
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -111,6 +122,47 @@ DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int
   return r;
 }
 
+// Verifying steps of each row count in `rows` over the KV of `prompt` (computed here first):
+// `repetitions` rounds, each timing every count five times in list order; medians per count.
+nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
+                             std::span<const int> rows, int repetitions,
+                             std::span<const int32_t> table) {
+  std::vector<float> logits, hidden;
+  const std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  BatchSequence prefill{tokens, 0, table, true};
+  device.run({&prefill, 1}, logits);
+  const auto pos0 = static_cast<int64_t>(prompt.size());
+  const int most = *std::max_element(rows.begin(), rows.end());
+  // The tokens verified: the prompt's first ones again (any valid ids do; the KV they write
+  // lies past the prompt and is overwritten by the next step).
+  std::vector<int32_t> drafts(static_cast<size_t>(most));
+  for (int i = 0; i < most; ++i)
+    drafts[static_cast<size_t>(i)] = tokens[static_cast<size_t>(i) % tokens.size()];
+  std::vector<std::vector<double>> ms(rows.size());
+  for (int rep = 0; rep < repetitions; ++rep) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (int i = 0; i < 5; ++i) {
+        BatchSequence seq{std::span<const int32_t>(drafts).first(static_cast<size_t>(rows[r])),
+                          pos0, table, false, true};
+        const Clock::time_point start = Clock::now();
+        device.run({&seq, 1}, logits, &hidden);
+        ms[r].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      }
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  double one_row = 0.0;
+  for (size_t r = 0; r < rows.size(); ++r)
+    if (rows[r] == 1) one_row = median(ms[r]);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const double step = median(ms[r]);
+    nlohmann::json e = {{"rows", rows[r]}, {"step_ms", step}};
+    if (one_row > 0) e["vs_one_row"] = step / one_row;
+    out.push_back(e);
+  }
+  return out;
+}
+
 void run_device_bench(const BenchCommand& c) {
   bench_device_spec(c.device);  // before a synthetic model is written (an 8B one takes minutes)
   std::unique_ptr<SyntheticFile> synthetic;
@@ -122,13 +174,14 @@ void run_device_bench(const BenchCommand& c) {
   LoadedModel m = load_model(common);
   const HParams& hp = m.model->hparams();
   const int64_t n_ctx = hp.n_ctx_train;
-  if (c.prompt_tokens + c.gen_tokens > n_ctx)
+  if (c.prompt_tokens + std::max(c.gen_tokens, verify_most(c)) > n_ctx)
     throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + --gen-tokens " +
                 std::to_string(c.gen_tokens) + " exceed the model's context of " +
                 std::to_string(n_ctx) + " tokens");
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int32_t block_size = 16;
-  const int32_t n_blocks = (c.prompt_tokens + c.gen_tokens + block_size) / block_size;
+  const int32_t n_blocks =
+      (c.prompt_tokens + std::max(c.gen_tokens, verify_most(c)) + block_size) / block_size;
   const std::unique_ptr<Device> device =
       make_bench_device(c.device, *m.model, 1, n_blocks, block_size);
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
@@ -177,12 +230,17 @@ void run_device_bench(const BenchCommand& c) {
     j["roofline_step_ms"] = point.memory_bound_s * 1e3;
     j["roofline_ratio"] = point.measured_s > 0 ? point.memory_bound_s / point.measured_s : 0.0;
   }
+  if (!c.verify_rows.empty())
+    j["verify"] = verify_report(*device, prompt, c.verify_rows, c.repetitions, table);
   print_report(j, c.common.json);
 }
 
 void run_bench(const BenchCommand& c) {
   if (c.prompt_tokens < 1 || c.gen_tokens < 2 || c.repetitions < 1)
     throw Error("bench needs --prompt-tokens >= 1, --gen-tokens >= 2 and --repetitions >= 1");
+  for (const int rows : c.verify_rows)
+    if (rows < 1 || rows > 64)
+      throw Error("--verify-rows: " + std::to_string(rows) + " rows; each count must be 1..64");
   const std::vector<DeviceSpec> specs = parse_device_list(c.device, "--device");
   if (specs.size() == 1 && specs[0].kind == DeviceKind::kCuda) {
     run_device_bench(c);
@@ -191,9 +249,14 @@ void run_bench(const BenchCommand& c) {
   if (specs.size() != 1)
     throw Error("--device \"" + c.device + "\": bench runs on one device (e.g. cpu or cuda:0)");
   if (!c.synthetic.empty())
-    throw Error("--synthetic is for GPU devices (--device cuda:N); on the CPU, write the model "
-                "with `tokenfab-cli synth` and pass it with --model");
+    throw Error(
+        "--synthetic is for GPU devices (--device cuda:N); on the CPU, write the model "
+        "with `tokenfab-cli synth` and pass it with --model");
   LoadedModel m = load_model(c.common);
+  if (c.prompt_tokens + verify_most(c) > m.model->hparams().n_ctx_train)
+    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + --verify-rows " +
+                std::to_string(verify_most(c)) + " exceed the model's context of " +
+                std::to_string(m.model->hparams().n_ctx_train) + " tokens");
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int threads = resolve_threads(c.common.threads);
   Generator generator(*m.model, *m.tokenizer, threads, c.prompt_tokens + c.gen_tokens + 1);
@@ -212,16 +275,24 @@ void run_bench(const BenchCommand& c) {
       std::cerr << "run " << rep + 1 << ": prefill " << r.prefill_tok_s << " tok/s, decode "
                 << r.decode_tok_s << " tok/s" << std::endl;
   }
-  const nlohmann::json j = {{"prefill_tok_s", median(prefill)},
-                            {"decode_tok_s", median(decode)},
-                            {"threads", threads},
-                            {"model", m.model->file().name()},
-                            {"prompt_tokens", c.prompt_tokens},
-                            {"gen_tokens", c.gen_tokens},
-                            {"repetitions", c.repetitions},
-                            {"prefill_tok_s_runs", prefill},
-                            {"decode_tok_s_runs", decode},
-                            {"backend", "cpu"}};
+  nlohmann::json j = {{"prefill_tok_s", median(prefill)},
+                      {"decode_tok_s", median(decode)},
+                      {"threads", threads},
+                      {"model", m.model->file().name()},
+                      {"prompt_tokens", c.prompt_tokens},
+                      {"gen_tokens", c.gen_tokens},
+                      {"repetitions", c.repetitions},
+                      {"prefill_tok_s_runs", prefill},
+                      {"decode_tok_s_runs", decode},
+                      {"backend", "cpu"}};
+  if (!c.verify_rows.empty()) {
+    const int32_t block_size = 16;
+    const int32_t n_blocks = (c.prompt_tokens + verify_most(c) + block_size) / block_size;
+    CpuDevice device(bench_device_spec(c.device), *m.model, threads, n_blocks, block_size);
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    j["verify"] = verify_report(device, prompt, c.verify_rows, c.repetitions, table);
+  }
   print_report(j, c.common.json);
 }
 
@@ -233,19 +304,24 @@ void register_bench(CLI::App& app) {
   add_run_options(*cmd, c->common);
   cmd->add_option("--prompt-tokens", c->prompt_tokens, "prompt length")->capture_default_str();
   cmd->add_option("--gen-tokens", c->gen_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--repetitions", c->repetitions, "runs; the median is reported")->capture_default_str();
+  cmd->add_option("--repetitions", c->repetitions, "runs; the median is reported")
+      ->capture_default_str();
   cmd->add_option("--device", c->device, "cpu, or cuda:N for a GPU")->capture_default_str();
-  cmd->add_option("--synthetic", c->synthetic,
-                  "benchmark a synthetic model of this shape (GPU devices): " +
-                      [] {
-                        std::string names;
-                        for (const std::string& n : SyntheticShape::preset_names())
-                          names += (names.empty() ? "" : ", ") + n;
-                        return names;
-                      }());
+  cmd->add_option(
+      "--synthetic", c->synthetic,
+      "benchmark a synthetic model of this shape (GPU devices): " + [] {
+        std::string names;
+        for (const std::string& n : SyntheticShape::preset_names())
+          names += (names.empty() ? "" : ", ") + n;
+        return names;
+      }());
   cmd->add_option("--synthetic-type", c->synthetic_type,
                   "weight type of the synthetic file (the GPU holds BF16 either way)")
       ->capture_default_str();
+  cmd->add_option("--verify-rows", c->verify_rows,
+                  "also time verifying steps of these row counts (e.g. 1,2,3,5): one sequence, "
+                  "every row's logits, after the prompt")
+      ->delimiter(',');
   cmd->callback([c] { run_bench(*c); });
 }
 

@@ -247,6 +247,21 @@ void CliTest::bench_json() {
   QVERIFY(j["decode_tok_s"].toDouble() > 0.0);
   QCOMPARE(j["threads"].toInt(), 2);
   QVERIFY(j["model"].toString().endsWith(tokenfab::EmbeddedModel::kFileName));
+  QVERIFY(!j.contains("verify"));
+
+  // --verify-rows: one entry per count, in the order given, each a measured step; the one-row
+  // step is the unit of the ratios.
+  const QJsonObject v = run_json({"bench", "--prompt-tokens", "16", "--gen-tokens", "2",
+                                  "--repetitions", "1", "--threads", "2", "--verify-rows", "3,1"});
+  RETURN_IF_FAILED();
+  const QJsonArray rows = v["verify"].toArray();
+  QCOMPARE(rows.size(), 2);
+  QCOMPARE(rows[0].toObject()["rows"].toInt(), 3);
+  QCOMPARE(rows[1].toObject()["rows"].toInt(), 1);
+  for (const QJsonValue& r : rows) QVERIFY(r.toObject()["step_ms"].toDouble() > 0.0);
+  QCOMPARE(rows[1].toObject()["vs_one_row"].toDouble(), 1.0);
+  QCOMPARE(rows[0].toObject()["vs_one_row"].toDouble(),
+           rows[0].toObject()["step_ms"].toDouble() / rows[1].toObject()["step_ms"].toDouble());
 }
 
 // Continuous batching end to end: every stream gets exactly its tokens, with a pool that fits
@@ -375,6 +390,8 @@ void CliTest::bad_input_data() {
   QTest::newRow("bench on two devices")
       << QStringList{"bench", "--device", "cpu:0,cpu:1", "--gen-tokens", "2"}
       << "bench runs on one device" << true;
+  QTest::newRow("verifying step of no rows")
+      << QStringList{"bench", "--verify-rows", "2,0"} << "--verify-rows: 0 rows" << false;
   QTest::newRow("batch-bench on two devices")
       << QStringList{"batch-bench", "--device", "cpu:0,cpu:1", "--streams", "1"}
       << "a benchmark runs on one device" << true;
