@@ -911,7 +911,17 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
   std::vector<TokenId> last(records.size());
   for (size_t i = 0; i < records.size(); ++i)
     last[i] = scheduler_.sequence(records[i]->id).tokens.back();
-  device_->parallel_for(static_cast<int64_t>(records.size()), [&](int64_t i) {
+  // One request per host thread when there are enough of them; fewer requests than threads
+  // propose one after another, each draft step's products split over all the device's threads
+  // (the drafts are the same either way).
+  const int64_t threads = device_->threads();
+  const bool one_by_one = static_cast<int64_t>(records.size()) < threads;
+  const DraftSplit split = [this](int64_t parts, const std::function<void(int64_t)>& fn) {
+    device_->parallel_for(parts, fn);
+  };
+  const DraftSplit* step_split = one_by_one ? &split : nullptr;
+  const int64_t parts = one_by_one ? threads : 1;
+  const auto propose = [&](int64_t i) {
     const Engine::Record& record = *records[static_cast<size_t>(i)];
     const MetricsTime start = MetricsClock::now();
     const std::vector<int32_t> chain(static_cast<size_t>(record.draft_levels()), 1);
@@ -922,14 +932,20 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
     if (!record.request.tree_shape.empty() && record.request.tree_nodes > 0)
       record.head->mtp_propose_best_first(
           device_->model(), record.draft_hidden.data(), last[static_cast<size_t>(i)], levels,
-          std::min(record.request.tree_nodes, record.head_tree_nodes()), p.draft, p.parent);
+          std::min(record.request.tree_nodes, record.head_tree_nodes()), p.draft, p.parent,
+          step_split, parts);
     else
       record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
                                last[static_cast<size_t>(i)], levels, record.head_tree_nodes(),
-                               p.draft, p.parent);
+                               p.draft, p.parent, step_split, parts);
     if (record.request.tree_shape.empty()) p.parent.clear();  // a chain
     p.seconds = seconds_between(start, MetricsClock::now());
-  });
+  };
+  if (one_by_one) {
+    for (int64_t i = 0; i < static_cast<int64_t>(records.size()); ++i) propose(i);
+  } else {
+    device_->parallel_for(static_cast<int64_t>(records.size()), propose);
+  }
   for (size_t i = 0; i < records.size(); ++i) {
     Engine::Record& record = *records[i];
     record.draft_hidden.clear();

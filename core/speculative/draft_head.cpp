@@ -145,12 +145,14 @@ class DraftReader {
   std::string where_;
 };
 
-// z (n, d) ← h + SiLU(z + b): the residual block's output from its pre-activation W x in z.
-void add_silu_residual(const float* h, const float* b, int64_t n, int64_t d, float* z) {
+// z (n, d) ← h + SiLU(z + b) in columns [j0, j1): the residual block's output from its
+// pre-activation W x in z.
+void add_silu_residual(const float* h, const float* b, int64_t n, int64_t d, float* z, int64_t j0,
+                       int64_t j1) {
   for (int64_t r = 0; r < n; ++r) {
     float* zr = z + r * d;
     const float* hr = h + r * d;
-    for (int64_t j = 0; j < d; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       const float u = zr[j] + b[j];
       zr[j] = hr[j] + u / (1.0f + std::exp(-u));
     }
@@ -164,20 +166,50 @@ void DraftHead::residual(int head, const float* h, int64_t n, float* z) const {
   const float* wk = w[static_cast<size_t>(head)].data();
   const float* bk = b[static_cast<size_t>(head)].data();
   dense::gemm_nt(n, d, d, h, d, wk, d, z, d, false);  // z ← W h (rows)
-  add_silu_residual(h, bk, n, d, z);
+  add_silu_residual(h, bk, n, d, z, 0, d);
 }
 
-void DraftHead::mtp_step(const float* h, const float* e, int64_t n, float* z) const {
+namespace {
+
+// [begin, end) of part `index` of `parts` over n items in whole multiples of `grain`.
+void part_range(int64_t n, int64_t grain, int64_t index, int64_t parts, int64_t& begin,
+                int64_t& end) {
+  const int64_t units = (n + grain - 1) / grain;
+  begin = std::min(n, units * index / parts * grain);
+  end = std::min(n, units * (index + 1) / parts * grain);
+}
+
+// fn(begin, end) over `parts` parts of [0, n) (multiples of `grain`), through `split` when there
+// is one and more than one part.
+void for_parts(const DraftSplit* split, int64_t parts, int64_t n, int64_t grain,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  if (split == nullptr || parts <= 1) return fn(0, n);
+  (*split)(parts, [&](int64_t p) {
+    int64_t begin, end;
+    part_range(n, grain, p, parts, begin, end);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+}  // namespace
+
+void DraftHead::mtp_step(const float* h, const float* e, int64_t n, float* z,
+                         const DraftSplit* split, int64_t parts) const {
   const int64_t d = info.n_embd;
   const float* wk = w.front().data();
   const float* bk = b.front().data();
-  dense::gemm_nt(n, d, d, h, d, wk, 2 * d, z, d, false);     // z ← W_h h
-  dense::gemm_nt(n, d, d, e, d, wk + d, 2 * d, z, d, true);  // z += W_e e
-  add_silu_residual(h, bk, n, d, z);
+  // Output columns in multiples of the dense kernel's 3-column tile, so that each column is
+  // computed by the tile it would be in without the split.
+  for_parts(split, parts, d, 3, [&](int64_t j0, int64_t j1) {
+    const float* wj = wk + j0 * 2 * d;
+    dense::gemm_nt(n, j1 - j0, d, h, d, wj, 2 * d, z + j0, d, false);     // z ← W_h h
+    dense::gemm_nt(n, j1 - j0, d, e, d, wj + d, 2 * d, z + j0, d, true);  // z += W_e e
+    add_silu_residual(h, bk, n, d, z, j0, j1);
+  });
 }
 
-void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
-                             float* logits) const {
+void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n, float* logits,
+                             const DraftSplit* split, int64_t parts) const {
   const int64_t d = info.n_embd;
   const WeightMatrix& out = model.output();
   const auto v = static_cast<int64_t>(vocab.size());
@@ -195,23 +227,30 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
                   out.row_bytes);
     if (x8) {
       cache.rows.resize(rows.size());
-      kernels::repack_x8(out.type, rows.data(), out.row_bytes, cache.rows.data(),
-                         cache.padded_rows, d);
+      kernels::repack_x8(out.type, rows.data(), out.row_bytes, cache.rows.data(), cache.padded_rows,
+                         d);
     } else {
       cache.rows = std::move(rows);
     }
   });
-  // One thread: drafting runs on the worker's thread between the device's batched passes.
-  thread_local kernels::ThreadPool pool(1);
-  thread_local kernels::ActivationScratch scratch;
   // Padded rows go to a buffer (n, padded_rows) whose first v columns are then the logits.
   thread_local std::vector<float> padded;
   const bool exact = cache.padded_rows == v;
   if (!exact) padded.resize(static_cast<size_t>(n * cache.padded_rows));
-  const kernels::MatmulJob job{out.type, cache.rows.data(), cache.padded_rows,
-                               exact ? logits : padded.data(), cache.padded_rows,
-                               out.x8_data != nullptr};
-  kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
+  float* y = exact ? logits : padded.data();
+  const bool x8 = out.x8_data != nullptr;
+  // Each part on one thread (the calling worker's, or one of the device's through `split`), with
+  // its own single-thread team and scratch: a part is whole x8 row groups of the vocabulary.
+  for_parts(split, parts, cache.padded_rows, kernels::kX8Rows, [&](int64_t r0, int64_t r1) {
+    thread_local kernels::ThreadPool pool(1);
+    thread_local kernels::ActivationScratch scratch;
+    const size_t offset =
+        x8 ? static_cast<size_t>(r0 / kernels::kX8Rows) * kernels::x8_group_stride(out.type, d)
+           : static_cast<size_t>(r0) * out.row_bytes;
+    const kernels::MatmulJob job{out.type, cache.rows.data() + offset, r1 - r0,
+                                 y + r0,   cache.padded_rows,          x8};
+    kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
+  });
   if (!exact)
     for (int64_t r = 0; r < n; ++r)
       std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);
@@ -219,7 +258,8 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
 
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                             std::span<const int32_t> widths, int32_t max_nodes,
-                            std::vector<TokenId>& draft, std::vector<int32_t>& parent) const {
+                            std::vector<TokenId>& draft, std::vector<int32_t>& parent,
+                            const DraftSplit* split, int64_t parts) const {
   const int64_t d = info.n_embd, v = static_cast<int64_t>(vocab.size());
   draft.clear();
   parent.clear();
@@ -235,8 +275,8 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
     next.resize(e.size());
     logits.resize(static_cast<size_t>(n * v));
     embed_tokens(model, tokens, e.data());
-    mtp_step(z.data(), e.data(), n, next.data());
-    vocab_logits(model, next.data(), n, logits.data());
+    mtp_step(z.data(), e.data(), n, next.data(), split, parts);
+    vocab_logits(model, next.data(), n, logits.data(), split, parts);
     std::vector<float> level_z;
     std::vector<TokenId> level_tokens;
     std::vector<int32_t> level_index;
@@ -265,8 +305,8 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
 
 void DraftHead::mtp_propose_best_first(const LlamaModel& model, const float* h, TokenId last,
                                        std::span<const int32_t> widths, int32_t nodes,
-                                       std::vector<TokenId>& draft,
-                                       std::vector<int32_t>& parent) const {
+                                       std::vector<TokenId>& draft, std::vector<int32_t>& parent,
+                                       const DraftSplit* split, int64_t parts) const {
   const int64_t d = info.n_embd, v = static_cast<int64_t>(vocab.size());
   draft.clear();
   parent.clear();
@@ -298,8 +338,8 @@ void DraftHead::mtp_propose_best_first(const LlamaModel& model, const float* h, 
     if (depth >= static_cast<int32_t>(widths.size())) return;
     embed_tokens(model, std::span(&token, 1), e.data());
     float* next = at < 0 ? z.data() : states.data() + static_cast<size_t>(at) * d;
-    mtp_step(from, e.data(), 1, next);
-    vocab_logits(model, next, 1, logits.data());
+    mtp_step(from, e.data(), 1, next, split, parts);
+    vocab_logits(model, next, 1, logits.data(), split, parts);
     const float top = *std::max_element(logits.begin(), logits.end());
     double sum = 0.0;
     for (const float l : logits) sum += std::exp(static_cast<double>(l - top));

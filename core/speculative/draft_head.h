@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -49,6 +50,11 @@ struct DraftHeadInfo {
   std::string training_config_json = "{}", summary_json = "{}";
 };
 
+// Runs fn(part) for every part in [0, parts) at once on the caller's threads (a device's
+// parallel_for): how one draft step spreads its matrix products when a single request drafts
+// and the device's other threads would wait. Null: the caller's thread does everything.
+using DraftSplit = std::function<void(int64_t parts, const std::function<void(int64_t)>& fn)>;
+
 struct DraftHead {
   DraftHeadInfo info;
   // medusa: per head (n_embd, n_embd) row-major out × in, and (n_embd).
@@ -64,23 +70,28 @@ struct DraftHead {
   // (n, n_embd). Single-threaded; z must not alias h.
   void residual(int head, const float* h, int64_t n, float* z) const;
   // mtp: z (n, n_embd) = h + SiLU(W [h; e] + b) for the rows h and e (n, n_embd each).
-  // Single-threaded; z must not alias h or e.
-  void mtp_step(const float* h, const float* e, int64_t n, float* z) const;
+  // z must not alias h or e. Single-threaded, or with `split` over `parts` slices of the output
+  // columns (whole tiles of the dense kernel, so every value is computed as without it).
+  void mtp_step(const float* h, const float* e, int64_t n, float* z,
+                const DraftSplit* split = nullptr, int64_t parts = 1) const;
   // mtp: logits (n, vocab.size()) of the rows z (n, n_embd) over the LM-head rows of `vocab`,
   // computed as the target computes its own logits: the rows are copied from `model`'s LM head
   // in its stored type on first use (in the x8 layout where the target's is) and multiplied with
   // the same matmul kernels, so a row's logit is bit for bit the target's logit for that token
   // of z. (A draft step reads a quarter of the bytes f32 rows would take: drafting is bound by
-  // memory like a decode step.) Single-threaded; safe from several threads at once.
-  void vocab_logits(const LlamaModel& model, const float* z, int64_t n, float* logits) const;
+  // memory like a decode step.) Single-threaded, or with `split` over `parts` slices of the
+  // vocabulary (whole x8 row groups: the same values); safe from several threads at once.
+  void vocab_logits(const LlamaModel& model, const float* z, int64_t n, float* logits,
+                    const DraftSplit* split = nullptr, int64_t parts = 1) const;
   // mtp: the drafts after the token `last`, whose hidden state is h (n_embd) — the row whose
   // logits gave `last`. Level l expands every node of level l − 1 (the root: `last` itself) into
   // its widths[l] best tokens (a chain when every width is 1), ties to the lower token id; at
   // most max_nodes nodes, in level order. draft[i] follows node parent[i] (−1: `last`).
-  // Single-threaded.
+  // Single-threaded, or its steps split as mtp_step and vocab_logits split them (same drafts).
   void mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                    std::span<const int32_t> widths, int32_t max_nodes, std::vector<TokenId>& draft,
-                   std::vector<int32_t>& parent) const;
+                   std::vector<int32_t>& parent, const DraftSplit* split = nullptr,
+                   int64_t parts = 1) const;
   // mtp: a dynamic tree (EAGLE-2 style) of at most `nodes` nodes instead of the whole static one:
   // among the nodes of the tree `widths` describes (a node of depth l has its widths[l] best
   // tokens as children), the `nodes` nodes of highest path probability — the product, from
@@ -88,10 +99,11 @@ struct DraftHead {
   // so a node enters only after its parent (a path's probability only falls with depth); ties to
   // the node found first. Returned in level order, each level's nodes grouped by parent in the
   // parents' order and, within a parent, most probable first (draft[i] follows node parent[i],
-  // −1: `last`). Single-threaded.
+  // −1: `last`). Single-threaded, or split as mtp_propose is.
   void mtp_propose_best_first(const LlamaModel& model, const float* h, TokenId last,
                               std::span<const int32_t> widths, int32_t nodes,
-                              std::vector<TokenId>& draft, std::vector<int32_t>& parent) const;
+                              std::vector<TokenId>& draft, std::vector<int32_t>& parent,
+                              const DraftSplit* split = nullptr, int64_t parts = 1) const;
 
  private:
   struct VocabRows {

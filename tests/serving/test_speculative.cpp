@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 
+#include "core/device/device.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -70,6 +71,7 @@ class SpeculativeTest : public QObject {
   void greedy_output_is_unchanged_by_context_lookup();
   void dynamic_tree_holds_the_most_probable_nodes();
   void draft_vocabulary_logits_are_the_target_s();
+  void split_draft_steps_compute_what_one_thread_does();
   void greedy_output_is_unchanged_by_adaptive_drafting();
   void auto_selection_switches_heads_mid_generation();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
@@ -394,6 +396,56 @@ void SpeculativeTest::draft_vocabulary_logits_are_the_target_s() {
                                   .arg(draft[r * v + j])
                                   .arg(target[r * n_vocab + head->vocab[j]])));
     }
+  }
+}
+
+// A single request's draft steps split over the device's threads (the worker does so when fewer
+// requests draft than it has threads): mtp_step, the vocabulary logits, the chain, the static
+// tree and the best-first tree are bit for bit those of one thread, for 2 and 3 parts, a
+// vocabulary that is not a whole number of x8 row groups and several rows at once.
+void SpeculativeTest::split_draft_steps_compute_what_one_thread_does() {
+  std::vector<TokenId> vocab = prompt_and_output_tokens();
+  if (vocab.size() % 8 == 0) vocab.pop_back();
+  const std::shared_ptr<const DraftHead> head = mtp_head(vocab, 5);
+  const int64_t d = model_->hparams().n_embd, v = static_cast<int64_t>(head->vocab.size());
+  kernels::ThreadPool pool(3);
+  const DraftSplit split = [&](int64_t parts, const std::function<void(int64_t)>& fn) {
+    parallel_for_on(pool, parts, fn);
+  };
+  std::mt19937 rng(13);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  const int64_t n = 4;
+  std::vector<float> h(static_cast<size_t>(n * d)), e(h.size());
+  for (float& x : h) x = noise(rng);
+  for (float& x : e) x = noise(rng);
+  std::vector<float> z_one(h.size()), logits_one(static_cast<size_t>(n * v));
+  head->mtp_step(h.data(), e.data(), n, z_one.data());
+  head->vocab_logits(*model_, z_one.data(), n, logits_one.data());
+  const TokenId last = prompts_[0].back();
+  const std::vector<int32_t> chain(4, 1), widths = {3, 2, 2, 1};
+  std::vector<TokenId> chain_one, tree_one, best_one;
+  std::vector<int32_t> parent, tree_parent_one, best_parent_one;
+  head->mtp_propose(*model_, h.data(), last, chain, 64, chain_one, parent);
+  head->mtp_propose(*model_, h.data(), last, widths, 64, tree_one, tree_parent_one);
+  head->mtp_propose_best_first(*model_, h.data(), last, widths, 20, best_one, best_parent_one);
+  for (const int64_t parts : {int64_t{2}, int64_t{3}}) {
+    const QString what = QString("%1 parts").arg(parts);
+    std::vector<float> z(h.size()), logits(logits_one.size());
+    head->mtp_step(h.data(), e.data(), n, z.data(), &split, parts);
+    QVERIFY2(z == z_one, qPrintable(what + ": mtp_step"));
+    head->vocab_logits(*model_, z.data(), n, logits.data(), &split, parts);
+    QVERIFY2(logits == logits_one, qPrintable(what + ": vocabulary logits"));
+    std::vector<TokenId> draft;
+    std::vector<int32_t> tree_parent;
+    head->mtp_propose(*model_, h.data(), last, chain, 64, draft, tree_parent, &split, parts);
+    QVERIFY2(draft == chain_one, qPrintable(what + ": chain"));
+    head->mtp_propose(*model_, h.data(), last, widths, 64, draft, tree_parent, &split, parts);
+    QVERIFY2(draft == tree_one && tree_parent == tree_parent_one,
+             qPrintable(what + ": static tree"));
+    head->mtp_propose_best_first(*model_, h.data(), last, widths, 20, draft, tree_parent, &split,
+                                 parts);
+    QVERIFY2(draft == best_one && tree_parent == best_parent_one,
+             qPrintable(what + ": best-first tree"));
   }
 }
 
