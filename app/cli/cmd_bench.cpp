@@ -81,6 +81,18 @@ int verify_most(const BenchCommand& c) {
   return c.verify_rows.empty() ? 0 : *std::max_element(c.verify_rows.begin(), c.verify_rows.end());
 }
 
+// Refuses a prompt that leaves no room in the model's context for the tokens generated or for
+// the longest verifying step, naming the option that does not fit.
+void check_context(const BenchCommand& c, int64_t n_ctx) {
+  const auto refuse = [&](const std::string& option, int n) {
+    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + " + option +
+                " " + std::to_string(n) + " exceed the model's context of " +
+                std::to_string(n_ctx) + " tokens");
+  };
+  if (c.prompt_tokens + c.gen_tokens > n_ctx) refuse("--gen-tokens", c.gen_tokens);
+  if (c.prompt_tokens + verify_most(c) > n_ctx) refuse("--verify-rows", verify_most(c));
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -174,10 +186,7 @@ void run_device_bench(const BenchCommand& c) {
   LoadedModel m = load_model(common);
   const HParams& hp = m.model->hparams();
   const int64_t n_ctx = hp.n_ctx_train;
-  if (c.prompt_tokens + std::max(c.gen_tokens, verify_most(c)) > n_ctx)
-    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + --gen-tokens " +
-                std::to_string(c.gen_tokens) + " exceed the model's context of " +
-                std::to_string(n_ctx) + " tokens");
+  check_context(c, n_ctx);
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int32_t block_size = 16;
   const int32_t n_blocks =
@@ -253,10 +262,7 @@ void run_bench(const BenchCommand& c) {
         "--synthetic is for GPU devices (--device cuda:N); on the CPU, write the model "
         "with `tokenfab-cli synth` and pass it with --model");
   LoadedModel m = load_model(c.common);
-  if (c.prompt_tokens + verify_most(c) > m.model->hparams().n_ctx_train)
-    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + --verify-rows " +
-                std::to_string(verify_most(c)) + " exceed the model's context of " +
-                std::to_string(m.model->hparams().n_ctx_train) + " tokens");
+  check_context(c, m.model->hparams().n_ctx_train);
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const int threads = resolve_threads(c.common.threads);
   Generator generator(*m.model, *m.tokenizer, threads, c.prompt_tokens + c.gen_tokens + 1);

@@ -392,6 +392,9 @@ void CliTest::bad_input_data() {
       << "bench runs on one device" << true;
   QTest::newRow("verifying step of no rows")
       << QStringList{"bench", "--verify-rows", "2,0"} << "--verify-rows: 0 rows" << false;
+  QTest::newRow("verifying step past the context")
+      << QStringList{"bench", "--prompt-tokens", "8190", "--gen-tokens", "2", "--verify-rows", "8"}
+      << "--prompt-tokens 8190 + --verify-rows 8 exceed the model's context" << true;
   QTest::newRow("batch-bench on two devices")
       << QStringList{"batch-bench", "--device", "cpu:0,cpu:1", "--streams", "1"}
       << "a benchmark runs on one device" << true;
