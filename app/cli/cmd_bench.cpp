@@ -81,13 +81,23 @@ int verify_most(const BenchCommand& c) {
   return c.verify_rows.empty() ? 0 : *std::max_element(c.verify_rows.begin(), c.verify_rows.end());
 }
 
+// A benchmark device's KV pool: blocks 0, 1, … for the prompt and the most tokens after it (the
+// generated ones, or the longest verifying step), one sequence holding them all.
+constexpr int32_t kBlockSize = 16;
+std::vector<int32_t> block_table(const BenchCommand& c) {
+  const int32_t tokens = c.prompt_tokens + std::max(c.gen_tokens, verify_most(c));
+  std::vector<int32_t> table(static_cast<size_t>((tokens + kBlockSize) / kBlockSize));
+  std::iota(table.begin(), table.end(), 0);
+  return table;
+}
+
 // Refuses a prompt that leaves no room in the model's context for the tokens generated or for
 // the longest verifying step, naming the option that does not fit.
 void check_context(const BenchCommand& c, int64_t n_ctx) {
   const auto refuse = [&](const std::string& option, int n) {
-    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + " + option +
-                " " + std::to_string(n) + " exceed the model's context of " +
-                std::to_string(n_ctx) + " tokens");
+    throw Error("bench: --prompt-tokens " + std::to_string(c.prompt_tokens) + " + " + option + " " +
+                std::to_string(n) + " exceed the model's context of " + std::to_string(n_ctx) +
+                " tokens");
   };
   if (c.prompt_tokens + c.gen_tokens > n_ctx) refuse("--gen-tokens", c.gen_tokens);
   if (c.prompt_tokens + verify_most(c) > n_ctx) refuse("--verify-rows", verify_most(c));
@@ -188,13 +198,9 @@ void run_device_bench(const BenchCommand& c) {
   const int64_t n_ctx = hp.n_ctx_train;
   check_context(c, n_ctx);
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
-  const int32_t block_size = 16;
-  const int32_t n_blocks =
-      (c.prompt_tokens + std::max(c.gen_tokens, verify_most(c)) + block_size) / block_size;
+  const std::vector<int32_t> table = block_table(c);
   const std::unique_ptr<Device> device =
-      make_bench_device(c.device, *m.model, 1, n_blocks, block_size);
-  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  std::iota(table.begin(), table.end(), 0);
+      make_bench_device(c.device, *m.model, 1, static_cast<int32_t>(table.size()), kBlockSize);
   std::vector<double> prefill, decode, ttft, step;
   for (int rep = -1; rep < c.repetitions; ++rep) {  // rep −1: the warm-up
     const DeviceRun r = device_repetition(*device, prompt, c.gen_tokens, table);
@@ -292,11 +298,9 @@ void run_bench(const BenchCommand& c) {
                       {"decode_tok_s_runs", decode},
                       {"backend", "cpu"}};
   if (!c.verify_rows.empty()) {
-    const int32_t block_size = 16;
-    const int32_t n_blocks = (c.prompt_tokens + verify_most(c) + block_size) / block_size;
-    CpuDevice device(bench_device_spec(c.device), *m.model, threads, n_blocks, block_size);
-    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-    std::iota(table.begin(), table.end(), 0);
+    const std::vector<int32_t> table = block_table(c);
+    CpuDevice device(bench_device_spec(c.device), *m.model, threads,
+                     static_cast<int32_t>(table.size()), kBlockSize);
     j["verify"] = verify_report(device, prompt, c.verify_rows, c.repetitions, table);
   }
   print_report(j, c.common.json);

@@ -171,14 +171,6 @@ void DraftHead::residual(int head, const float* h, int64_t n, float* z) const {
 
 namespace {
 
-// [begin, end) of part `index` of `parts` over n items in whole multiples of `grain`.
-void part_range(int64_t n, int64_t grain, int64_t index, int64_t parts, int64_t& begin,
-                int64_t& end) {
-  const int64_t units = (n + grain - 1) / grain;
-  begin = std::min(n, units * index / parts * grain);
-  end = std::min(n, units * (index + 1) / parts * grain);
-}
-
 // fn(begin, end) over `parts` parts of [0, n) (multiples of `grain`), through `split` when there
 // is one and more than one part.
 void for_parts(const DraftSplit* split, int64_t parts, int64_t n, int64_t grain,
@@ -186,7 +178,7 @@ void for_parts(const DraftSplit* split, int64_t parts, int64_t n, int64_t grain,
   if (split == nullptr || parts <= 1) return fn(0, n);
   (*split)(parts, [&](int64_t p) {
     int64_t begin, end;
-    part_range(n, grain, p, parts, begin, end);
+    kernels::ThreadPool::split(n, grain, static_cast<int>(p), static_cast<int>(parts), begin, end);
     if (begin < end) fn(begin, end);
   });
 }
