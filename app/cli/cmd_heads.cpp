@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <sstream>
 
@@ -32,10 +31,9 @@
 #include "core/serving/prompt_sets.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
-#include "core/tokenizer/chat_template.h"
+#include "core/training/generation_eval.h"
 #include "core/training/head_training_job.h"
 #include "head_options.h"
-#include "kernels/cpu/quant_types.h"
 
 namespace tokenfab::cli {
 
@@ -86,12 +84,6 @@ std::vector<std::string> prompts_from_file(const fs::path& file) {
   }
   if (out.empty()) throw Error(file.string() + " holds no prompts");
   return out;
-}
-
-std::vector<TokenId> chat_prompt(const LoadedModel& m, const ChatTemplate& tmpl,
-                                 const std::string& text) {
-  return m.tokenizer->encode(tmpl.apply({{"user", text}}, true), m.tokenizer->add_bos_token(),
-                             true);
 }
 
 // ---- heads train ----------------------------------------------------------------------------
@@ -189,80 +181,45 @@ void run_eval(const EvalCommand& c) {
     throw Error("give exactly one of --prompt-set NAME or --prompts FILE");
   if (c.head.head == "none" && c.head.lookup == 0)
     throw Error("--head is required (ID, NAME or PATH; none with --lookup N)");
-  static const std::map<std::string, kernels::WeightType> kQuants = {
-      {"f16", kernels::WeightType::F16},
-      {"q8_0", kernels::WeightType::Q8_0},
-      {"q4_1", kernels::WeightType::Q4_1},
-      {"q4_0", kernels::WeightType::Q4_0}};
-  if (c.target_quant != "native" && !kQuants.count(c.target_quant))
-    throw Error("--target-quant " + c.target_quant + ": expected native, f16, q8_0, q4_1 or q4_0");
+  check_target_quant(c.target_quant);
   LoadedModel m = load_model(c.common);
-  const std::shared_ptr<const DraftHead> head = resolve_head(c.head, *m.model);
-  // The quantization study: the target re-quantized in memory; the native file's speed without a
-  // head is measured too, so the net effect of the cheaper (or richer) target shows.
-  std::unique_ptr<LlamaModel> requantized;
-  if (c.target_quant != "native") {
-    requantized = LlamaModel::load(m.model->file().name());
-    requantized->requantize(kQuants.at(c.target_quant));
-  }
-  const LlamaModel& target = requantized ? *requantized : *m.model;
-  std::vector<std::string> texts = c.prompt_set ? named_prompts(*c.prompt_set, "validation")
-                                                : prompts_from_file(*c.prompts_file);
-  if (c.max_prompts > 0 && static_cast<int>(texts.size()) > c.max_prompts)
-    texts.resize(c.max_prompts);
-  const ChatTemplate tmpl = ChatTemplate::from_gguf(m.model->file());
-  EngineConfig config;
-  config.threads = c.common.threads;
-  auto is_end = [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); };
-  Engine engine(target, config, is_end);
-  std::unique_ptr<Engine> native;
-  if (requantized) native = std::make_unique<Engine>(*m.model, config, is_end);
+  GenerationEvalRequest r;
+  r.head = resolve_head(c.head, *m.model);
+  r.prompts = c.prompt_set ? named_prompts(*c.prompt_set, "validation")
+                           : prompts_from_file(*c.prompts_file);
+  if (c.max_prompts > 0 && static_cast<int>(r.prompts.size()) > c.max_prompts)
+    r.prompts.resize(c.max_prompts);
+  r.max_tokens = c.max_tokens;
+  r.draft_len = c.head.draft_len;
+  r.tree_shape = c.head.request_tree();
+  r.tree_nodes = c.head.request_tree_nodes();
+  r.lookup = c.head.lookup;
+  r.target_quant = c.target_quant;
+  r.config.threads = c.common.threads;
   std::signal(SIGINT, on_sigint);
-  DecodeTotals with, without, native_totals;
-  bool lossless = true;
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < texts.size() && !g_cancel.load(); ++i) {
-    GenerationRequest r{chat_prompt(m, tmpl, texts[i]), c.max_tokens};
-    const RequestInfo base = engine.wait(engine.submit(r));
-    r.head = head;
-    r.draft_len = c.head.draft_len;
-    r.tree_shape = c.head.request_tree();
-    r.tree_nodes = c.head.request_tree_nodes();
-    r.lookup = c.head.lookup;
-    const RequestInfo spec = engine.wait(engine.submit(r));
-    if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)
-      throw Error("prompt " + std::to_string(i + 1) +
-                  " failed: " + (base.error.empty() ? spec.error : base.error));
-    lossless = lossless && base.output == spec.output;
-    if (native) {
-      r.head = nullptr;  // the native target's own speed: no drafts of any kind
-      r.lookup = 0;
-      native_totals.add(native->wait(native->submit(r)));
-    }
-    without.add(base);
-    with.add(spec);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cerr << "\rprompt " << i + 1 << "/" << texts.size() << "  ACCEPT/STEP "
-              << (with.steps ? static_cast<double>(with.decode_tokens) / with.steps : 0.0)
-              << "  ETA "
-              << duration_text(s / static_cast<double>(i + 1) *
-                               static_cast<double>(texts.size() - i - 1))
-              << "   " << std::flush;
-  }
+  const GenerationEvalResult result =
+      evaluate_by_generating(*m.model, *m.tokenizer, r, [](const GenerationEvalProgress& p) {
+        if (p.phase == "quantizing")
+          std::cerr << "re-quantizing the target…" << std::flush;
+        else
+          std::cerr << "\rprompt " << p.done << "/" << p.total << "  ACCEPT/STEP "
+                    << p.accept_per_step << "  ETA " << duration_text(p.eta_s) << "   "
+                    << std::flush;
+        return !g_cancel.load();
+      });
   std::cerr << std::endl;
-  if (g_cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
-  const std::vector<double> per_position = with.per_position();
-  const double accept = with.accept_per_step();
+  const std::vector<double> per_position = result.with.per_position();
+  const double accept = result.with.accept_per_step();
+  const std::shared_ptr<const DraftHead>& head = r.head;
   nlohmann::json out = {
       {"accept_per_step", accept},
       {"per_position", per_position},
-      {"decode_tok_s", with.tok_s()},
-      {"baseline_decode_tok_s", without.tok_s()},
-      {"speedup", without.tok_s() > 0 ? with.tok_s() / without.tok_s() : 0.0},
-      {"prompts", texts.size()},
-      {"tokens", with.tokens},
-      {"lossless", lossless},
+      {"decode_tok_s", result.with.tok_s()},
+      {"baseline_decode_tok_s", result.without.tok_s()},
+      {"speedup", result.speedup()},
+      {"prompts", result.prompts},
+      {"tokens", result.with.tokens},
+      {"lossless", result.lossless},
       {"head", head ? nlohmann::json(head->info.name) : nlohmann::json()},
       {"spec", c.head.spec},
       {"draft_len", head ? std::min(c.head.draft_len, head->n_heads()) : c.head.draft_len},
@@ -271,12 +228,12 @@ void run_eval(const EvalCommand& c) {
       {"lookup", c.head.lookup},
       {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
       {"target_quant", c.target_quant}};
-  if (native) {
-    out["native_decode_tok_s"] = native_totals.tok_s();
-    out["net_speedup_vs_native"] =
-        native_totals.tok_s() > 0 ? with.tok_s() / native_totals.tok_s() : 0.0;
+  if (result.native) {
+    out["native_decode_tok_s"] = result.native->tok_s();
+    out["net_speedup_vs_native"] = result.net_speedup_vs_native();
   }
-  if (!lossless) throw Error("speculative output differed from the target's own: " + out.dump());
+  if (!result.lossless)
+    throw Error("speculative output differed from the target's own: " + out.dump());
   // An evaluation records the head's own acceptance: runs with context lookup drafts, which
   // add tokens no head proposed, are reported but not recorded.
   if (c.head.lookup > 0 && !c.no_record)
@@ -286,17 +243,9 @@ void run_eval(const EvalCommand& c) {
     Registry registry(*db);
     if (const auto record = registry.find_head(head->info.name);
         record && record->base_model_sha256 == head->info.base_model_sha256) {
-      EvaluationRecord e;
+      EvaluationRecord e = evaluation_record(r, result);
       e.head_id = record->id;
       e.domain = out["domain"];
-      e.spec = c.head.spec;
-      e.accept_per_step = accept;
-      e.per_position = per_position;
-      e.decode_tok_s = with.tok_s();
-      e.baseline_decode_tok_s = without.tok_s();
-      e.target_quant = c.target_quant;
-      e.prompts = static_cast<int64_t>(texts.size());
-      e.tokens = with.tokens;
       out["evaluation_id"] = registry.add_evaluation(e);
     }
   }

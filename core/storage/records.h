@@ -47,6 +47,10 @@ struct EvaluationRecord {
   double decode_tok_s = 0;           // with the head
   double baseline_decode_tok_s = 0;  // without speculation, same target
   std::string target_quant;          // "native", or the target's quantisation ("q8_0", ...)
+  // The model file's own decode tok/s without speculation, measured in the same run: the
+  // baseline for a native target, the unquantized model for the quantization study; 0 where it
+  // was not measured (evaluations recorded before schema version 4).
+  double native_decode_tok_s = 0;
   int64_t prompts = 0;
   int64_t tokens = 0;
   int64_t created_unix = 0;

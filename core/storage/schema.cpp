@@ -97,10 +97,18 @@ CREATE INDEX runs_by_kind_created ON runs (kind, created_ms);
 CREATE INDEX runs_by_created ON runs (created_ms);
 )sql";
 
+// Version 4: an evaluation keeps the model file's own decode speed without speculation, measured
+// in the same run (the quantization study compares a re-quantized target against it); rows from
+// before read 0, "not measured".
+constexpr const char* kVersion4 = R"sql(
+ALTER TABLE evaluations ADD COLUMN native_decode_tok_s REAL NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
     {2, kVersion2},
     {3, kVersion3},
+    {4, kVersion4},
 };
 
 static_assert(kApplicationId == 1416316514, "migration 1 writes kApplicationId in decimal");

@@ -1,8 +1,9 @@
 // The Draft heads page (ui/views/heads_page.h) on the offscreen platform with the real default
 // model: training a tiny head from the page reaches 100 % and the head appears in the table (and in
 // the registry, with its file); a training cancelled from its progress report leaves no new row and
-// no file in the heads folder. TOKENFAB_HOME points at a temporary directory before anything opens
-// the database.
+// no file in the heads folder; an evaluation fills the heat map, and one on a re-quantized target
+// (the quantization study) fills the selected head's evaluations table beside the model's own
+// speed. TOKENFAB_HOME points at a temporary directory before anything opens the database.
 
 #include <QSignalSpy>
 #include <QtTest>
@@ -182,6 +183,45 @@ void GuiHeadsTest::evaluation_fills_the_matrix_export_and_delete() {
   QVERIFY(page.matrix()->item(row, column));
   QCOMPARE(page.matrix()->item(row, column)->text(),
            QString::number(evaluations.front().accept_per_step, 'f', 2));
+  // On the model's own weights the model's own speed is the baseline, measured in the same run.
+  QCOMPARE(evaluations.front().target_quant, std::string("native"));
+  QCOMPARE(evaluations.front().native_decode_tok_s, evaluations.front().baseline_decode_tok_s);
+
+  // The quantization study: the target re-quantized to Q8_0 in memory, its evaluation recorded
+  // with the model's own speed beside it; it reports each prompt and shows in the selected head's
+  // evaluations table, while the heat map keeps the model's own weights' figure.
+  QSignalSpy progress(&page, &HeadsPage::evaluationProgress);
+  QVERIFY(page.start_evaluation(record->id, "code", 2, 16, "q8_0"));
+  QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 2, kTrainTimeoutMs);
+  QVERIFY2(finished.last().at(0).toBool(), qPrintable(finished.last().at(1).toString()));
+  QVERIFY(!progress.isEmpty());
+  QCOMPARE(progress.last().at(0).toDouble(), 1.0);
+  const auto studied = registry.evaluations(record->id);
+  QCOMPARE(studied.size(), size_t{2});
+  QCOMPARE(studied.front().target_quant, std::string("q8_0"));  // newest first
+  QVERIFY(studied.front().native_decode_tok_s > 0);
+  QVERIFY(studied.front().baseline_decode_tok_s > 0);
+  QCOMPARE(page.matrix()->item(row, column)->text(),
+           QString::number(evaluations.front().accept_per_step, 'f', 2));
+  // With no head picked, the newest (here the only) head is selected and its evaluations show.
+  QTableWidget* table = page.evaluations_table();
+  QCOMPARE(page.heads_table()->rowCount(), 1);
+  QCOMPARE(table->rowCount(), 2);
+  page.heads_table()->clearSelection();
+  QCOMPARE(table->rowCount(), 0);
+  page.heads_table()->selectRow(0);
+  QCOMPARE(table->rowCount(), 2);
+  QCOMPARE(table->item(0, 2)->text(), QString("native"));  // the model's own weights first
+  QCOMPARE(table->item(1, 2)->text(), QString("q8_0"));
+  QCOMPARE(table->item(1, 3)->text(), QString::number(studied.front().accept_per_step, 'f', 2));
+  QVERIFY(table->item(1, 7)->text().endsWith(QString::fromUtf8("×")));
+  // An unknown target quantization is refused with the accepted names.
+  QVERIFY(page.start_evaluation(record->id, "code", 1, 16, "q2_k"));
+  QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 3, kTrainTimeoutMs);
+  QVERIFY(!finished.last().at(0).toBool());
+  QVERIFY2(finished.last().at(1).toString().contains("expected native, f16, q8_0, q4_1 or q4_0"),
+           qPrintable(finished.last().at(1).toString()));
+  QCOMPARE(registry.evaluations(record->id).size(), size_t{2});
 
   const QString exported = home_.filePath("exported.gguf");
   page.export_head(record->id, exported);

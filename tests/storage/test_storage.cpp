@@ -19,6 +19,8 @@
 #include "core/common/error.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
+#include "core/storage/schema.h"
+#include "core/storage/sqlite.h"
 
 using namespace tokenfab;
 namespace fs = std::filesystem;
@@ -82,6 +84,7 @@ EvaluationRecord make_evaluation(int64_t head_id, const std::string& domain,
   e.decode_tok_s = 80.5;
   e.baseline_decode_tok_s = 50.25;
   e.target_quant = quant;
+  e.native_decode_tok_s = 62.125;
   e.prompts = 16;
   e.tokens = 4096;
   return e;
@@ -154,6 +157,32 @@ class TestStorage : public QObject {
     const fs::path fresh = temp_path(dir, "fresh/new.db");
     QCOMPARE(Database::open(fresh)->schema_version(), Database::latest_schema_version());
     QVERIFY(fs::exists(fresh));
+  }
+
+  // A database at schema version 3 (before evaluations kept the model's own speed) opens at the
+  // latest version with its evaluations intact, their native_decode_tok_s read as 0.
+  void migration_keeps_older_evaluations() {
+    QTemporaryDir dir;
+    const fs::path file = temp_path(dir, "v3.db");
+    {
+      sqlite::Connection connection;
+      connection.open(file);
+      for (const schema::Migration& m : schema::migrations())
+        if (m.version <= 3) connection.exec(m.sql);
+      connection.exec("PRAGMA user_version = 3");
+      connection.exec(
+          "INSERT INTO heads VALUES (1, 'old', 'code', 'mtp', 'aa', '/h/old.gguf', 1, '{}', '{}');"
+          "INSERT INTO evaluations (head_id, domain, spec, accept_per_step, per_position_json, "
+          "decode_tok_s, baseline_decode_tok_s, target_quant, prompts, tokens, created_unix) "
+          "VALUES (1, 'code', 'chain', 1.5, '[0.5]', 90.0, 80.0, 'q4_0', 3, 300, 7);");
+    }
+    auto db = Database::open(file);
+    QCOMPARE(db->schema_version(), Database::latest_schema_version());
+    const auto evaluations = Registry(*db).evaluations(1);
+    QCOMPARE(evaluations.size(), size_t{1});
+    QCOMPARE(evaluations.front().accept_per_step, 1.5);
+    QCOMPARE(evaluations.front().target_quant, std::string("q4_0"));
+    QCOMPARE(evaluations.front().native_decode_tok_s, 0.0);
   }
 
   void not_a_database() {
@@ -342,6 +371,7 @@ class TestStorage : public QObject {
     QCOMPARE(e.per_position, (std::vector<double>{0.75, 0.5, 0.125}));
     QCOMPARE(e.decode_tok_s, 80.5);
     QCOMPARE(e.baseline_decode_tok_s, 50.25);
+    QCOMPARE(e.native_decode_tok_s, 62.125);
     QCOMPARE(e.target_quant, std::string("native"));
     QCOMPARE(e.prompts, int64_t{16});
     QCOMPARE(e.tokens, int64_t{4096});

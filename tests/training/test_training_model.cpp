@@ -1,7 +1,8 @@
 // Draft-head training on the default model (SmolLM2-135M-Instruct, Q4_1): the trace recorder
 // records what the ModelRunner computes and generates what greedy decoding generates, a short
 // self-distillation run raises the simulated ACCEPT/STEP over the untrained head, and an mtp
-// head's rollout rows teach the later steps of its chain.
+// head's rollout rows teach the later steps of its chain; the quantization study's generating
+// evaluation measures a re-quantized target beside the model's own.
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -10,11 +11,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "core/common/error.h"
 #include "core/kvcache/kv_manager.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -22,6 +25,7 @@
 #include "core/runtime/model_runner.h"
 #include "core/storage/database.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/training/generation_eval.h"
 #include "core/training/head_eval.h"
 #include "core/training/head_training_job.h"
 #include "core/training/trace_recorder.h"
@@ -119,6 +123,7 @@ class TrainingModelTest : public QObject {
   void training_improves_acceptance_data();
   void training_improves_acceptance();
   void rollout_rows_train_later_steps();
+  void generation_eval_on_a_requantized_target();
 
  private:
   const TraceSet& traces() {
@@ -421,6 +426,67 @@ void TrainingModelTest::rollout_rows_train_later_steps() {
     later.push_back(e.top1[2] + e.top1[3]);
   }
   QVERIFY2(later[1] > later[0], "three rollout rows did not raise steps 3 and 4");
+}
+
+// The quantization study's measurement (generation_eval.h) with context lookup drafts, which need
+// no head: on a target re-quantized to Q8_0 the drafted and plain outputs agree, the model's own
+// speed is measured beside them, progress goes from re-quantizing through every prompt, and a
+// cancel or an unknown quantization throws. On the model's own weights, its speed is the baseline.
+void TrainingModelTest::generation_eval_on_a_requantized_target() {
+  GenerationEvalRequest r;
+  r.prompts = {"Write a Python function that reverses a list.", "Name three primary colours."};
+  r.max_tokens = 24;
+  r.lookup = 3;
+  r.target_quant = "q8_0";
+  r.config.threads = 2;
+  std::vector<GenerationEvalProgress> seen;
+  const GenerationEvalResult result =
+      evaluate_by_generating(*model_, *tokenizer_, r, [&](const GenerationEvalProgress& p) {
+        seen.push_back(p);
+        return true;
+      });
+  QVERIFY(result.lossless);
+  QCOMPARE(result.prompts, int64_t{2});
+  QVERIFY(result.native.has_value());
+  QVERIFY(result.with.tokens > 0);
+  QCOMPARE(result.with.tokens, result.without.tokens);
+  QCOMPARE(result.native->tokens, result.without.tokens);  // Q8_0 keeps these greedy replies
+  QVERIFY(result.native->tok_s() > 0 && result.without.tok_s() > 0);
+  QVERIFY(result.net_speedup_vs_native() > 0);
+  QVERIFY(seen.size() >= 4);
+  QCOMPARE(seen.front().phase, std::string("quantizing"));
+  QCOMPARE(seen[1].phase, std::string("generating"));
+  QCOMPARE(seen[1].done, int64_t{0});
+  QCOMPARE(seen.back().done, seen.back().total);
+  const EvaluationRecord e = evaluation_record(r, result);
+  QCOMPARE(e.target_quant, std::string("q8_0"));
+  QCOMPARE(e.spec, std::string("chain"));
+  QCOMPARE(e.native_decode_tok_s, result.native->tok_s());
+  QCOMPARE(e.baseline_decode_tok_s, result.without.tok_s());
+  QCOMPARE(e.prompts, int64_t{2});
+
+  r.target_quant = "native";
+  r.prompts.resize(1);
+  const GenerationEvalResult own = evaluate_by_generating(
+      *model_, *tokenizer_, r, [](const GenerationEvalProgress&) { return true; });
+  QVERIFY(!own.native.has_value());
+  QCOMPARE(evaluation_record(r, own).native_decode_tok_s, own.without.tok_s());
+
+  const auto error_of = [&](const std::function<bool(const GenerationEvalProgress&)>& progress) {
+    try {
+      evaluate_by_generating(*model_, *tokenizer_, r, progress);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string cancelled =
+      error_of([](const GenerationEvalProgress& p) { return p.phase != "generating"; });
+  QVERIFY2(cancelled.find("cancelled") != std::string::npos, cancelled.c_str());
+  r.target_quant = "q3_k";
+  const std::string unknown = error_of([](const GenerationEvalProgress&) { return true; });
+  QVERIFY2(unknown.find("expected native, f16, q8_0, q4_1 or q4_0") != std::string::npos,
+           unknown.c_str());
 }
 
 QTEST_GUILESS_MAIN(TrainingModelTest)

@@ -27,7 +27,7 @@
 #include "core/speculative/draft_head.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
-#include "core/tokenizer/chat_template.h"
+#include "core/training/generation_eval.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/app_settings.h"
 #include "ui/widgets/time_chart.h"
@@ -141,37 +141,55 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   return r;
 }
 
-// Generates `texts` with and without `head` (greedy) and returns the evaluation, not yet recorded.
-EvaluationRecord measure(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
-                         const std::shared_ptr<const DraftHead>& head,
-                         const std::vector<std::string>& texts, int max_tokens,
-                         const std::atomic<bool>& cancel) {
-  const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
-  DecodeTotals with, without;
-  for (const std::string& text : texts) {
-    if (cancel.load()) throw Error("evaluation cancelled; nothing was recorded");
-    GenerationRequest r{
-        tokenizer.encode(tmpl.apply({{"user", text}}, true), tokenizer.add_bos_token(), true),
-        max_tokens};
-    const RequestInfo base = engine.wait(engine.submit(r));
-    r.head = head;
-    r.draft_len = head->n_heads();
-    const RequestInfo spec = engine.wait(engine.submit(r));
-    if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)
-      throw Error("a prompt failed: " + (base.error.empty() ? spec.error : base.error));
-    without.add(base);
-    with.add(spec);
-  }
-  EvaluationRecord e;
-  e.spec = "chain";
-  e.target_quant = "native";
-  e.accept_per_step = with.accept_per_step();
-  e.per_position = with.per_position();
-  e.decode_tok_s = with.tok_s();
-  e.baseline_decode_tok_s = without.tok_s();
-  e.prompts = static_cast<int64_t>(texts.size());
-  e.tokens = with.tokens;
-  return e;
+// Evaluate…: the domain, the target's weights (the file's own, or re-quantized in memory for the
+// quantization study), how many validation prompts and tokens per reply.
+struct EvaluationChoice {
+  QString domain, target_quant;
+  int prompts = 8, max_tokens = 64;
+};
+
+std::optional<EvaluationChoice> ask_evaluation(QWidget* parent) {
+  QDialog dialog(parent);
+  dialog.setWindowTitle(QStringLiteral("Evaluate a draft head"));
+  auto* form = new QFormLayout(&dialog);
+  auto* domain = new QComboBox;
+  for (const std::string& d : builtin_domains()) domain->addItem(QString::fromStdString(d));
+  auto* target = new QComboBox;
+  for (const std::string& q : target_quant_names())
+    target->addItem(q == "native" ? QStringLiteral("native (the model file's own weights)")
+                                  : QString::fromStdString(q),
+                    QString::fromStdString(q));
+  target->setToolTip(
+      QStringLiteral("Re-quantize the target in memory before measuring: the study shows whether "
+                     "a cheaper target gains more in speed than it loses to rejected drafts. The "
+                     "model file's own speed without a head is measured in the same run."));
+  auto* prompts = new QSpinBox;
+  prompts->setRange(1, 1000);
+  prompts->setValue(8);
+  auto* tokens = new QSpinBox;
+  tokens->setRange(8, 4096);
+  tokens->setValue(64);
+  form->addRow(QStringLiteral("Domain (validation prompts)"), domain);
+  form->addRow(QStringLiteral("Target weights"), target);
+  form->addRow(QStringLiteral("Prompts"), prompts);
+  form->addRow(QStringLiteral("Tokens per reply"), tokens);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  form->addRow(buttons);
+  QObject::connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  QObject::connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  if (dialog.exec() != QDialog::Accepted) return std::nullopt;
+  return EvaluationChoice{domain->currentText(), target->currentData().toString(), prompts->value(),
+                          tokens->value()};
+}
+
+// Where a target quantization sorts in the study: the file's own first, then richest to cheapest.
+int quant_rank(const std::string& q) {
+  const auto& names = target_quant_names();
+  return static_cast<int>(std::find(names.begin(), names.end(), q) - names.begin());
+}
+
+QString tok_s_text(double v) {
+  return v > 0 ? QString::number(v, 'f', 1) : QStringLiteral("–");
 }
 
 }  // namespace
@@ -186,6 +204,26 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   heads_table_->verticalHeader()->hide();
   matrix_ = new QTableWidget(0, 0, this);
   matrix_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  matrix_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  matrix_->horizontalHeader()->setMinimumSectionSize(64);
+  evaluations_table_ = new QTableWidget(0, 8, this);
+  evaluations_table_->setHorizontalHeaderLabels({"Domain", "Spec", "Target", "ACCEPT/STEP",
+                                                 "tok/s with head", "without", "model's own",
+                                                 "net"});
+  evaluations_table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  evaluations_table_->verticalHeader()->hide();
+  evaluations_table_->verticalHeader()->setDefaultSectionSize(fontMetrics().height() + 8);
+  evaluations_table_->horizontalHeaderItem(2)->setToolTip(
+      QStringLiteral("The target's weights: the model file's own (native), or re-quantized in "
+                     "memory before the evaluation"));
+  evaluations_table_->horizontalHeaderItem(5)->setToolTip(
+      QStringLiteral("tok/s of the same target without drafts"));
+  evaluations_table_->horizontalHeaderItem(6)->setToolTip(
+      QStringLiteral("tok/s of the model file's own weights without drafts, measured in the same "
+                     "run"));
+  evaluations_table_->horizontalHeaderItem(7)->setToolTip(
+      QStringLiteral("tok/s with the head on this target over the model's own tok/s without "
+                     "drafts: above 1, this target with this head is faster than the plain model"));
 
   train_button_ = new QPushButton(QStringLiteral("Train…"));
   evaluate_button_ = new QPushButton(QStringLiteral("Evaluate…"));
@@ -223,8 +261,17 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   layout->addLayout(buttons);
   layout->addWidget(new QLabel(QStringLiteral("Registered heads")));
   layout->addWidget(heads_table_, 2);
-  layout->addWidget(new QLabel(QStringLiteral("Best recorded ACCEPT/STEP per domain")));
-  layout->addWidget(matrix_, 2);
+  auto* tables = new QHBoxLayout;
+  auto* matrix_column = new QVBoxLayout;
+  matrix_column->addWidget(new QLabel(QStringLiteral("Best recorded ACCEPT/STEP per domain")));
+  matrix_column->addWidget(matrix_);
+  auto* evaluations_column = new QVBoxLayout;
+  evaluations_column->addWidget(new QLabel(
+      QStringLiteral("Evaluations of the selected head, by target weights (quantization study)")));
+  evaluations_column->addWidget(evaluations_table_);
+  tables->addLayout(matrix_column, 1);
+  tables->addLayout(evaluations_column, 1);
+  layout->addLayout(tables, 2);
   layout->addLayout(job_row);
   layout->addWidget(chart_, 3);
 
@@ -237,7 +284,10 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
     AppSettings().setValue(settings_keys::kDefaultHead, default_head_->currentData().toString());
   });
   connect(cancel_button_, &QPushButton::clicked, this, &HeadsPage::cancel_job);
-  connect(heads_table_, &QTableWidget::itemSelectionChanged, this, &HeadsPage::update_buttons);
+  connect(heads_table_, &QTableWidget::itemSelectionChanged, this, [this] {
+    update_buttons();
+    show_evaluations();
+  });
   connect(this, &HeadsPage::trainingFinished, this, [this](bool ok, const QString& message) {
     if (!ok && interactive_ && !message.contains(QStringLiteral("cancelled")))
       QMessageBox::critical(this, QStringLiteral("Training failed"), message);
@@ -324,6 +374,11 @@ void HeadsPage::refresh() {
     default_head_->setCurrentIndex(std::max(shown, 0));
   }
   const int64_t selected = selected_head_id();
+  // The selection is restored without signals; the evaluations table and the buttons follow it
+  // at the end. With none (the first view, or the selected head deleted) the newest head is
+  // selected, so its evaluations show.
+  const QSignalBlocker block_selection(heads_table_);
+  heads_table_->clearSelection();
   heads_table_->setRowCount(static_cast<int>(heads.size()));
   for (int row = 0; row < static_cast<int>(heads.size()); ++row) {
     const HeadRecord& h = heads[row];
@@ -337,6 +392,7 @@ void HeadsPage::refresh() {
     heads_table_->setItem(row, 5, cell(QString::number(summary_accept(h.summary_json), 'f', 2)));
     if (h.id == selected) heads_table_->selectRow(row);
   }
+  if (selected_head_id() == 0 && !heads.empty()) heads_table_->selectRow(0);
   heads_table_->resizeColumnsToContents();
   heads_table_->horizontalHeader()->setStretchLastSection(true);
   double top = 1.0;
@@ -365,6 +421,44 @@ void HeadsPage::refresh() {
     }
   }
   update_buttons();
+  show_evaluations();
+}
+
+void HeadsPage::show_evaluations() {
+  std::vector<EvaluationRecord> evaluations;
+  const int64_t id = selected_head_id();
+  if (id > 0) {
+    try {
+      const auto db = Database::open_default();
+      evaluations = Registry(*db).evaluations(id);  // newest first
+    } catch (const std::exception& e) {
+      status_label_->setText(QStringLiteral("registry: %1").arg(e.what()));
+    }
+  }
+  // By domain, then the file's own weights before the re-quantized ones (richest first), then
+  // newest first: each domain's quantization study reads top to bottom.
+  std::stable_sort(evaluations.begin(), evaluations.end(), [](const auto& a, const auto& b) {
+    if (a.domain != b.domain) return a.domain < b.domain;
+    return quant_rank(a.target_quant) < quant_rank(b.target_quant);
+  });
+  evaluations_table_->setRowCount(static_cast<int>(evaluations.size()));
+  for (int row = 0; row < static_cast<int>(evaluations.size()); ++row) {
+    const EvaluationRecord& e = evaluations[static_cast<size_t>(row)];
+    const double net = e.native_decode_tok_s > 0 ? e.decode_tok_s / e.native_decode_tok_s : 0.0;
+    evaluations_table_->setItem(row, 0, cell(QString::fromStdString(e.domain)));
+    evaluations_table_->setItem(row, 1, cell(QString::fromStdString(e.spec)));
+    evaluations_table_->setItem(row, 2, cell(QString::fromStdString(e.target_quant)));
+    evaluations_table_->setItem(row, 3, cell(QString::number(e.accept_per_step, 'f', 2)));
+    evaluations_table_->setItem(row, 4, cell(tok_s_text(e.decode_tok_s)));
+    evaluations_table_->setItem(row, 5, cell(tok_s_text(e.baseline_decode_tok_s)));
+    evaluations_table_->setItem(row, 6, cell(tok_s_text(e.native_decode_tok_s)));
+    auto* ratio = cell(net > 0 ? QStringLiteral("%1×").arg(net, 0, 'f', 2) : QStringLiteral("–"));
+    if (net > 0)
+      ratio->setBackground(net >= 1.0 ? QColor::fromHsvF(0.33f, 0.35f, 0.95f)
+                                      : QColor::fromHsvF(0.0f, 0.3f, 0.97f));
+    evaluations_table_->setItem(row, 7, ratio);
+  }
+  evaluations_table_->resizeColumnsToContents();
 }
 
 void HeadsPage::begin_job(const QString& label) {
@@ -451,22 +545,24 @@ int HeadsPage::chart_points(const QString& series) const {
 }
 
 bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max_prompts,
-                                 int max_tokens) {
+                                 int max_tokens, const QString& target_quant) {
   if (busy_ || !bridge_ || !bridge_->ready() || !bridge_->model() || !bridge_->tokenizer())
     return false;
   begin_job(QStringLiteral("evaluating on %1…").arg(domain));
   const LlamaModel* model = bridge_->model();
   const Tokenizer* tokenizer = bridge_->tokenizer();
-  const EngineConfig config = bridge_->config();
+  GenerationEvalRequest r;
+  // An engine of its own with the bridge's configuration: the chat's traffic does not skew the
+  // measurement, and reconfiguring the bridge's engine meanwhile cannot pull it away.
+  r.config = bridge_->config();
+  r.max_tokens = max_tokens;
+  r.target_quant = target_quant.toStdString();
   const std::string d = domain.toStdString();
-  worker_ = std::thread([this, config, model, tokenizer, head_id, d, max_prompts, max_tokens] {
+  worker_ = std::thread([this, r, model, tokenizer, head_id, d, max_prompts]() mutable {
     bool ok = true;
     QString message;
     try {
-      // An engine of its own with the bridge's configuration: the chat's traffic does not skew
-      // the measurement, and reconfiguring the bridge's engine meanwhile cannot pull it away.
-      Engine engine(*model, config,
-                    [tokenizer](TokenId t) { return tokenizer->is_end_of_generation(t); });
+      check_target_quant(r.target_quant);
       const auto db = Database::open_default();
       Registry registry(*db);
       const auto record = registry.find_head(std::to_string(head_id));
@@ -474,16 +570,32 @@ bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max
       DraftHead h = load_draft_head(registry.head_file(*record));
       check_head_matches(h.info, model_file_sha256(*model), model->hparams().n_embd,
                          model->hparams().n_vocab, model->file().name());
-      auto head = std::make_shared<const DraftHead>(std::move(h));
-      std::vector<std::string> texts = named_prompts(d, "validation");
-      if (max_prompts > 0 && static_cast<int>(texts.size()) > max_prompts)
-        texts.resize(max_prompts);
-      EvaluationRecord e = measure(engine, *model, *tokenizer, head, texts, max_tokens, cancel_);
+      r.draft_len = h.n_heads();
+      r.head = std::make_shared<const DraftHead>(std::move(h));
+      r.prompts = named_prompts(d, "validation");
+      if (max_prompts > 0 && static_cast<int>(r.prompts.size()) > max_prompts)
+        r.prompts.resize(max_prompts);
+      auto last_post = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+      const GenerationEvalResult result =
+          evaluate_by_generating(*model, *tokenizer, r, [&](const GenerationEvalProgress& p) {
+            const auto now = std::chrono::steady_clock::now();
+            if (p.done == p.total ||
+                now - last_post >= std::chrono::milliseconds(kProgressIntervalMs)) {
+              last_post = now;
+              QMetaObject::invokeMethod(
+                  this, [this, p] { on_evaluation_progress(p); }, Qt::QueuedConnection);
+            }
+            return !cancel_.load();
+          });
+      if (!result.lossless)
+        throw Error("speculative output differed from the target's own; nothing was recorded");
+      EvaluationRecord e = evaluation_record(r, result);
       e.head_id = head_id;
       e.domain = d;
       registry.add_evaluation(e);
-      message = QStringLiteral("%1 on %2: ACCEPT/STEP %3")
-                    .arg(QString::fromStdString(record->name), QString::fromStdString(d))
+      message = QStringLiteral("%1 on %2 (%3): ACCEPT/STEP %4")
+                    .arg(QString::fromStdString(record->name), QString::fromStdString(d),
+                         QString::fromStdString(r.target_quant))
                     .arg(e.accept_per_step, 0, 'f', 2);
     } catch (const std::exception& e) {
       ok = false;
@@ -492,6 +604,19 @@ bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max
     finish_job_later(ok, message, &HeadsPage::evaluationFinished);
   });
   return true;
+}
+
+void HeadsPage::on_evaluation_progress(const GenerationEvalProgress& p) {
+  last_fraction_ = p.total > 0 ? static_cast<double>(p.done) / static_cast<double>(p.total) : 0.0;
+  progress_bar_->setValue(static_cast<int>(last_fraction_ * 1000.0 + 0.5));
+  QString text = p.phase == "quantizing" ? QStringLiteral("re-quantizing the target…")
+                                         : QStringLiteral("prompt %1/%2  ACCEPT/STEP %3")
+                                               .arg(p.done)
+                                               .arg(p.total)
+                                               .arg(p.accept_per_step, 0, 'f', 2);
+  if (p.done > 0 && p.done < p.total) text += QStringLiteral("  ETA ") + duration_text(p.eta_s);
+  status_label_->setText(text);
+  emit evaluationProgress(last_fraction_);
 }
 
 void HeadsPage::finish_job_later(bool ok, const QString& message,
@@ -535,14 +660,10 @@ void HeadsPage::open_train_dialog() {
 void HeadsPage::open_evaluate_dialog() {
   const int64_t id = selected_head_id();
   if (id <= 0) return;
-  QStringList domains;
-  for (const std::string& d : builtin_domains()) domains << QString::fromStdString(d);
-  bool ok = false;
-  const QString domain = QInputDialog::getItem(this, QStringLiteral("Evaluate"),
-                                               QStringLiteral("Domain"), domains, 0, false, &ok);
-  if (!ok) return;
+  const auto choice = ask_evaluation(this);
+  if (!choice) return;
   interactive_ = true;
-  start_evaluation(id, domain);
+  start_evaluation(id, choice->domain, choice->prompts, choice->max_tokens, choice->target_quant);
 }
 
 void HeadsPage::confirm_delete() {

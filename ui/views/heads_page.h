@@ -1,8 +1,10 @@
 #pragma once
 // HeadsPage ("Draft heads"): the registry's heads as a table, a heads × domains heat map of the
-// best recorded ACCEPT/STEP, and the long jobs on them — train a head (core/training/
+// best recorded ACCEPT/STEP (the model's own weights), the selected head's evaluations by target
+// weights (the quantization study: ACCEPT/STEP and tok/s on a re-quantized target against the
+// model file's own speed), and the long jobs on them — train a head (core/training/
 // head_training_job.h, the same job as `tokenfab-cli heads train`), evaluate a head on a domain by
-// really generating (as `heads eval` does), delete, export.
+// really generating (core/training/generation_eval.h, as `heads eval` does), delete, export.
 //
 // Threads: one background job at a time (std::thread); its progress and result reach the GUI
 // thread as queued invocations on this page, progress coalesced to at most ~20 per second
@@ -21,6 +23,7 @@
 #include <functional>
 #include <thread>
 
+#include "core/training/generation_eval.h"
 #include "core/training/head_training_job.h"
 #include "ui/views/page.h"
 
@@ -45,10 +48,12 @@ class HeadsPage : public Page {
   bool start_training(const HeadTrainingRequest& request);
   // Evaluates head `head_id` on `domain`'s validation prompts (at most `max_prompts`, each
   // `max_tokens` long, greedy) by generating with and without the head on an engine of its own
-  // (the bridge's model and configuration), and records the evaluation (chain, native target);
-  // evaluationFinished follows. False when not ready or busy.
+  // (the bridge's model and configuration), with the target's weights re-quantized in memory to
+  // `target_quant` unless it is "native" (generation_eval.h), and records the evaluation (a chain
+  // of the head's K drafts); evaluationProgress reports each prompt, evaluationFinished follows.
+  // False when not ready or busy.
   bool start_evaluation(int64_t head_id, const QString& domain, int max_prompts = 8,
-                        int max_tokens = 64);
+                        int max_tokens = 64, const QString& target_quant = "native");
   // Asks the running job to stop (it stops at its next progress report).
   void cancel_job() { cancel_.store(true); }
   bool busy() const { return busy_; }
@@ -65,12 +70,14 @@ class HeadsPage : public Page {
 
   QTableWidget* heads_table() const { return heads_table_; }
   QTableWidget* matrix() const { return matrix_; }
+  QTableWidget* evaluations_table() const { return evaluations_table_; }  // the selected head's
   int chart_points(const QString& series) const;  // "loss", "accept"; -1 when unknown
   double progress_fraction() const { return last_fraction_; }
 
  signals:
   void trainingProgress(double fraction, const QString& phase);
   void trainingFinished(bool ok, const QString& message);
+  void evaluationProgress(double fraction);  // prompts done / prompts
   void evaluationFinished(bool ok, const QString& message);
 
  private:
@@ -85,12 +92,16 @@ class HeadsPage : public Page {
   void finish_job_later(bool ok, const QString& message,
                         void (HeadsPage::*finished)(bool, const QString&));
   void on_training_progress(const HeadTrainingProgress& p);
+  void on_evaluation_progress(const GenerationEvalProgress& p);
+  // Fills the evaluations table with the selected head's evaluations (empty when none is).
+  void show_evaluations();
   void join_worker();
   void update_buttons();
 
   EngineBridge* bridge_ = nullptr;
   QTableWidget* heads_table_ = nullptr;
   QTableWidget* matrix_ = nullptr;
+  QTableWidget* evaluations_table_ = nullptr;
   QPushButton *train_button_ = nullptr, *evaluate_button_ = nullptr, *delete_button_ = nullptr,
               *export_button_ = nullptr, *refresh_button_ = nullptr, *cancel_button_ = nullptr;
   QComboBox* default_head_ = nullptr;
