@@ -66,6 +66,15 @@ QTableWidgetItem* cell(const QString& text) {
   return item;
 }
 
+// Adds OK and Cancel under the form's rows and runs the dialog; true when OK was pressed.
+bool ask(QDialog& dialog, QFormLayout* form) {
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  form->addRow(buttons);
+  QObject::connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  QObject::connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  return dialog.exec() == QDialog::Accepted;
+}
+
 // Train…: name, domain, data (a built-in domain or "all", files and folders, or both), sampled
 // continuations, type, steps, heads.
 std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
@@ -122,11 +131,7 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   form->addRow(QStringLiteral("Type"), type);
   form->addRow(QStringLiteral("Steps"), steps);
   form->addRow(QStringLiteral("Heads"), heads);
-  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
-  form->addRow(buttons);
-  QObject::connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
-  QObject::connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
-  if (dialog.exec() != QDialog::Accepted) return std::nullopt;
+  if (!ask(dialog, form)) return std::nullopt;
   HeadTrainingRequest r;
   r.name = name->text().trimmed().toStdString();
   r.domain = domain->text().trimmed().toStdString();
@@ -173,11 +178,7 @@ std::optional<EvaluationChoice> ask_evaluation(QWidget* parent) {
   form->addRow(QStringLiteral("Target weights"), target);
   form->addRow(QStringLiteral("Prompts"), prompts);
   form->addRow(QStringLiteral("Tokens per reply"), tokens);
-  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
-  form->addRow(buttons);
-  QObject::connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
-  QObject::connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
-  if (dialog.exec() != QDialog::Accepted) return std::nullopt;
+  if (!ask(dialog, form)) return std::nullopt;
   return EvaluationChoice{domain->currentText(), target->currentData().toString(), prompts->value(),
                           tokens->value()};
 }
