@@ -11,6 +11,8 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "core/storage/runs.h"
@@ -167,13 +169,24 @@ void GuiHistoryTest::evaluations_are_listed_and_filtered_but_not_deleted() {
     e.prompts = 8;
     e.tokens = 512;
     registry.add_evaluation(e);
+    // The quantization study: the same head on a re-quantized target, beside the model's own.
+    e.target_quant = "q4_0";
+    e.accept_per_step = 2.0;
+    e.native_decode_tok_s = 75.0;
+    e.created_unix = 1;  // older: listed after the native evaluation
+    registry.add_evaluation(e);
     RunStore(*db).add(make_run("bench", 0, 120.0, ""));
   }
   HistoryPage page;
   page.refresh();
-  QCOMPARE(page.model()->rowCount(), 2);
+  QCOMPARE(page.model()->rowCount(), 3);
   page.set_kind_filter(HistoryPage::kHeadsEvalKind);
-  QCOMPARE(page.model()->rowCount(), 1);
+  QCOMPARE(page.model()->rowCount(), 2);
+  QCOMPARE(page.model()->run(1).title, std::string("history-head on code (chain, target q4_0)"));
+  const auto study = nlohmann::json::parse(page.model()->run(1).summary_json);
+  QCOMPARE(study["native_decode_tok_s"].get<double>(), 75.0);
+  QCOMPARE(study["net_speedup_vs_native"].get<double>(), 1.2);
+  QVERIFY(!nlohmann::json::parse(page.model()->run(0).summary_json).contains("native_decode_tok_s"));
   QCOMPARE(page.model()->run(0).kind, std::string(HistoryPage::kHeadsEvalKind));
   QCOMPARE(page.model()->index(0, RunTableModel::kAcceptPerStep).data().toString(),
            QString("2.50"));
@@ -182,12 +195,12 @@ void GuiHistoryTest::evaluations_are_listed_and_filtered_but_not_deleted() {
       1.5);
   page.select_rows({0});
   QCOMPARE(page.delete_selected(), 0);  // evaluations go with their head
-  QCOMPARE(page.model()->rowCount(), 1);
+  QCOMPARE(page.model()->rowCount(), 2);
   page.set_kind_filter("serve-bench");
   QCOMPARE(page.model()->rowCount(), 1);
   QCOMPARE(page.model()->run(0).title, std::string("bench"));
   page.set_kind_filter({});
-  QCOMPARE(page.model()->rowCount(), 2);
+  QCOMPARE(page.model()->rowCount(), 3);
 }
 
 void GuiHistoryTest::a_bad_database_is_reported_in_the_page() {

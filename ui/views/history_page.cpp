@@ -35,6 +35,11 @@ std::vector<RunRecord> evaluation_runs(Registry& registry) {
                                         {"baseline_decode_tok_s", e.baseline_decode_tok_s}};
       if (e.baseline_decode_tok_s > 0)
         summary["speedup"] = e.decode_tok_s / e.baseline_decode_tok_s;
+      // The quantization study's figures: the model file's own speed, measured in the same run.
+      if (e.target_quant != "native" && e.native_decode_tok_s > 0) {
+        summary["native_decode_tok_s"] = e.native_decode_tok_s;
+        summary["net_speedup_vs_native"] = e.decode_tok_s / e.native_decode_tok_s;
+      }
       summary["tokens"] = e.tokens;
       summary["per_position"] = e.per_position;
       const nlohmann::ordered_json config = {
@@ -43,7 +48,8 @@ std::vector<RunRecord> evaluation_runs(Registry& registry) {
       RunRecord r;
       r.id = e.id;
       r.kind = HistoryPage::kHeadsEvalKind;
-      r.title = head.name + " on " + e.domain + " (" + e.spec + ")";
+      r.title = head.name + " on " + e.domain + " (" + e.spec +
+                (e.target_quant == "native" ? "" : ", target " + e.target_quant) + ")";
       r.model = model ? model->name : head.base_model_sha256.substr(0, 12);
       r.config_json = config.dump();
       r.summary_json = summary.dump();
