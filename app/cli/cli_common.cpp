@@ -101,11 +101,23 @@ DeviceSpec bench_device_spec(const std::string& device) {
 }
 
 std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
-                                          int threads, int32_t kv_blocks, int32_t block_size) {
+                                          int threads, int32_t kv_blocks, int32_t block_size,
+                                          const std::string& launch_overlap) {
   const DeviceSpec spec = bench_device_spec(device);
-  if (spec.kind == DeviceKind::kCuda)
-    return make_cuda_device(spec, model, threads, kv_blocks, block_size);
+  if (spec.kind == DeviceKind::kCuda) {
+    CudaOptions options;
+    options.overlap_launches = launch_overlap != "off";
+    return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
+  }
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
+}
+
+void add_launch_overlap_option(CLI::App& cmd, std::string& value) {
+  cmd.add_option("--launch-overlap", value,
+                 "GPU: let a decode step's kernels start while the previous one finishes (on a "
+                 "GPU of compute capability 9.0 or later), or launch each after the previous")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 }  // namespace tokenfab::cli

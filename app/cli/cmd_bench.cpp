@@ -46,6 +46,7 @@ struct BenchCommand {
   std::string synthetic;  // a SyntheticShape preset, or empty: --model
   std::string synthetic_type = "q4_0";
   std::vector<int> verify_rows;  // --verify-rows: rows per measured verifying step
+  std::string launch_overlap = "on";
 };
 
 // A synthetic model written for one benchmark: removed when the benchmark ends.
@@ -199,8 +200,8 @@ void run_device_bench(const BenchCommand& c) {
   check_context(c, n_ctx);
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const std::vector<int32_t> table = block_table(c);
-  const std::unique_ptr<Device> device =
-      make_bench_device(c.device, *m.model, 1, static_cast<int32_t>(table.size()), kBlockSize);
+  const std::unique_ptr<Device> device = make_bench_device(
+      c.device, *m.model, 1, static_cast<int32_t>(table.size()), kBlockSize, c.launch_overlap);
   std::vector<double> prefill, decode, ttft, step;
   for (int rep = -1; rep < c.repetitions; ++rep) {  // rep −1: the warm-up
     const DeviceRun r = device_repetition(*device, prompt, c.gen_tokens, table);
@@ -225,6 +226,7 @@ void run_device_bench(const BenchCommand& c) {
                       {"prefill_tok_s_runs", prefill},
                       {"decode_tok_s_runs", decode},
                       {"device", device->name()},
+                      {"launch_overlap", c.launch_overlap},
                       {"backend", "cuda"}};
   // The memory roofline of a decode step at the middle of the generation: every weight byte the
   // GPU holds and the KV of the context, read once at the device's peak bandwidth.
@@ -332,6 +334,7 @@ void register_bench(CLI::App& app) {
                   "also time verifying steps of these row counts (e.g. 1,2,3,5): one sequence, "
                   "every row's logits, after the prompt")
       ->delimiter(',');
+  add_launch_overlap_option(*cmd, c->launch_overlap);
   cmd->callback([c] { run_bench(*c); });
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/runtime/model_runner.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/add_inplace.cuh"
 #include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
@@ -57,8 +58,8 @@ uint64_t cuda_weight_bytes(const LlamaModel& model) {
 
 bool cuda_backend_built() { return false; }
 
-std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int, int32_t,
-                                         int32_t, bool) {
+std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int, int32_t, int32_t,
+                                         CudaOptions) {
   throw Error(spec.name() + ": this build has no CUDA backend (it is built where nvcc is found)");
 }
 
@@ -356,7 +357,7 @@ std::shared_ptr<const CudaWeights> shared_weights(const LlamaModel& model, int i
 class CudaDevice final : public Device {
  public:
   CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
-             int32_t block_size, bool use_graphs);
+             int32_t block_size, CudaOptions options);
   ~CudaDevice() override;
 
   const DeviceSpec& spec() const override { return spec_; }
@@ -410,6 +411,7 @@ class CudaDevice final : public Device {
   // One pass's buffers, grown as batches grow.
   BatchRows rows_;
   std::vector<int32_t> h_i32_;  // host staging of the small int arrays below
+  std::vector<float> h_rope_;   // (rows, rot_dim): each row's cos, then sin (few-row steps)
   std::vector<int32_t> h_tables_;
   std::vector<kernels::PagedSequence> device_seqs_, decode_seqs_;
   std::vector<kernels::CudaPrefillChunk> h_chunks_;
@@ -417,6 +419,7 @@ class CudaDevice final : public Device {
   DeviceArray<int32_t> tokens_, positions_, slots_, tables_, paths_;
   DeviceArray<kernels::CudaPagedRow> att_rows_;
   DeviceArray<float> x_, qkv_, att_, proj_, gate_up_, workspace_;
+  DeviceArray<float> rope_;               // h_rope_ on the device
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
   DeviceArray<int32_t> argmax_;           // each logit row's argmax (greedy steps)
@@ -424,6 +427,9 @@ class CudaDevice final : public Device {
   // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
   // so any buffer it uses growing drops them all.
   const bool use_graphs_;
+  // Whether the few-row GEMVs and the decode attention may start while the kernel before them
+  // runs (CudaOptions::overlap_launches on a GPU of compute capability 9.0 or later).
+  bool overlap_ = false;
   struct Graph {
     int runs = 0;  // direct runs so far (capture on the second)
     cudaGraphExec_t exec = nullptr;
@@ -432,9 +438,13 @@ class CudaDevice final : public Device {
 };
 
 CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
-                       int32_t block_size, bool use_graphs)
-    : spec_(spec), name_(spec.name()), model_(model), hp_(model.hparams()), pool_(threads),
-      use_graphs_(use_graphs) {
+                       int32_t block_size, CudaOptions options)
+    : spec_(spec),
+      name_(spec.name()),
+      model_(model),
+      hp_(model.hparams()),
+      pool_(threads),
+      use_graphs_(options.graphs) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
@@ -444,6 +454,10 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                 (count == 1 ? "" : "s") + " (cuda:0" +
                 (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
   check(cudaSetDevice(spec.index), name_, "selecting the device");
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, spec.index), name_,
+        "reading the compute capability");
+  overlap_ = options.overlap_launches && major >= 9;
   if (hp_.head_dim > kernels::kPagedDecodeMaxHeadDim || hp_.rot_dim > kernels::kRopeMaxRotDim ||
       hp_.n_embd % 8 != 0 || hp_.q_dim() % 8 != 0 || hp_.n_ff % 8 != 0)
     throw Error(name_ + ": the CUDA backend needs head_dim <= " +
@@ -519,6 +533,7 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= argmax_.reserve(lr, name_, "argmax");
   grew |= tokens_.reserve(r, name_, "tokens");
   grew |= positions_.reserve(r, name_, "positions");
+  grew |= rope_.reserve(r * static_cast<size_t>(std::max(hp_.rot_dim, 1)), name_, "RoPE angles");
   grew |= slots_.reserve(r, name_, "KV slots");
   grew |= att_rows_.reserve(r, name_, "attention rows");
   if (grew) drop_graphs();
@@ -535,8 +550,9 @@ void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, 
   launch(name_, "linear", [&] {
     if (kernels::gemv_supports(a, k, static_cast<int>(std::min<int64_t>(m, INT32_MAX)), w, k)) {
       // A few rows: the weights streamed once, no bf16 copy of a.
-      const kernels::GemvArgs g = kernels::gemv_product(a, k, static_cast<int>(m), w, n, k,
-                                                        kernels::GemvEpilogue::kStore, c, n);
+      kernels::GemvArgs g = kernels::gemv_product(a, k, static_cast<int>(m), w, n, k,
+                                                  kernels::GemvEpilogue::kStore, c, n);
+      g.overlap = overlap_;
       kernels::launch_gemv(g, stream_);
       return;
     }
@@ -627,6 +643,18 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
   upload(tokens_.get(), rows_.tokens, "uploading tokens");
   h_i32_.assign(rows_.positions.begin(), rows_.positions.end());
   upload(positions_.get(), h_i32_, "uploading positions");
+  // A few rows' RoPE angles for the QKV GEMVs, by the CPU's own function (so the same floats).
+  h_rope_.clear();
+  if (n <= kernels::kGemvMaxRows && hp_.rot_dim > 0) {
+    const auto half = static_cast<size_t>(hp_.rot_dim / 2);
+    h_rope_.resize(static_cast<size_t>(n) * 2 * half);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = h_rope_.data() + static_cast<size_t>(i) * 2 * half;
+      kernels::rope_table(rows_.positions[static_cast<size_t>(i)], hp_.rot_dim, hp_.rope_base, row,
+                          row + half);
+    }
+  }
+  upload(rope_.get(), h_rope_, "uploading RoPE angles");
   // Row i of a sequence keeps its K/V at position pos0 + i (tree rows too; see BatchSequence).
   h_i32_.clear();
   for (const BatchSequence& s : batch)
@@ -699,29 +727,30 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                                   kernels::GemvEpilogue::kRopeKv, qkv_.get(), qkv_dim);
         g.norm = w.attn_norm.get();
         g.eps = hp_.rms_eps;
-        g.positions = positions_.get();
+        g.overlap = overlap_;
+        g.rope = rope_.get();
         g.kv_slots = slots_.get();
         g.q_dim = static_cast<int>(q_dim);
         g.kv_dim = static_cast<int>(kv_dim);
         g.head_dim = static_cast<int>(hp_.head_dim);
         g.rot_dim = static_cast<int>(hp_.rot_dim);
-        g.rope_base = hp_.rope_base;
         g.n_kv_head = static_cast<int>(hp_.n_kv_head);
         g.block_size = bs;
         g.k_pool = kv_->k(layer);
         g.v_pool = kv_->v(layer);
         kernels::launch_gemv(g, stream_);
-        kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
-                                               has_paths ? paths_.get() : nullptr, max_keys,
-                                               qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                               scale, workspace_.get(), ws_floats, stream_);
+        kernels::launch_paged_decode_attention(
+            pool, att_rows_.get(), n_att_rows, has_paths ? paths_.get() : nullptr, max_keys,
+            qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head, scale, workspace_.get(), ws_floats,
+            stream_, overlap_);
         kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
                                                 qkv_.get(), qkv_dim, att_.get(), q_dim,
                                                 hp_.n_head, scale, stream_);
         // x += wo · att
-        kernels::launch_gemv(kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
-                                                   kernels::GemvEpilogue::kAdd, x_.get(), n_embd),
-                             stream_);
+        kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
+                                                    kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
+        o.overlap = overlap_;
+        kernels::launch_gemv(o, stream_);
         // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
         kernels::GemvArgs f = kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(),
                                                     2 * n_ff, n_embd,
@@ -729,12 +758,14 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                                                     gate_up_.get(), n_ff);
         f.norm = w.ffn_norm.get();
         f.eps = hp_.rms_eps;
+        f.overlap = overlap_;
         kernels::launch_gemv(f, stream_);
         // x += w_down · h
-        kernels::launch_gemv(kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd,
-                                                   n_ff, kernels::GemvEpilogue::kAdd, x_.get(),
-                                                   n_embd),
-                             stream_);
+        kernels::GemvArgs down =
+            kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
+                                  kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
+        down.overlap = overlap_;
+        kernels::launch_gemv(down, stream_);
         continue;
       }
       // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
@@ -821,10 +852,11 @@ void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) 
 }  // namespace
 
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
-                                         int32_t kv_blocks, int32_t block_size, bool cuda_graphs) {
+                                         int32_t kv_blocks, int32_t block_size,
+                                         CudaOptions options) {
   if (spec.kind != DeviceKind::kCuda)
     throw Error(spec.name() + " is not a CUDA device");
-  return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size, cuda_graphs);
+  return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size, options);
 }
 
 #endif

@@ -16,7 +16,8 @@
 // Attention: causal chunks of 4 tokens or more through the tiled prefill kernel
 // (paged_prefill_attention.cuh), decode rows and draft trees through the flash-decoding kernel
 // (paged_decode_attention.cuh).
-// Decode-only steps replay CUDA graphs, captured per row count and per 1,024 keys of context.
+// Decode-only steps replay CUDA graphs, captured per row count and per 1,024 keys of context; on
+// Hopper their GEMVs and attention overlap the previous kernel's tail (CudaOptions).
 //
 // This header is plain C++: it builds without CUDA, where make_cuda_device says so.
 
@@ -34,13 +35,24 @@ bool cuda_backend_built();
 // norms in f32, the token embedding in the file's type. Pure arithmetic; every build has it.
 uint64_t cuda_weight_bytes(const LlamaModel& model);
 
+// How a CUDA device launches its kernels. Neither choice changes any output, bit for bit (tested).
+struct CudaOptions {
+  // Decode-only steps replay CUDA graphs; false runs every step's kernels directly (the reference
+  // the graphs are tested against).
+  bool graphs = true;
+  // On GPUs of compute capability 9.0 or later, a few-row step's GEMVs and decode attention start
+  // while the kernel before them finishes (programmatic dependent launch): each issues its
+  // weight loads, or reads its block tables, first and waits for the previous kernel's results
+  // only after that. False launches every kernel after the previous one has finished.
+  bool overlap_launches = true;
+};
+
 // A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of
-// block_size tokens in GPU memory, and `threads` host threads for sampling; `cuda_graphs` false
-// runs every step's kernels directly (the reference the graphs are tested against). Throws Error
-// in a build without CUDA, for a device index the machine does not have, and when the weights
-// and the pool do not fit in the device's free memory (naming both sizes).
+// block_size tokens in GPU memory, and `threads` host threads for sampling. Throws Error in a
+// build without CUDA, for a device index the machine does not have, and when the weights and the
+// pool do not fit in the device's free memory (naming both sizes).
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
                                          int32_t kv_blocks, int32_t block_size,
-                                         bool cuda_graphs = true);
+                                         CudaOptions options = {});
 
 }  // namespace tokenfab

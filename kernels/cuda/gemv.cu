@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -65,12 +66,9 @@ __device__ void accumulate(const GemvArgs& a, const float* inv_rms, int64_t kk, 
   }
 }
 
-// The RoPE rotation of the pair (a, b) at element pair i of a head, position pos: the CPU's
-// formula and rounding (theta in double, separately rounded products; see rope.cu).
-__device__ void rotate(float& a, float& b, int i, int rot_dim, float base, int32_t pos) {
-  const double theta = static_cast<double>(pos) *
-                       pow(static_cast<double>(base), -2.0 * i / static_cast<double>(rot_dim));
-  const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+// The RoPE rotation of the pair (a, b) by the angle whose cosine and sine are c and s: the CPU's
+// rope, with separately rounded products (no fused multiply-add there).
+__device__ void rotate(float& a, float& b, float c, float s) {
   const float x = a, y = b;
   a = __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s));
   b = __fadd_rn(__fmul_rn(x, s), __fmul_rn(y, c));
@@ -96,7 +94,10 @@ __device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool ha
       const int64_t qk_end = static_cast<int64_t>(a.q_dim) + a.kv_dim;
       const int64_t base = j0 < a.q_dim ? 0 : (j0 < qk_end ? a.q_dim : qk_end);
       const int d = static_cast<int>((j0 - base) % a.head_dim);
-      if (j0 < qk_end && d < a.rot_dim) rotate(y0, y1, d / 2, a.rot_dim, a.rope_base, a.positions[r]);
+      if (j0 < qk_end && d < a.rot_dim) {
+        const float* angles = a.rope + static_cast<int64_t>(r) * a.rot_dim;  // cos, then sin
+        rotate(y0, y1, angles[d / 2], angles[a.rot_dim / 2 + d / 2]);
+      }
       out[j0] = y0;
       out[j1] = y1;
       if (j0 >= a.q_dim) {  // k or v: into the pool, fp16
@@ -115,8 +116,26 @@ __device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool ha
   }
 }
 
+// Issues the 16-byte weight loads of the chunks at v0, v0 + kWarp, … (kUnroll of them) of the
+// warp's R rows; chunks past the row's end are left unloaded.
+template <int R, int kUnroll>
+__device__ void load_chunks(const uint4* const (&w)[R], int64_t v0, int64_t n_vec,
+                            uint4 (&raw)[kUnroll][R]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t v = v0 + u * kWarp;
+    if (v < n_vec) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) raw[u][q] = __ldg(w[q] + v);
+    }
+  }
+}
+
 // Grid: one block per kWarps·P output pairs; kThreads threads. Each warp owns P pairs (2·P
-// weight rows), so that every activation load serves 2·P rows.
+// weight rows), so that every activation load serves 2·P rows. Before it waits for the previous
+// kernel (a.overlap) a warp issues its first chunks' loads and prefetches the rest of its rows
+// into L2 (calls of up to kGemvL2PrefetchBytes); the arithmetic, and so every output, is the same
+// with and without the overlap.
 template <int M, int P>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   constexpr int R = 2 * P;
@@ -124,6 +143,36 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   __shared__ float inv_rms[M];
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
+  const bool swiglu = a.epilogue == GemvEpilogue::kSwiGlu;
+  const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
+  const int64_t p0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * P;
+  const bool active = p0 < n_pairs;
+  int64_t j0[P], j1[P];
+  bool has1[P];
+  const uint4* w[R];
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    const int64_t p = min(p0 + q, n_pairs - 1);  // a missing pair repeats the last (not written)
+    j0[q] = swiglu ? p : 2 * p;
+    j1[q] = swiglu ? p + a.n / 2 : 2 * p + 1;
+    has1[q] = j1[q] < a.n;
+    w[2 * q] = reinterpret_cast<const uint4*>(a.w + j0[q] * a.k);
+    w[2 * q + 1] = reinterpret_cast<const uint4*>(a.w + (has1[q] ? j1[q] : j0[q]) * a.k);
+  }
+  const int64_t n_vec = a.k / kVec;  // 16-byte loads per weight row
+  uint4 raw[kUnroll][R];
+  if (active) {
+    load_chunks<R, kUnroll>(w, lane, n_vec, raw);
+    if (a.n * a.k * 2 <= kGemvL2PrefetchBytes) {  // the rest of the rows, a 128-byte line a lane
+      for (int64_t v = kUnroll * kWarp + lane * 8; v < n_vec; v += kWarp * 8) {
+#pragma unroll
+        for (int q = 0; q < R; ++q) asm volatile("prefetch.global.L2 [%0];" ::"l"(w[q] + v));
+      }
+    }
+  }
+  overlap_release();
+  overlap_wait();
+
   if (a.norm != nullptr) {  // a warp per x row: 1/√(mean(x²) + eps), as the CPU rms_norm
     for (int r = warp; r < a.m; r += kWarps) {
       const float* xr = a.x + r * a.x_stride;
@@ -134,40 +183,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     }
     __syncthreads();
   }
-  const bool swiglu = a.epilogue == GemvEpilogue::kSwiGlu;
-  const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
-  const int64_t p0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * P;
-  if (p0 >= n_pairs) return;
-  int64_t j0[P], j1[P];
-  bool has1[P];
-  const uint4* w[R];
-#pragma unroll
-  for (int q = 0; q < P; ++q) {
-    const int64_t p = min(p0 + q, n_pairs - 1);  // a missing last pair repeats one (not written)
-    j0[q] = swiglu ? p : 2 * p;
-    j1[q] = swiglu ? p + a.n / 2 : 2 * p + 1;
-    has1[q] = j1[q] < a.n;
-    w[2 * q] = reinterpret_cast<const uint4*>(a.w + j0[q] * a.k);
-    w[2 * q + 1] = reinterpret_cast<const uint4*>(a.w + (has1[q] ? j1[q] : j0[q]) * a.k);
-  }
+  if (!active) return;
 
   float acc[R][M];
 #pragma unroll
   for (int q = 0; q < R; ++q)
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[q][r] = 0.0f;
-  const int64_t n_vec = a.k / kVec;  // 16-byte loads per weight row
-  // kUnroll chunks at a time: all their loads are issued before the arithmetic.
+  // kUnroll chunks at a time: all their loads are issued before the arithmetic (the first
+  // batch's before the wait).
   for (int64_t v0 = lane; v0 < n_vec; v0 += kUnroll * kWarp) {
-    uint4 raw[kUnroll][R];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + u * kWarp;
-      if (v < n_vec) {
-#pragma unroll
-        for (int q = 0; q < R; ++q) raw[u][q] = __ldg(w[q] + v);
-      }
-    }
+    if (v0 != lane) load_chunks<R, kUnroll>(w, v0, n_vec, raw);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + u * kWarp;
@@ -197,12 +223,13 @@ template <int M>
 void launch_rows(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
   // Two pairs per warp for wide matrices (fewer activation loads per weight byte); one for narrow
   // ones, whose few warps would otherwise leave SMs idle.
-  if (pairs >= kWidePairs) {
-    gemv_kernel<M, 2><<<static_cast<unsigned>((pairs + 2 * kWarps - 1) / (2 * kWarps)), kThreads,
-                        0, stream>>>(a);
+  const bool wide = pairs >= kWidePairs;
+  const int64_t per_block = (wide ? 2 : 1) * kWarps;
+  const dim3 grid(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+  if (wide) {
+    launch_kernel(gemv_kernel<M, 2>, grid, dim3(kThreads), stream, a.overlap, a);
   } else {
-    gemv_kernel<M, 1><<<static_cast<unsigned>((pairs + kWarps - 1) / kWarps), kThreads, 0,
-                        stream>>>(a);
+    launch_kernel(gemv_kernel<M, 1>, grid, dim3(kThreads), stream, a.overlap, a);
   }
 }
 
@@ -234,13 +261,14 @@ void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
       (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.rot_dim < 0 || a.rot_dim % 2 != 0 ||
        a.rot_dim > a.head_dim || a.q_dim % a.head_dim != 0 || a.kv_dim % a.head_dim != 0 ||
        a.n != static_cast<int64_t>(a.q_dim) + 2 * static_cast<int64_t>(a.kv_dim) ||
-       a.n_kv_head * a.head_dim != a.kv_dim || a.block_size <= 0 || a.positions == nullptr ||
-       a.kv_slots == nullptr || a.k_pool == nullptr || a.v_pool == nullptr))
+       a.n_kv_head * a.head_dim != a.kv_dim || a.block_size <= 0 ||
+       (a.rot_dim > 0 && a.rope == nullptr) || a.kv_slots == nullptr || a.k_pool == nullptr ||
+       a.v_pool == nullptr))
     throw std::invalid_argument(
         where + "RoPE/KV epilogue: n " + std::to_string(a.n) + " is not q_dim " +
-        std::to_string(a.q_dim) + " + 2·kv_dim " + std::to_string(a.kv_dim) +
-        " of even heads of " + std::to_string(a.head_dim) + " (rot_dim " +
-        std::to_string(a.rot_dim) + "), or a position, slot or pool is missing");
+        std::to_string(a.q_dim) + " + 2·kv_dim " + std::to_string(a.kv_dim) + " of even heads of " +
+        std::to_string(a.head_dim) + " (rot_dim " + std::to_string(a.rot_dim) +
+        "), or the angles, a slot or a pool is missing");
   const int64_t pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
   if ((pairs + kWarps - 1) / kWarps > 0x7fffffff)
     throw std::invalid_argument(where + "n exceeds one grid");

@@ -8,6 +8,9 @@
 //   - the epilogue: store, add into the output (a residual), SwiGLU of a stacked [gate | up]
 //     product, or RoPE on a stacked [q | k | v] product with k and v written into the fp16
 //     paged pool (the kv_store kernel's slots and layout).
+// With `overlap` (launch_overlap.cuh) the launch may start while the previous kernel runs: each
+// warp issues its first weight loads and prefetches the rest of its rows into L2 (calls of up to
+// kGemvL2PrefetchBytes of weights), and reads x only once that kernel has finished.
 // Mirrors, to f32 rounding of the sums' order, the CPU ops the model runner composes (rms_norm,
 // matmul, rope, silu·up, kv store).
 
@@ -18,13 +21,15 @@
 namespace tokenfab::kernels {
 
 inline constexpr int kGemvMaxRows = 8;
+// Calls with at most this many weight bytes prefetch every row into L2 before they wait.
+inline constexpr int64_t kGemvL2PrefetchBytes = int64_t{8} << 20;
 
 enum class GemvEpilogue {
   kStore,   // out[r, j] = y[r, j]
   kAdd,     // out[r, j] += y[r, j]
   kSwiGlu,  // n even, j < n/2: out[r, j] = silu(y[r, j]) · y[r, n/2 + j]
-  kRopeKv,  // y = [q | k | v] (n = q_dim + 2·kv_dim): out[r, ·] = y with RoPE at positions[r] on
-            // q and k; k and v also into k_pool / v_pool at kv_slots[r]
+  kRopeKv,  // y = [q | k | v] (n = q_dim + 2·kv_dim): out[r, ·] = y with RoPE on q and k by row
+            // r's angles (rope); k and v also into k_pool / v_pool at kv_slots[r]
 };
 
 struct GemvArgs {
@@ -39,11 +44,12 @@ struct GemvArgs {
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   float* out = nullptr;          // (m, n) (kSwiGlu: (m, n/2)), out_stride floats between rows
   int64_t out_stride = 0;
+  bool overlap = false;  // may overlap the previous kernel (compute capability ≥ 9.0)
   // kRopeKv only:
-  const int32_t* positions = nullptr;  // (m) device
+  const float* rope = nullptr;         // (m, rot_dim) device: row r's cos[rot_dim/2] then
+                                       // sin[rot_dim/2] at its position (the CPU's rope_table)
   const int32_t* kv_slots = nullptr;   // (m) device: block · block_size + offset in the block
   int q_dim = 0, kv_dim = 0, head_dim = 0, rot_dim = 0;
-  float rope_base = 10000.0f;
   int n_kv_head = 0, block_size = 0;
   uint16_t* k_pool = nullptr;  // one layer, (n_blocks, n_kv_head, block_size, head_dim) fp16 bits
   uint16_t* v_pool = nullptr;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -90,19 +91,23 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   __shared__ float acc_s[kSplitThreads * kVec];        // per key group partial sums
   __shared__ float red_s[kSplitThreads / kWarp];
 
+  // Before the wait (a launch that overlaps the previous kernel): only the step's rows, paths
+  // and block tables, which no kernel writes.
+  overlap_release();
   const CudaPagedRow row = rows[blockIdx.z];
   const int head = blockIdx.y;
   const int split = blockIdx.x;
   const int32_t n_keys = row.n_ctx + row.path_len;
   const int32_t key0 = split * kPagedDecodeSplitKeys;
-  if (key0 >= n_keys) return;  // a shorter row than the longest: the combine skips this split
+  if (key0 >= n_keys) {  // a shorter row than the longest: the combine skips this split
+    overlap_wait();
+    return;
+  }
   const int n = min(n_keys - key0, kPagedDecodeSplitKeys);
 
   const int tid = threadIdx.x;
   const int head_dim = kv.head_dim;
   const int kv_head = head / (n_head / kv.n_kv_head);
-  const float* qh = q + row.q_row * q_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)
-  for (int d = tid; d < head_dim; d += kSplitThreads) q_s[d] = qh[d] * scale;
   for (int i = tid; i < n; i += kSplitThreads) {
     const int32_t pos = key_position(row, paths, key0 + i);
     off_s[i] = ((static_cast<int64_t>(row.blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
@@ -110,6 +115,9 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
                 pos % kv.block_size) *
                head_dim;
   }
+  overlap_wait();  // q, and the keys and values the previous kernels stored
+  const float* qh = q + row.q_row * q_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)
+  for (int d = tid; d < head_dim; d += kSplitThreads) q_s[d] = qh[d] * scale;
   __syncthreads();
 
   float local_max = -INFINITY;
@@ -255,7 +263,7 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
                                    const int32_t* paths, int32_t max_keys, const float* q,
                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
                                    float scale, float* workspace, int64_t workspace_floats,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, bool overlap) {
   const std::string where = "launch_paged_decode_attention: ";
   check_paged_attention_shape(kv, n_head, "launch_paged_decode_attention");
   if (n_rows < 0 || n_rows > 65535 || max_keys < 0)
@@ -275,9 +283,8 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
                         static_cast<unsigned>(n_rows));
   const bool vec = kv.head_dim % kVec == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  paged_decode_split_kernel<<<split_grid, kSplitThreads, 0, stream>>>(
-      kv, rows, paths, q, q_stride, out, out_stride, n_head, scale, part, vec);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(paged_decode_split_kernel, split_grid, dim3(kSplitThreads), stream, overlap, kv,
+                rows, paths, q, q_stride, out, out_stride, n_head, scale, part, vec);
 }
 
 }  // namespace tokenfab::kernels

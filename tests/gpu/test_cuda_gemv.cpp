@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_types.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gemv.cuh"
@@ -105,6 +106,8 @@ class TestCudaGemv : public QObject {
   void swiglu_matches_loops();
   void rope_kv_matches_loops_data();
   void rope_kv_matches_loops();
+  void overlapped_chain_matches_serial_data();
+  void overlapped_chain_matches_serial();
   void refuses_unsupported_shapes();
 
  private:
@@ -273,24 +276,30 @@ void TestCudaGemv::rope_kv_matches_loops() {
 
   DeviceBuffer<float> dx(x.size()), dg(g.size()), dout(static_cast<size_t>(m * n));
   DeviceBuffer<uint16_t> dw(w_bits.size()), dk(pool_halves), dv(pool_halves);
-  DeviceBuffer<int32_t> dpos(positions.size()), dslots(kv_slots.size());
+  // Each row's angles as the device computes them for this epilogue: the CPU's rope_table.
+  std::vector<float> angles(static_cast<size_t>(m * rot_dim));
+  for (int r = 0; r < m; ++r) {
+    float* row = angles.data() + static_cast<size_t>(r * rot_dim);
+    rope_table(positions[static_cast<size_t>(r)], rot_dim, rope_base, row, row + rot_dim / 2);
+  }
+  DeviceBuffer<float> dangles(std::max<size_t>(angles.size(), 1));
+  DeviceBuffer<int32_t> dslots(kv_slots.size());
   dx.upload(x);
   dg.upload(g);
   dw.upload(w_bits);
   dk.upload(pool0);
   dv.upload(pool0);
-  dpos.upload(positions);
+  if (!angles.empty()) dangles.upload(angles);
   dslots.upload(kv_slots);
   GemvArgs a = gemv_product(dx.get(), k, m, dw.get(), n, k, GemvEpilogue::kRopeKv, dout.get(), n);
   a.norm = dg.get();
   a.eps = kEps;
-  a.positions = dpos.get();
+  a.rope = dangles.get();
   a.kv_slots = dslots.get();
   a.q_dim = q_dim;
   a.kv_dim = kv_dim;
   a.head_dim = head_dim;
   a.rot_dim = rot_dim;
-  a.rope_base = rope_base;
   a.n_kv_head = n_kv_head;
   a.block_size = block_size;
   a.k_pool = dk.get();
@@ -346,6 +355,61 @@ void TestCudaGemv::rope_kv_matches_loops() {
   for (size_t i = 0; i < pool_halves; ++i)
     untouched += (k_pool[i] == kUntouched) + (v_pool[i] == kUntouched);
   QCOMPARE(untouched, 2 * pool_halves - written);
+}
+
+void TestCudaGemv::overlapped_chain_matches_serial_data() {
+  QTest::addColumn<int>("m");
+  QTest::newRow("m1") << 1;
+  QTest::newRow("m3") << 3;
+  QTest::newRow("m8") << 8;
+}
+
+// Eight feed-forward blocks of the embedded model's shape back to back on one stream, each
+// product reading what the one before it wrote (h = SwiGLU(W1·norm(x)), then x += W2·h), launched
+// with `overlap` and without: the same kernels in the same order, so the same bits, and so no
+// product read its input before the kernel writing it had finished.
+void TestCudaGemv::overlapped_chain_matches_serial() {
+  QFETCH(int, m);
+  int device = 0, major = 0;
+  TOKENFAB_CUDA_CHECK(cudaGetDevice(&device));
+  TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 9) QSKIP("overlapping launches need compute capability 9.0 or later");
+  const int64_t k = 576, n_ff = 1536;
+  constexpr int kBlocks = 8;
+  std::mt19937 rng(static_cast<uint32_t>(31 + m));
+  const std::vector<float> x0 = random_floats(rng, static_cast<size_t>(m * k), -2.0f, 2.0f);
+  const std::vector<float> g = random_floats(rng, static_cast<size_t>(k), 0.25f, 2.0f);
+  std::vector<uint16_t> w1_bits, w2_bits;
+  std::vector<float> w1, w2;
+  random_weights(rng, 2 * n_ff, k, w1_bits, w1);
+  random_weights(rng, k, n_ff, w2_bits, w2);
+  DeviceBuffer<float> dx(x0.size()), dg(g.size()), dh(static_cast<size_t>(m * n_ff));
+  DeviceBuffer<uint16_t> dw1(w1_bits.size()), dw2(w2_bits.size());
+  dg.upload(g);
+  dw1.upload(w1_bits);
+  dw2.upload(w2_bits);
+  auto run = [&](bool overlap) {
+    dx.upload(x0);
+    for (int b = 0; b < kBlocks; ++b) {
+      GemvArgs up = gemv_product(dx.get(), k, m, dw1.get(), 2 * n_ff, k, GemvEpilogue::kSwiGlu,
+                                 dh.get(), n_ff);
+      up.norm = dg.get();
+      up.eps = kEps;
+      up.overlap = overlap;
+      launch_gemv(up, stream_);
+      GemvArgs down =
+          gemv_product(dh.get(), n_ff, m, dw2.get(), k, n_ff, GemvEpilogue::kAdd, dx.get(), k);
+      down.overlap = overlap;
+      launch_gemv(down, stream_);
+    }
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return dx.download();
+  };
+  const std::vector<float> serial = run(false);
+  const std::vector<float> overlapped = run(true);
+  QVERIFY(std::all_of(serial.begin(), serial.end(), [](float v) { return std::isfinite(v); }));
+  QVERIFY(serial != x0);
+  QVERIFY(overlapped == serial);
 }
 
 void TestCudaGemv::refuses_unsupported_shapes() {

@@ -118,7 +118,7 @@ class TestCudaModel : public QObject {
  private slots:
   void initTestCase();
   void synthetic_logits_match_cpu_on_mixed_batches();
-  void decode_graphs_match_direct_launches_exactly();
+  void decode_graphs_and_overlap_match_serial_launches_exactly();
   void real_model_greedy_tokens_match_cpu();
   void engine_on_gpu_serves_what_cpu_serves();
   void speculative_decoding_on_gpu_is_lossless();
@@ -197,15 +197,28 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   QVERIFY2(head_check.failure.isEmpty(), qPrintable(head_check.failure));
 }
 
-// The same decode steps through CUDA graphs (captured on a shape's second step, replayed after)
-// and through direct launches: the same kernels on the same data, so the same bits.
-void TestCudaModel::decode_graphs_match_direct_launches_exactly() {
+// The same steps through CUDA graphs (captured on a shape's second step, replayed after) and
+// through direct launches, each with and without overlapping launches (CudaOptions), against
+// direct launches one after the other: the same kernels on the same data, so the same bits.
+// The steps: a prefill, decode steps of two sequences and of one, and a three-row chunk.
+void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
-  const std::unique_ptr<Device> graphs =
-      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, true);
-  const std::unique_ptr<Device> direct =
-      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, false);
+  auto device = [&](bool graphs, bool overlap) {
+    CudaOptions options;
+    options.graphs = graphs;
+    options.overlap_launches = overlap;
+    return make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+  };
+  const std::unique_ptr<Device> serial = device(false, false);
+  struct Variant {
+    const char* name;
+    std::unique_ptr<Device> device;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"graphs, overlapping", device(true, true)});
+  variants.push_back({"graphs, serial", device(true, false)});
+  variants.push_back({"direct, overlapping", device(false, true)});
   std::mt19937 rng(5);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(n_vocab) - 1);
   std::vector<int32_t> a(20), b(9);
@@ -216,14 +229,22 @@ void TestCudaModel::decode_graphs_match_direct_launches_exactly() {
     const auto begin = logits.begin() + static_cast<ptrdiff_t>(row * n_vocab);
     return static_cast<int32_t>(std::max_element(begin, begin + n_vocab) - begin);
   };
-  std::vector<float> g, d;
-  const std::vector<BatchSequence> prefill = {{std::span<const int32_t>(a), 0, table_a, true},
-                                              {std::span<const int32_t>(b), 0, table_b, true}};
-  graphs->run(prefill, g);
-  direct->run(prefill, d);
-  QVERIFY(g == d);
-  a.push_back(greedy(d, 0));
-  b.push_back(greedy(d, 1));
+  std::vector<float> want, got;
+  // Runs the step on every device; names the first that differs from the serial one, if any.
+  auto run_all = [&](const std::vector<BatchSequence>& batch, const QString& step) {
+    serial->run(batch, want);
+    for (Variant& v : variants) {
+      v.device->run(batch, got);
+      if (got != want) return step + QStringLiteral(": ") + v.name + " differs";
+    }
+    return QString();
+  };
+  QString failure = run_all({{std::span<const int32_t>(a), 0, table_a, true},
+                             {std::span<const int32_t>(b), 0, table_b, true}},
+                            QStringLiteral("prefill"));
+  QVERIFY2(failure.isEmpty(), qPrintable(failure));
+  a.push_back(greedy(want, 0));
+  b.push_back(greedy(want, 1));
   // Six steps of both sequences, then six of A alone: two shapes, each run, captured, replayed.
   for (int step = 0; step < 12; ++step) {
     std::vector<BatchSequence> batch = {
@@ -232,12 +253,16 @@ void TestCudaModel::decode_graphs_match_direct_launches_exactly() {
     if (step < 6)
       batch.push_back({std::span<const int32_t>(b).subspan(b.size() - 1),
                        static_cast<int64_t>(b.size()) - 1, table_b, true});
-    graphs->run(batch, g);
-    direct->run(batch, d);
-    QVERIFY2(g == d, qPrintable(QStringLiteral("decode step %1 differs").arg(step)));
-    a.push_back(greedy(d, 0));
-    if (step < 6) b.push_back(greedy(d, 1));
+    failure = run_all(batch, QStringLiteral("decode step %1").arg(step));
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+    a.push_back(greedy(want, 0));
+    if (step < 6) b.push_back(greedy(want, 1));
   }
+  for (int i = 0; i < 3; ++i) a.push_back(token(rng));
+  failure = run_all({{std::span<const int32_t>(a).subspan(a.size() - 3),
+                      static_cast<int64_t>(a.size()) - 3, table_a, true}},
+                    QStringLiteral("three-row chunk"));
+  QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
 void TestCudaModel::real_model_greedy_tokens_match_cpu() {
