@@ -102,21 +102,32 @@ DeviceSpec bench_device_spec(const std::string& device) {
 
 std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
                                           int threads, int32_t kv_blocks, int32_t block_size,
-                                          const std::string& launch_overlap) {
+                                          const GpuBenchOptions& gpu) {
   const DeviceSpec spec = bench_device_spec(device);
   if (spec.kind == DeviceKind::kCuda) {
     CudaOptions options;
-    options.overlap_launches = launch_overlap != "off";
+    options.overlap_launches = gpu.launch_overlap != "off";
+    options.block_gemv = gpu.block_gemv();
     return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
   }
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
 }
 
-void add_launch_overlap_option(CLI::App& cmd, std::string& value) {
-  cmd.add_option("--launch-overlap", value,
+void GpuBenchOptions::report(nlohmann::json& j) const {
+  j["launch_overlap"] = launch_overlap;
+  j["decode_weights"] = decode_weights;
+}
+
+void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
+  cmd.add_option("--launch-overlap", options.launch_overlap,
                  "GPU: let a decode step's kernels start while the previous one finishes (on a "
                  "GPU of compute capability 9.0 or later), or launch each after the previous")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--decode-weights", options.decode_weights,
+                 "GPU: the weights a few-row step's GEMVs read: the BF16 copies, or the file's "
+                 "Q4_0/Q4_1/Q8_0 blocks kept beside them")
+      ->check(CLI::IsMember({"bf16", "blocks"}))
       ->capture_default_str();
 }
 

@@ -51,16 +51,27 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset)
 // machine lacks (so that a benchmark fails before it writes a synthetic model).
 DeviceSpec bench_device_spec(const std::string& device);
 
+// How a benchmark's GPU device launches and what its decode GEMVs read (CudaOptions), as the
+// flags give them: --launch-overlap on|off, --decode-weights bf16|blocks.
+struct GpuBenchOptions {
+  std::string launch_overlap = "on";
+  std::string decode_weights = "bf16";
+
+  bool block_gemv() const { return decode_weights == "blocks"; }
+  // Both settings, for a benchmark's JSON.
+  void report(nlohmann::json& j) const;
+};
+
+// Adds --launch-overlap and --decode-weights to `cmd`, stored in `options`.
+void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options);
+
 // The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"): a CPU virtual
-// device with `threads` threads or a CUDA device (launching as `launch_overlap` says: "on" or
-// "off", see CudaOptions), either with a KV pool of kv_blocks blocks. Throws Error for a list of
-// several devices, or a CUDA device this build or machine lacks.
+// device with `threads` threads or a CUDA device set up as `gpu` says, either with a KV pool of
+// kv_blocks blocks. Throws Error for a list of several devices, or a CUDA device this build or
+// machine lacks.
 std::unique_ptr<Device> make_bench_device(const std::string& device, const LlamaModel& model,
                                           int threads, int32_t kv_blocks, int32_t block_size,
-                                          const std::string& launch_overlap = "on");
-
-// Adds --launch-overlap on|off (GPU benchmarks) to `cmd`, stored in `value`.
-void add_launch_overlap_option(CLI::App& cmd, std::string& value);
+                                          const GpuBenchOptions& gpu = {});
 
 // The weight types `synth` writes, by their CLI names (f32, f16, bf16, q8_0, q4_0, q4_1).
 const std::map<std::string, kernels::WeightType>& weight_types();

@@ -27,7 +27,7 @@ struct BatchBenchCommand {
   int token_budget = 512;
   int kv_blocks = 0;  // 0: enough for every stream at full length
   std::string device = "cpu";
-  std::string launch_overlap = "on";
+  GpuBenchOptions gpu;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -40,9 +40,8 @@ void run_batch_bench(const BatchBenchCommand& c) {
   constexpr int32_t kBlockSize = 16;
   const int32_t per_stream = (c.prompt_tokens + c.gen_tokens + kBlockSize - 1) / kBlockSize + 1;
   const int32_t n_blocks = c.kv_blocks > 0 ? c.kv_blocks : per_stream * c.streams;
-  const std::unique_ptr<Device> device =
-      make_bench_device(c.device, *m.model, resolve_threads(c.common.threads), n_blocks, kBlockSize,
-                        c.launch_overlap);
+  const std::unique_ptr<Device> device = make_bench_device(
+      c.device, *m.model, resolve_threads(c.common.threads), n_blocks, kBlockSize, c.gpu);
   KvPool& storage = device->kv_storage();
   KvManager kv(n_blocks, kBlockSize);
   Scheduler scheduler(kv, c.token_budget, c.streams);
@@ -100,7 +99,7 @@ void run_batch_bench(const BatchBenchCommand& c) {
       {"model", m.model->file().name()},
       {"device", device->name()},
       {"backend", device->spec().kind == DeviceKind::kCuda ? "cuda" : "cpu"}};
-  if (device->spec().kind == DeviceKind::kCuda) j["launch_overlap"] = c.launch_overlap;
+  if (device->spec().kind == DeviceKind::kCuda) c.gpu.report(j);
   print_report(j, c.common.json);
 }
 
@@ -116,7 +115,7 @@ void register_batch_bench(CLI::App& app) {
   cmd->add_option("--token-budget", c->token_budget, "tokens computed per step")->capture_default_str();
   cmd->add_option("--kv-blocks", c->kv_blocks, "KV pool size in 16-token blocks (default: fits all)");
   cmd->add_option("--device", c->device, "cpu, or cuda:N for a GPU")->capture_default_str();
-  add_launch_overlap_option(*cmd, c->launch_overlap);
+  add_gpu_bench_options(*cmd, c->gpu);
   cmd->callback([c] { run_batch_bench(*c); });
 }
 

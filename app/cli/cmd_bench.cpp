@@ -46,7 +46,7 @@ struct BenchCommand {
   std::string synthetic;  // a SyntheticShape preset, or empty: --model
   std::string synthetic_type = "q4_0";
   std::vector<int> verify_rows;  // --verify-rows: rows per measured verifying step
-  std::string launch_overlap = "on";
+  GpuBenchOptions gpu;
 };
 
 // A synthetic model written for one benchmark: removed when the benchmark ends.
@@ -201,7 +201,7 @@ void run_device_bench(const BenchCommand& c) {
   const std::vector<TokenId> prompt = bench_prompt(*m.tokenizer, c.prompt_tokens, 0);
   const std::vector<int32_t> table = block_table(c);
   const std::unique_ptr<Device> device = make_bench_device(
-      c.device, *m.model, 1, static_cast<int32_t>(table.size()), kBlockSize, c.launch_overlap);
+      c.device, *m.model, 1, static_cast<int32_t>(table.size()), kBlockSize, c.gpu);
   std::vector<double> prefill, decode, ttft, step;
   for (int rep = -1; rep < c.repetitions; ++rep) {  // rep −1: the warm-up
     const DeviceRun r = device_repetition(*device, prompt, c.gen_tokens, table);
@@ -226,10 +226,11 @@ void run_device_bench(const BenchCommand& c) {
                       {"prefill_tok_s_runs", prefill},
                       {"decode_tok_s_runs", decode},
                       {"device", device->name()},
-                      {"launch_overlap", c.launch_overlap},
                       {"backend", "cuda"}};
-  // The memory roofline of a decode step at the middle of the generation: every weight byte the
-  // GPU holds and the KV of the context, read once at the device's peak bandwidth.
+  c.gpu.report(j);
+  // The memory roofline of a decode step at the middle of the generation: every weight byte its
+  // GEMVs read (the blocks' where --decode-weights blocks) and the KV of the context, read once
+  // at the device's peak bandwidth.
   const CudaInventory inventory = enumerate_cuda_devices();
   const int index = device->spec().index;
   if (index < static_cast<int>(inventory.devices.size()) &&
@@ -242,7 +243,8 @@ void run_device_bench(const BenchCommand& c) {
     work.attended_positions = work.kv_positions;
     work.compute_s = median(step) / 1e3;
     const RooflinePoint point =
-        roofline(work, hp, cuda_weight_bytes(*m.model), bandwidth, /*peak_gmacs=*/0.0);
+        roofline(work, hp, cuda_decode_weight_bytes(*m.model, c.gpu.block_gemv()), bandwidth,
+                 /*peak_gmacs=*/0.0);
     j["bandwidth_gbs"] = bandwidth;
     j["roofline_step_ms"] = point.memory_bound_s * 1e3;
     j["roofline_ratio"] = point.measured_s > 0 ? point.memory_bound_s / point.measured_s : 0.0;
@@ -334,7 +336,7 @@ void register_bench(CLI::App& app) {
                   "also time verifying steps of these row counts (e.g. 1,2,3,5): one sequence, "
                   "every row's logits, after the prompt")
       ->delimiter(',');
-  add_launch_overlap_option(*cmd, c->launch_overlap);
+  add_gpu_bench_options(*cmd, c->gpu);
   cmd->callback([c] { run_bench(*c); });
 }
 

@@ -5,9 +5,11 @@
 
 #include "core/device/cuda_model.h"
 
+#include <initializer_list>
 #include <string>
 
 #include "core/common/error.h"
+#include "kernels/cuda/gemv_blocks.h"
 
 #if TOKENFAB_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -39,19 +42,65 @@
 
 namespace tokenfab {
 
-uint64_t cuda_weight_bytes(const LlamaModel& model) {
-  const HParams& hp = model.hparams();
-  uint64_t bytes = 0;
-  auto matrix = [&](const WeightMatrix& m) {
-    bytes += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols) * 2;
-  };
+namespace {
+
+// Calls f(parts) for each matrix the GPU holds, stacked as it holds them: QKV, gate·up, o, down
+// of every layer, then the LM head.
+template <class F>
+void for_each_gpu_matrix(const LlamaModel& model, F f) {
   for (const LayerWeights& l : model.layers()) {
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      matrix(*m);
-    bytes += 2 * static_cast<uint64_t>(hp.n_embd) * sizeof(float);
+    f({&l.wq, &l.wk, &l.wv});
+    f({&l.w_gate, &l.w_up});
+    f({&l.wo});
+    f({&l.w_down});
   }
-  matrix(model.output());
-  return bytes + model.token_embedding().bytes() + static_cast<uint64_t>(hp.n_embd) * sizeof(float);
+  f({&model.output()});
+}
+
+uint64_t bf16_bytes(std::initializer_list<const WeightMatrix*> parts) {
+  uint64_t bytes = 0;
+  for (const WeightMatrix* m : parts)
+    bytes += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols) * 2;
+  return bytes;
+}
+
+// The bytes of the parts' quantized GEMV copy (kernels/cuda/gemv_blocks.h), 0 when they have none.
+uint64_t block_bytes(std::initializer_list<const WeightMatrix*> parts) {
+  const kernels::GemvWeights format = kernels::gemv_format((*parts.begin())->type);
+  uint64_t bytes = 0;
+  for (const WeightMatrix* m : parts) {
+    if (kernels::gemv_format(m->type) != format || m->cols % kernels::kQK != 0) return 0;
+    const uint64_t quants = format == kernels::GemvWeights::kQ4 ? 16 : 32;
+    bytes += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols / kernels::kQK) *
+             (quants + sizeof(uint32_t));
+  }
+  return format == kernels::GemvWeights::kBf16 ? 0 : bytes;
+}
+
+// The norms and the token embedding, which the GPU holds as they are.
+uint64_t other_weight_bytes(const LlamaModel& model) {
+  const auto n_embd = static_cast<uint64_t>(model.hparams().n_embd);
+  return (2 * static_cast<uint64_t>(model.layers().size()) + 1) * n_embd * sizeof(float) +
+         model.token_embedding().bytes();
+}
+
+}  // namespace
+
+uint64_t cuda_weight_bytes(const LlamaModel& model, bool block_gemv) {
+  uint64_t bytes = other_weight_bytes(model);
+  for_each_gpu_matrix(model, [&](std::initializer_list<const WeightMatrix*> parts) {
+    bytes += bf16_bytes(parts) + (block_gemv ? block_bytes(parts) : 0);
+  });
+  return bytes;
+}
+
+uint64_t cuda_decode_weight_bytes(const LlamaModel& model, bool block_gemv) {
+  uint64_t bytes = other_weight_bytes(model);
+  for_each_gpu_matrix(model, [&](std::initializer_list<const WeightMatrix*> parts) {
+    const uint64_t blocks = block_gemv ? block_bytes(parts) : 0;
+    bytes += blocks > 0 ? blocks : bf16_bytes(parts);
+  });
+  return bytes;
 }
 
 #if !TOKENFAB_HAVE_CUDA
@@ -235,11 +284,25 @@ class CudaKvPool final : public KvPool {
   std::vector<DeviceArray<uint16_t>> k_, v_;
 };
 
+// A matrix in the quantized GEMV's layout (kernels/cuda/gemv_blocks.h); format kBf16 when it has
+// none (its type has no quantized form, or the device does not keep them).
+struct CudaBlocks {
+  kernels::GemvWeights format = kernels::GemvWeights::kBf16;
+  DeviceArray<uint8_t> q;
+  DeviceArray<uint32_t> scales;
+
+  // args' weights as these blocks, when there are any.
+  void use_in(kernels::GemvArgs& args) const {
+    kernels::use_gemv_blocks(args, format, q.get(), scales.get());
+  }
+};
+
 struct CudaLayer {
   DeviceArray<float> attn_norm, ffn_norm;
   DeviceArray<uint16_t> wqkv;       // (q_dim + 2·kv_dim, n_embd): wq, then wk, then wv
   DeviceArray<uint16_t> w_gate_up;  // (2·n_ff, n_embd): w_gate, then w_up
   DeviceArray<uint16_t> wo, w_down;
+  CudaBlocks qkv_blocks, gate_up_blocks, wo_blocks, down_blocks;  // CudaOptions::block_gemv
 };
 
 // One model's weights on one GPU, shared by the devices (partitions) that run it there.
@@ -250,6 +313,7 @@ struct CudaWeights {
   std::vector<CudaLayer> layers;
   DeviceArray<float> output_norm;
   DeviceArray<uint16_t> lm_head;  // (n_vocab, n_embd)
+  CudaBlocks lm_head_blocks;
   ~CudaWeights() {
     cudaSetDevice(device);
     layers.clear();
@@ -260,8 +324,13 @@ struct CudaWeights {
 // through staging buffers sized for the largest one; returns when they are in.
 class WeightUploader {
  public:
-  WeightUploader(const LlamaModel& model, std::string device, cudaStream_t stream)
-      : model_(model), hp_(model.hparams()), device_(std::move(device)), stream_(stream) {}
+  // blocks: also upload each Q4_0, Q4_1 and Q8_0 matrix in the quantized GEMV's layout.
+  WeightUploader(const LlamaModel& model, std::string device, cudaStream_t stream, bool blocks)
+      : model_(model),
+        hp_(model.hparams()),
+        device_(std::move(device)),
+        stream_(stream),
+        blocks_(blocks) {}
 
   std::shared_ptr<CudaWeights> upload(int index) {
     auto w = std::make_shared<CudaWeights>();
@@ -299,11 +368,18 @@ class WeightUploader {
         dst->reserve(static_cast<size_t>(m->rows * m->cols), device_, "weights");
         bf16(*m, dst->get());
       }
+      if (blocks_) {
+        blocks({&lw.wq, &lw.wk, &lw.wv}, l.qkv_blocks);
+        blocks({&lw.w_gate, &lw.w_up}, l.gate_up_blocks);
+        blocks({&lw.wo}, l.wo_blocks);
+        blocks({&lw.w_down}, l.down_blocks);
+      }
     }
     f32(model_.output_norm(), w->output_norm);
     const WeightMatrix& out = model_.output();
     w->lm_head.reserve(static_cast<size_t>(out.rows * out.cols), device_, "the LM head");
     bf16(out, w->lm_head.get());
+    if (blocks_) blocks({&out}, w->lm_head_blocks);
     check(cudaStreamSynchronize(stream_), device_, "uploading the weights");
     return w;
   }
@@ -326,30 +402,51 @@ class WeightUploader {
     });
   }
 
+  // The parts, stacked in order, into dst in the quantized GEMV's layout; dst stays without blocks
+  // when a part has no quantized form or the parts' types differ.
+  void blocks(std::initializer_list<const WeightMatrix*> parts, CudaBlocks& dst) {
+    kernels::GemvBlocks host;
+    for (const WeightMatrix* m : parts)
+      if (!kernels::append_gemv_blocks(m->type, m->data, m->rows, m->cols, host)) return;
+    dst.q.reserve(host.q.size(), device_, "quantized weights");
+    dst.scales.reserve(host.scales.size(), device_, "quantized weights");
+    // Synchronous copies: the host arrays go away with this call.
+    check(cudaMemcpy(dst.q.get(), host.q.data(), host.q.size(), cudaMemcpyHostToDevice), device_,
+          "uploading quantized weights");
+    check(cudaMemcpy(dst.scales.get(), host.scales.data(), host.scales.size() * sizeof(uint32_t),
+                     cudaMemcpyHostToDevice),
+          device_, "uploading quantized weights");
+    dst.format = host.format;
+  }
+
   const LlamaModel& model_;
   const HParams& hp_;
   const std::string device_;
   cudaStream_t stream_;
+  const bool blocks_;
   DeviceArray<uint8_t> raw_;
   DeviceArray<float> f32_;
 };
 
-// The weights of (model, GPU) while any device holds them: partitions of one GPU share one copy.
+// The weights of (model, GPU, with blocks or not) while any device holds them: partitions of one
+// GPU share one copy.
+using WeightsKey = std::tuple<const LlamaModel*, int, bool>;
 std::mutex g_weights_mutex;
-std::map<std::pair<const LlamaModel*, int>, std::weak_ptr<CudaWeights>> g_weights;
+std::map<WeightsKey, std::weak_ptr<CudaWeights> > g_weights;
 
-std::shared_ptr<const CudaWeights> resident_weights(const LlamaModel& model, int index) {
+std::shared_ptr<const CudaWeights> resident_weights(const LlamaModel& model, int index,
+                                                    bool blocks) {
   std::lock_guard lock(g_weights_mutex);
-  const auto it = g_weights.find({&model, index});
+  const auto it = g_weights.find({&model, index, blocks});
   return it == g_weights.end() ? nullptr : it->second.lock();
 }
 
-std::shared_ptr<const CudaWeights> shared_weights(const LlamaModel& model, int index,
+std::shared_ptr<const CudaWeights> shared_weights(const LlamaModel& model, int index, bool blocks,
                                                   const std::string& device, cudaStream_t stream) {
   std::lock_guard lock(g_weights_mutex);  // held through an upload: the second partition waits
-  std::weak_ptr<CudaWeights>& slot = g_weights[{&model, index}];
+  std::weak_ptr<CudaWeights>& slot = g_weights[{&model, index, blocks}];
   if (std::shared_ptr<CudaWeights> w = slot.lock()) return w;
-  std::shared_ptr<CudaWeights> w = WeightUploader(model, device, stream).upload(index);
+  std::shared_ptr<CudaWeights> w = WeightUploader(model, device, stream, blocks).upload(index);
   slot = w;
   return w;
 }
@@ -382,7 +479,9 @@ class CudaDevice final : public Device {
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
-  void linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n, int64_t k);
+  // With `blocks` (a few rows), the GEMV reads them instead of w.
+  void linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n, int64_t k,
+              const CudaBlocks* blocks = nullptr);
   // logits (rows, n_vocab) on the host from final-norm hidden states xgn_ (rows, n_embd).
   void lm_head_rows(int64_t rows, std::vector<float>& logits);
   // Enqueues the layers over the uploaded rows, then the final norm and LM head of the logit
@@ -430,6 +529,7 @@ class CudaDevice final : public Device {
   // Whether the few-row GEMVs and the decode attention may start while the kernel before them
   // runs (CudaOptions::overlap_launches on a GPU of compute capability 9.0 or later).
   bool overlap_ = false;
+  const bool block_gemv_;  // CudaOptions::block_gemv
   struct Graph {
     int runs = 0;  // direct runs so far (capture on the second)
     cudaGraphExec_t exec = nullptr;
@@ -444,7 +544,8 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
       model_(model),
       hp_(model.hparams()),
       pool_(threads),
-      use_graphs_(options.graphs) {
+      use_graphs_(options.graphs),
+      block_gemv_(options.block_gemv) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
@@ -476,7 +577,7 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
         "creating a stream");
   launch(name_, "cuBLASLt", [&] { gemm_ = std::make_unique<kernels::CublasGemm>(); });
   kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_);
-  w_ = shared_weights(model_, spec.index, name_, stream_);
+  w_ = shared_weights(model_, spec.index, block_gemv_, name_, stream_);
 }
 
 CudaDevice::~CudaDevice() {
@@ -491,18 +592,21 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
   // Weights already on this GPU (another partition's) are shared, not loaded again.
-  const uint64_t weights =
-      resident_weights(model_, spec_.index) ? 0 : cuda_weight_bytes(model_);
+  const uint64_t weights = resident_weights(model_, spec_.index, block_gemv_)
+                               ? 0
+                               : cuda_weight_bytes(model_, block_gemv_);
   const uint64_t kv = KvStorage::bytes_per_block(hp_, block_size) * static_cast<uint64_t>(kv_blocks);
   size_t free_bytes = 0, total_bytes = 0;
   check(cudaMemGetInfo(&free_bytes, &total_bytes), name_, "reading the free memory");
   // Room for cuBLASLt's workspace, the staging buffers and a batch's activations.
   const uint64_t headroom = uint64_t{512} << 20;
   if (weights + kv + headroom > free_bytes)
-    throw Error(name_ + ": the model's weights in BF16 (" + mib(weights) + ") and a KV pool of " +
-                std::to_string(kv_blocks) + " blocks (" + mib(kv) + "), with " + mib(headroom) +
-                " for work buffers, do not fit in the device's " + mib(free_bytes) +
-                " of free memory (of " + mib(total_bytes) + "); lower --kv-mem or --kv-blocks");
+    throw Error(name_ + ": the model's weights in BF16" +
+                (block_gemv_ ? " with their quantized copies" : "") + " (" + mib(weights) +
+                ") and a KV pool of " + std::to_string(kv_blocks) + " blocks (" + mib(kv) +
+                "), with " + mib(headroom) + " for work buffers, do not fit in the device's " +
+                mib(free_bytes) + " of free memory (of " + mib(total_bytes) +
+                "); lower --kv-mem or --kv-blocks");
 }
 
 void CudaDevice::sync(const char* what) {
@@ -546,13 +650,14 @@ void CudaDevice::drop_graphs() {
 }
 
 void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
-                        int64_t k) {
+                        int64_t k, const CudaBlocks* blocks) {
   launch(name_, "linear", [&] {
     if (kernels::gemv_supports(a, k, static_cast<int>(std::min<int64_t>(m, INT32_MAX)), w, k)) {
       // A few rows: the weights streamed once, no bf16 copy of a.
       kernels::GemvArgs g = kernels::gemv_product(a, k, static_cast<int>(m), w, n, k,
                                                   kernels::GemvEpilogue::kStore, c, n);
       g.overlap = overlap_;
+      if (blocks != nullptr) blocks->use_in(g);
       kernels::launch_gemv(g, stream_);
       return;
     }
@@ -564,7 +669,8 @@ void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, 
 void CudaDevice::lm_head_rows(int64_t rows, std::vector<float>& logits) {
   logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(hp_.n_vocab));
   if (rows == 0) return;
-  linear(xgn_.get(), w_->lm_head.get(), logits_.get(), rows, hp_.n_vocab, hp_.n_embd);
+  linear(xgn_.get(), w_->lm_head.get(), logits_.get(), rows, hp_.n_vocab, hp_.n_embd,
+         &w_->lm_head_blocks);
   check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         name_, "downloading logits");
@@ -728,6 +834,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         g.norm = w.attn_norm.get();
         g.eps = hp_.rms_eps;
         g.overlap = overlap_;
+        w.qkv_blocks.use_in(g);
         g.rope = rope_.get();
         g.kv_slots = slots_.get();
         g.q_dim = static_cast<int>(q_dim);
@@ -750,6 +857,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
                                                     kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
         o.overlap = overlap_;
+        w.wo_blocks.use_in(o);
         kernels::launch_gemv(o, stream_);
         // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
         kernels::GemvArgs f = kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(),
@@ -759,12 +867,14 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         f.norm = w.ffn_norm.get();
         f.eps = hp_.rms_eps;
         f.overlap = overlap_;
+        w.gate_up_blocks.use_in(f);
         kernels::launch_gemv(f, stream_);
         // x += w_down · h
         kernels::GemvArgs down =
             kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
                                   kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
         down.overlap = overlap_;
+        w.down_blocks.use_in(down);
         kernels::launch_gemv(down, stream_);
         continue;
       }
@@ -808,7 +918,9 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
     kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
                              n_logit, n_embd, hp_.rms_eps, stream_);
   });
-  if (n_logit > 0) linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd);
+  if (n_logit > 0)
+    linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd,
+           &w_->lm_head_blocks);
 }
 
 void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats) {

@@ -4,13 +4,13 @@
 // loop (core/serving/worker) drives it exactly as it drives a CpuDevice.
 //
 // Weights: the matrices are dequantized at load to BF16 (Q, K and V stacked into one matrix, gate
-// and up into another); norms stay f32; the token embedding stays in the file's type and is
-// gathered by the embedding op. Batches of more than kernels::kGemvMaxRows rows multiply with
+// and up into another), and with CudaOptions::block_gemv also kept in their quantized blocks for
+// the decode GEMVs; norms stay f32; the token embedding stays in the file's type and is gathered
+// by the embedding op. Batches of more than kernels::kGemvMaxRows rows multiply with
 // cuBLASLt (BF16 inputs, FP32 accumulate): the activations between ops are f32 and are rounded to
 // BF16 only on their way into a GEMM (the norms and SwiGLU write that bf16 directly). Smaller
 // batches (decode steps) take the fused GEMVs of kernels/cuda/gemv.cuh, the norms, RoPE, KV store,
-// SwiGLU and residual adds inside the products. The alternative, quantized blocks with a
-// dequantize-in-kernel GEMV for decode, has not been measured against this yet.
+// SwiGLU and residual adds inside the products, over the BF16 weights or (block_gemv) the blocks.
 // KV: fp16 in the same (n_blocks, n_kv_head, block_size, head_dim) layout per layer as the CPU's
 // KvStorage, so the pool's blocks mean the same on both backends.
 // Attention: causal chunks of 4 tokens or more through the tiled prefill kernel
@@ -32,8 +32,13 @@ namespace tokenfab {
 bool cuda_backend_built();
 
 // Bytes a CUDA device holds for the model's weights: the matrices in BF16 (the LM head too), the
-// norms in f32, the token embedding in the file's type. Pure arithmetic; every build has it.
-uint64_t cuda_weight_bytes(const LlamaModel& model);
+// norms in f32, the token embedding in the file's type; with `block_gemv` (CudaOptions) also the
+// quantized copies of the Q4_0, Q4_1 and Q8_0 matrices. Pure arithmetic; every build has it.
+uint64_t cuda_weight_bytes(const LlamaModel& model, bool block_gemv = false);
+
+// The weight bytes a one-row decode step reads: as cuda_weight_bytes, but each matrix once, in
+// the form its GEMV reads (the quantized copy where block_gemv keeps one, else BF16).
+uint64_t cuda_decode_weight_bytes(const LlamaModel& model, bool block_gemv);
 
 // How a CUDA device launches its kernels. Neither choice changes any output, bit for bit (tested).
 struct CudaOptions {
@@ -45,6 +50,11 @@ struct CudaOptions {
   // weight loads, or reads its block tables, first and waits for the previous kernel's results
   // only after that. False launches every kernel after the previous one has finished.
   bool overlap_launches = true;
+  // Few-row steps (decode) multiply the file's own Q4_0, Q4_1 and Q8_0 blocks, kept on the GPU
+  // beside the BF16 copies that prefill's GEMMs use (kernels/cuda/gemv_blocks.h): fewer bytes
+  // per step (0.625 or 1.125 a weight instead of 2), the file's exact weights, more memory.
+  // Matrices of other types, or stacked from parts of different types, stay BF16.
+  bool block_gemv = false;
 };
 
 // A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of

@@ -7,16 +7,19 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gemv_chunks.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
 namespace {
 
+using gemv_detail::Chunk;
+
 constexpr int kWarp = 32;
 constexpr int kWarps = 4;                  // per block
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kVec = 8;                    // bf16 weights per 16-byte load
+constexpr int kVec = 8;                    // weights per step of the arithmetic
 constexpr int64_t kWidePairs = 4096;       // from this many output pairs, two pairs per warp
 
 __device__ float warp_sum(float v) {
@@ -25,43 +28,39 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-__device__ void unpack_bf16(uint4 raw, float* f) {
-  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int t = 0; t < 4; ++t) {
-    f[2 * t] = __uint_as_float(u[t] << 16);
-    f[2 * t + 1] = __uint_as_float(u[t] & 0xffff0000u);
-  }
-}
-
-// Adds the chunk at kk (8 weights of each of the warp's R rows) times every x row.
-template <int M, int R>
-__device__ void accumulate(const GemvArgs& a, const float* inv_rms, int64_t kk, const uint4 (&raw)[R],
+// Adds the chunk at kk (C::kElems weights of each of the warp's R rows, eight at a time) times
+// every x row.
+template <int M, int R, class C>
+__device__ void accumulate(const GemvArgs& a, const float* inv_rms, int64_t kk, const C (&raw)[R],
                            float (&acc)[R][M]) {
-  float w[R][kVec], g[kVec];
 #pragma unroll
-  for (int q = 0; q < R; ++q) unpack_bf16(raw[q], w[q]);
-  if (a.norm != nullptr) {
-    const float4 g0 = __ldg(reinterpret_cast<const float4*>(a.norm + kk));
-    const float4 g1 = __ldg(reinterpret_cast<const float4*>(a.norm + kk + 4));
-    g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w;
-    g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
-  }
+  for (int part = 0; part < C::kElems / kVec; ++part) {
+    const int64_t k8 = kk + part * kVec;
+    float w[R][kVec], g[kVec];
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    if (r >= a.m) break;
-    const float* xr = a.x + r * a.x_stride + kk;
-    const float4 x0 = *reinterpret_cast<const float4*>(xr);
-    const float4 x1 = *reinterpret_cast<const float4*>(xr + 4);
-    float xs[kVec] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    for (int q = 0; q < R; ++q) raw[q].weights(part, w[q]);
     if (a.norm != nullptr) {
-#pragma unroll
-      for (int t = 0; t < kVec; ++t) xs[t] = xs[t] * inv_rms[r] * g[t];  // the CPU's x·scale·w
+      const float4 g0 = __ldg(reinterpret_cast<const float4*>(a.norm + k8));
+      const float4 g1 = __ldg(reinterpret_cast<const float4*>(a.norm + k8 + 4));
+      g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w;
+      g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
     }
 #pragma unroll
-    for (int t = 0; t < kVec; ++t) {
+    for (int r = 0; r < M; ++r) {
+      if (r >= a.m) break;
+      const float* xr = a.x + r * a.x_stride + k8;
+      const float4 x0 = *reinterpret_cast<const float4*>(xr);
+      const float4 x1 = *reinterpret_cast<const float4*>(xr + 4);
+      float xs[kVec] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      if (a.norm != nullptr) {
 #pragma unroll
-      for (int q = 0; q < R; ++q) acc[q][r] = fmaf(w[q][t], xs[t], acc[q][r]);
+        for (int t = 0; t < kVec; ++t) xs[t] = xs[t] * inv_rms[r] * g[t];  // the CPU's x·scale·w
+      }
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) {
+#pragma unroll
+        for (int q = 0; q < R; ++q) acc[q][r] = fmaf(w[q][t], xs[t], acc[q][r]);
+      }
     }
   }
 }
@@ -116,17 +115,17 @@ __device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool ha
   }
 }
 
-// Issues the 16-byte weight loads of the chunks at v0, v0 + kWarp, … (kUnroll of them) of the
-// warp's R rows; chunks past the row's end are left unloaded.
-template <int R, int kUnroll>
-__device__ void load_chunks(const uint4* const (&w)[R], int64_t v0, int64_t n_vec,
-                            uint4 (&raw)[kUnroll][R]) {
+// Issues the weight loads of the chunks at v0, v0 + kWarp, … (kUnroll of them) of the warp's R
+// rows; chunks past the row's end are left unloaded.
+template <int R, int kUnroll, class C>
+__device__ void load_chunks(const GemvArgs& a, const int64_t (&rows)[R], int64_t v0, int64_t n_vec,
+                            C (&raw)[kUnroll][R]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t v = v0 + u * kWarp;
     if (v < n_vec) {
 #pragma unroll
-      for (int q = 0; q < R; ++q) raw[u][q] = __ldg(w[q] + v);
+      for (int q = 0; q < R; ++q) raw[u][q].load(a, rows[q], v);
     }
   }
 }
@@ -136,8 +135,9 @@ __device__ void load_chunks(const uint4* const (&w)[R], int64_t v0, int64_t n_ve
 // kernel (a.overlap) a warp issues its first chunks' loads and prefetches the rest of its rows
 // into L2 (calls of up to kGemvL2PrefetchBytes); the arithmetic, and so every output, is the same
 // with and without the overlap.
-template <int M, int P>
+template <GemvWeights F, int M, int P>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+  using C = Chunk<F>;
   constexpr int R = 2 * P;
   constexpr int kUnroll = (M <= 2 ? 4 : 2) / P;  // chunks in flight per lane (P is 1 or 2)
   __shared__ float inv_rms[M];
@@ -147,26 +147,31 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
   const int64_t p0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * P;
   const bool active = p0 < n_pairs;
-  int64_t j0[P], j1[P];
+  int64_t j0[P], j1[P], rows[R];
   bool has1[P];
-  const uint4* w[R];
 #pragma unroll
   for (int q = 0; q < P; ++q) {
     const int64_t p = min(p0 + q, n_pairs - 1);  // a missing pair repeats the last (not written)
     j0[q] = swiglu ? p : 2 * p;
     j1[q] = swiglu ? p + a.n / 2 : 2 * p + 1;
     has1[q] = j1[q] < a.n;
-    w[2 * q] = reinterpret_cast<const uint4*>(a.w + j0[q] * a.k);
-    w[2 * q + 1] = reinterpret_cast<const uint4*>(a.w + (has1[q] ? j1[q] : j0[q]) * a.k);
+    rows[2 * q] = j0[q];
+    rows[2 * q + 1] = has1[q] ? j1[q] : j0[q];
   }
-  const int64_t n_vec = a.k / kVec;  // 16-byte loads per weight row
-  uint4 raw[kUnroll][R];
+  const int64_t n_vec = a.k / C::kElems;  // chunks per weight row
+  C raw[kUnroll][R];
   if (active) {
-    load_chunks<R, kUnroll>(w, lane, n_vec, raw);
-    if (a.n * a.k * 2 <= kGemvL2PrefetchBytes) {  // the rest of the rows, a 128-byte line a lane
-      for (int64_t v = kUnroll * kWarp + lane * 8; v < n_vec; v += kWarp * 8) {
+    load_chunks<R, kUnroll>(a, rows, lane, n_vec, raw);
+    // The rest of the rows' bytes past the first chunks, a 128-byte line a lane, into L2.
+    const int64_t row_bytes = C::row_bytes(a);
+    if (a.n * row_bytes <= kGemvL2PrefetchBytes) {
+      const int64_t first = kUnroll * kWarp * (row_bytes / n_vec);
+      for (int64_t b = first + lane * 128; b < row_bytes; b += kWarp * 128) {
 #pragma unroll
-        for (int q = 0; q < R; ++q) asm volatile("prefetch.global.L2 [%0];" ::"l"(w[q] + v));
+        for (int q = 0; q < R; ++q) {
+          const char* line = static_cast<const char*>(C::row_start(a, rows[q])) + b;
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+        }
       }
     }
   }
@@ -193,11 +198,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   // kUnroll chunks at a time: all their loads are issued before the arithmetic (the first
   // batch's before the wait).
   for (int64_t v0 = lane; v0 < n_vec; v0 += kUnroll * kWarp) {
-    if (v0 != lane) load_chunks<R, kUnroll>(w, v0, n_vec, raw);
+    if (v0 != lane) load_chunks<R, kUnroll>(a, rows, v0, n_vec, raw);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + u * kWarp;
-      if (v < n_vec) accumulate<M, R>(a, inv_rms, v * kVec, raw[u], acc);
+      if (v < n_vec) accumulate<M, R>(a, inv_rms, v * C::kElems, raw[u], acc);
     }
   }
 
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     if (p0 + q < n_pairs) finish(a, lane, j0[q], j1[q], has1[q], y[2 * q], y[2 * q + 1]);
 }
 
-template <int M>
+template <GemvWeights F, int M>
 void launch_rows(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
   // Two pairs per warp for wide matrices (fewer activation loads per weight byte); one for narrow
   // ones, whose few warps would otherwise leave SMs idle.
@@ -227,9 +232,22 @@ void launch_rows(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
   const int64_t per_block = (wide ? 2 : 1) * kWarps;
   const dim3 grid(static_cast<unsigned>((pairs + per_block - 1) / per_block));
   if (wide) {
-    launch_kernel(gemv_kernel<M, 2>, grid, dim3(kThreads), stream, a.overlap, a);
+    launch_kernel(gemv_kernel<F, M, 2>, grid, dim3(kThreads), stream, a.overlap, a);
   } else {
-    launch_kernel(gemv_kernel<M, 1>, grid, dim3(kThreads), stream, a.overlap, a);
+    launch_kernel(gemv_kernel<F, M, 1>, grid, dim3(kThreads), stream, a.overlap, a);
+  }
+}
+
+template <GemvWeights F>
+void launch_format(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
+  if (a.m <= 1) {
+    launch_rows<F, 1>(a, pairs, stream);
+  } else if (a.m <= 2) {
+    launch_rows<F, 2>(a, pairs, stream);
+  } else if (a.m <= 4) {
+    launch_rows<F, 4>(a, pairs, stream);
+  } else {
+    launch_rows<F, kGemvMaxRows>(a, pairs, stream);
   }
 }
 
@@ -251,6 +269,12 @@ void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
                                 ", k a multiple of 8, 16-byte aligned x and w)");
   if (a.norm != nullptr && reinterpret_cast<uintptr_t>(a.norm) % 16 != 0)
     throw std::invalid_argument(where + "the norm weight is not 16-byte aligned");
+  if (a.weights != GemvWeights::kBf16 && (a.k % 32 != 0 || a.q == nullptr || a.scales == nullptr ||
+                                          reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
+                                          reinterpret_cast<uintptr_t>(a.scales) % 4 != 0))
+    throw std::invalid_argument(where + "block weights need k a multiple of 32 (k " +
+                                std::to_string(a.k) +
+                                ") and 16-byte aligned quants with their scales");
   const int64_t out_cols = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : a.n;
   if (a.out == nullptr || a.out_stride < out_cols)
     throw std::invalid_argument(where + "out_stride " + std::to_string(a.out_stride) +
@@ -272,14 +296,16 @@ void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
   const int64_t pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
   if ((pairs + kWarps - 1) / kWarps > 0x7fffffff)
     throw std::invalid_argument(where + "n exceeds one grid");
-  if (a.m <= 1) {
-    launch_rows<1>(a, pairs, stream);
-  } else if (a.m <= 2) {
-    launch_rows<2>(a, pairs, stream);
-  } else if (a.m <= 4) {
-    launch_rows<4>(a, pairs, stream);
-  } else {
-    launch_rows<kGemvMaxRows>(a, pairs, stream);
+  switch (a.weights) {
+    case GemvWeights::kBf16:
+      launch_format<GemvWeights::kBf16>(a, pairs, stream);
+      break;
+    case GemvWeights::kQ4:
+      launch_format<GemvWeights::kQ4>(a, pairs, stream);
+      break;
+    case GemvWeights::kQ8:
+      launch_format<GemvWeights::kQ8>(a, pairs, stream);
+      break;
   }
   TOKENFAB_CUDA_CHECK(cudaGetLastError());
 }

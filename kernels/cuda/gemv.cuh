@@ -1,9 +1,10 @@
 #pragma once
 // Matrix-vector products for decode steps of a few rows: y = W·x for up to kGemvMaxRows rows of
-// f32 activations against BF16 weights (row-major (n, k), the layout the cuBLASLt path takes),
-// FP32 accumulation. The weights stream from memory once per call, 16 bytes per load, with a
-// warp per pair of output rows; the activations are read from cache. What cuBLAS would need
-// several kernels around for is fused into the one launch:
+// f32 activations against BF16 weights (row-major (n, k), the layout the cuBLASLt path takes) or
+// against the file's own Q4_0, Q4_1 or Q8_0 blocks (gemv_blocks.h: 0.625 or 1.125 bytes a weight
+// instead of 2), FP32 accumulation. The weights stream from memory once per call, 16 bytes per
+// load, with a warp per pair of output rows; the activations are read from cache. What cuBLAS would
+// need several kernels around for is fused into the one launch:
 //   - an optional RMSNorm of each x row (x · 1/√(mean(x²) + eps) · norm) before the product;
 //   - the epilogue: store, add into the output (a residual), SwiGLU of a stacked [gate | up]
 //     product, or RoPE on a stacked [q | k | v] product with k and v written into the fp16
@@ -17,6 +18,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/gemv_blocks.h"
 
 namespace tokenfab::kernels {
 
@@ -38,7 +41,10 @@ struct GemvArgs {
   int m = 0;                     // 1 … kGemvMaxRows
   const float* norm = nullptr;   // (k) RMSNorm weight, or null for no norm
   float eps = 0.0f;
-  const uint16_t* w = nullptr;   // (n, k) bf16 bits, row-major
+  const uint16_t* w = nullptr;  // kBf16: (n, k) bf16 bits, row-major
+  GemvWeights weights = GemvWeights::kBf16;
+  const uint8_t* q = nullptr;        // kQ4 / kQ8: the quants (gemv_blocks.h), 16-byte aligned
+  const uint32_t* scales = nullptr;  // kQ4 / kQ8: (n, k/32) fp16 pairs (d, m)
   int64_t n = 0;
   int64_t k = 0;                 // a multiple of 8
   GemvEpilogue epilogue = GemvEpilogue::kStore;
@@ -72,8 +78,20 @@ inline GemvArgs gemv_product(const float* x, int64_t x_stride, int m, const uint
 }
 
 // Whether launch_gemv takes this shape: 1 ≤ m ≤ kGemvMaxRows, k a positive multiple of 8, x and
-// w 16-byte aligned with x_stride a multiple of 4 (the 16-byte loads).
+// w 16-byte aligned with x_stride a multiple of 4 (the 16-byte loads). Block weights (kQ4, kQ8)
+// also need k a multiple of 32 and the quants 16-byte aligned (launch_gemv checks).
 bool gemv_supports(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t k);
+
+// The args' weights as `blocks`' device copy when it has a quantized form (format not kBf16),
+// else unchanged (the BF16 weights already in args). q and scales: device copies of blocks.q and
+// blocks.scales.
+inline void use_gemv_blocks(GemvArgs& args, GemvWeights format, const uint8_t* q,
+                            const uint32_t* scales) {
+  if (format == GemvWeights::kBf16 || q == nullptr || scales == nullptr) return;
+  args.weights = format;
+  args.q = q;
+  args.scales = scales;
+}
 
 // Asynchronous on `stream`. Throws std::invalid_argument for a shape gemv_supports refuses or an
 // epilogue's inconsistent sizes, std::runtime_error if the launch fails.

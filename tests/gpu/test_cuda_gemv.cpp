@@ -1,8 +1,11 @@
 // The decode GEMV (kernels/cuda/gemv.cuh) against plain double-precision loops on the host, for
 // each epilogue, with and without the fused RMSNorm, at 1 … 8 rows and k both a multiple of the
-// warp's 256-element stride and not (tails). Skips when no CUDA device exists.
+// warp's 256-element stride and not (tails), over BF16 weights and over the file's Q4_0, Q4_1
+// and Q8_0 blocks (gemv_blocks.h); overlapped launches against serial ones. Skips when no CUDA
+// device exists.
 //
-// Tolerance. The weights are bf16 and the reference uses their exact values, so the only error
+// Tolerance. The weights (bf16, or blocks, whose values are exact in f32) enter the reference
+// with their exact values, so the only error
 // is the GPU's f32 arithmetic: products summed in f32 (per lane, then a 32-lane tree) and, with
 // the norm, the row scale 1/√(mean(x²) + eps) and x·scale·w rounded in f32. Each sum is then
 // within about (k/256 + 8)·2^-24·Σ|w·x| of the exact value; we allow 1e-5·Σ|w·x| + 1e-6·|y|.
@@ -23,6 +26,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_types.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "tests/gpu/cuda_test_support.h"
@@ -94,6 +98,57 @@ void random_weights(std::mt19937& rng, int64_t n, int64_t k, std::vector<uint16_
   }
 }
 
+// Random weights (n, k) of one layout, with their exact values for the reference: "bf16" bits,
+// or "q4_0", "q4_1" or "q8_0" blocks (random rows quantized) in the block GEMV's layout.
+struct TestWeights {
+  std::vector<float> values;  // (n, k)
+  std::vector<uint16_t> bf16;
+  GemvBlocks blocks;
+};
+
+TestWeights random_test_weights(std::mt19937& rng, const QString& layout, int64_t n, int64_t k) {
+  TestWeights t;
+  if (layout == "bf16") {
+    random_weights(rng, n, k, t.bf16, t.values);
+    return t;
+  }
+  const WeightType type = layout == "q4_0"   ? WeightType::Q4_0
+                          : layout == "q4_1" ? WeightType::Q4_1
+                                             : WeightType::Q8_0;
+  const std::vector<float> raw = random_floats(rng, static_cast<size_t>(n * k), -1.0f, 1.0f);
+  std::vector<uint8_t> bytes(row_bytes(type, static_cast<uint64_t>(k)) * static_cast<uint64_t>(n));
+  for (int64_t r = 0; r < n; ++r)
+    quantize_row(type, raw.data() + r * k, bytes.data() + row_bytes(type, k) * r, k);
+  if (!append_gemv_blocks(type, bytes.data(), n, k, t.blocks))
+    throw std::runtime_error("append_gemv_blocks refused " + layout.toStdString());
+  t.values.resize(raw.size());
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < k; ++i) t.values[r * k + i] = gemv_block_value(t.blocks, r, i);
+  t.bf16.assign(1, 0);  // unused: the product reads the blocks
+  return t;
+}
+
+// TestWeights on the device; use_in points a product's args at them.
+struct DeviceWeights {
+  explicit DeviceWeights(const TestWeights& t)
+      : bf16(t.bf16.size()),
+        q(std::max<size_t>(t.blocks.q.size(), 1)),
+        scales(std::max<size_t>(t.blocks.scales.size(), 1)),
+        format(t.blocks.format) {
+    bf16.upload(t.bf16);
+    if (format != GemvWeights::kBf16) {
+      q.upload(t.blocks.q);
+      scales.upload(t.blocks.scales);
+    }
+  }
+  void use_in(GemvArgs& a) const { use_gemv_blocks(a, format, q.get(), scales.get()); }
+
+  DeviceBuffer<uint16_t> bf16;
+  DeviceBuffer<uint8_t> q;
+  DeviceBuffer<uint32_t> scales;
+  GemvWeights format;
+};
+
 class TestCudaGemv : public QObject {
   Q_OBJECT
 
@@ -124,6 +179,7 @@ void TestCudaGemv::cleanupTestCase() {
 }
 
 void TestCudaGemv::store_and_add_match_loops_data() {
+  QTest::addColumn<QString>("layout");
   QTest::addColumn<int>("m");
   QTest::addColumn<qint64>("n");
   QTest::addColumn<qint64>("k");
@@ -131,40 +187,53 @@ void TestCudaGemv::store_and_add_match_loops_data() {
   QTest::addColumn<bool>("add");
   // SmolLM2's o-projection and LM-head widths, an odd n (a pair with one row), Llama-8B's k,
   // and k = 4120 (load groups plus a tail).
-  QTest::newRow("m1 576x576 add") << 1 << qint64{576} << qint64{576} << false << true;
-  QTest::newRow("m1 1001x576 norm") << 1 << qint64{1001} << qint64{576} << true << false;
-  QTest::newRow("m2 640x4096") << 2 << qint64{640} << qint64{4096} << false << false;
-  QTest::newRow("m3 576x1536 add") << 3 << qint64{576} << qint64{1536} << false << true;
-  QTest::newRow("m5 250x4120 norm add") << 5 << qint64{250} << qint64{4120} << true << true;
-  QTest::newRow("m8 4097x576 norm") << 8 << qint64{4097} << qint64{576} << true << false;
+  const QString bf16 = QStringLiteral("bf16");
+  QTest::newRow("m1 576x576 add") << bf16 << 1 << qint64{576} << qint64{576} << false << true;
+  QTest::newRow("m1 1001x576 norm") << bf16 << 1 << qint64{1001} << qint64{576} << true << false;
+  QTest::newRow("m2 640x4096") << bf16 << 2 << qint64{640} << qint64{4096} << false << false;
+  QTest::newRow("m3 576x1536 add") << bf16 << 3 << qint64{576} << qint64{1536} << false << true;
+  QTest::newRow("m5 250x4120 norm add") << bf16 << 5 << qint64{250} << qint64{4120} << true << true;
+  QTest::newRow("m8 4097x576 norm") << bf16 << 8 << qint64{4097} << qint64{576} << true << false;
   // Wide matrices (4,096 output pairs or more: two pairs per warp), even and odd.
-  QTest::newRow("m2 8200x264 norm") << 2 << qint64{8200} << qint64{264} << true << false;
-  QTest::newRow("m1 8193x64 add") << 1 << qint64{8193} << qint64{64} << false << true;
+  QTest::newRow("m2 8200x264 norm") << bf16 << 2 << qint64{8200} << qint64{264} << true << false;
+  QTest::newRow("m1 8193x64 add") << bf16 << 1 << qint64{8193} << qint64{64} << false << true;
+  // The file's blocks (k a multiple of 32): narrow and wide, and at 3 rows (two blocks in flight
+  // per lane) k = 4096, two rounds of loads.
+  for (const char* layout : {"q4_0", "q4_1", "q8_0"}) {
+    const QString l = QString::fromLatin1(layout);
+    QTest::newRow(qPrintable(l + " m1 576x576 add"))
+        << l << 1 << qint64{576} << qint64{576} << false << true;
+    QTest::newRow(qPrintable(l + " m1 1001x576 norm"))
+        << l << 1 << qint64{1001} << qint64{576} << true << false;
+    QTest::newRow(qPrintable(l + " m3 576x4096 add"))
+        << l << 3 << qint64{576} << qint64{4096} << false << true;
+    QTest::newRow(qPrintable(l + " m8 8193x64 norm"))
+        << l << 8 << qint64{8193} << qint64{64} << true << false;
+  }
 }
 
 void TestCudaGemv::store_and_add_match_loops() {
+  QFETCH(QString, layout);
   QFETCH(int, m);
   QFETCH(qint64, n);
   QFETCH(qint64, k);
   QFETCH(bool, norm);
   QFETCH(bool, add);
-  std::mt19937 rng(static_cast<uint32_t>(m * 31 + n * 7 + k + norm * 3 + add));
+  std::mt19937 rng(static_cast<uint32_t>(m * 31 + n * 7 + k + norm * 3 + add + layout.size()));
   const std::vector<float> x = random_floats(rng, static_cast<size_t>(m * k), -2.0f, 2.0f);
   const std::vector<float> g = random_floats(rng, static_cast<size_t>(k), 0.25f, 2.0f);
   const std::vector<float> out0 = random_floats(rng, static_cast<size_t>(m * n), -4.0f, 4.0f);
-  std::vector<uint16_t> w_bits;
-  std::vector<float> w;
-  random_weights(rng, n, k, w_bits, w);
-  const Reference ref = reference(x, m, k, norm ? &g : nullptr, w, n);
+  const TestWeights w = random_test_weights(rng, layout, n, k);
+  const Reference ref = reference(x, m, k, norm ? &g : nullptr, w.values, n);
 
   DeviceBuffer<float> dx(x.size()), dg(g.size()), dout(out0.size());
-  DeviceBuffer<uint16_t> dw(w_bits.size());
+  const DeviceWeights dw(w);
   dx.upload(x);
   dg.upload(g);
-  dw.upload(w_bits);
   dout.upload(out0);
-  GemvArgs a = gemv_product(dx.get(), k, m, dw.get(), n, k,
+  GemvArgs a = gemv_product(dx.get(), k, m, dw.bf16.get(), n, k,
                             add ? GemvEpilogue::kAdd : GemvEpilogue::kStore, dout.get(), n);
+  dw.use_in(a);
   a.norm = norm ? dg.get() : nullptr;
   a.eps = kEps;
   launch_gemv(a, stream_);
@@ -181,34 +250,37 @@ void TestCudaGemv::store_and_add_match_loops() {
 }
 
 void TestCudaGemv::swiglu_matches_loops_data() {
+  QTest::addColumn<QString>("layout");
   QTest::addColumn<int>("m");
   QTest::addColumn<qint64>("n_ff");
   QTest::addColumn<qint64>("k");
-  QTest::newRow("m1 SmolLM2 1536x576") << 1 << qint64{1536} << qint64{576};
-  QTest::newRow("m4 300x1024") << 4 << qint64{300} << qint64{1024};
-  QTest::newRow("m7 77x264") << 7 << qint64{77} << qint64{264};
+  QTest::newRow("m1 SmolLM2 1536x576") << "bf16" << 1 << qint64{1536} << qint64{576};
+  QTest::newRow("m4 300x1024") << "bf16" << 4 << qint64{300} << qint64{1024};
+  QTest::newRow("m7 77x264") << "bf16" << 7 << qint64{77} << qint64{264};
+  QTest::newRow("q4_1 m1 SmolLM2 1536x576") << "q4_1" << 1 << qint64{1536} << qint64{576};
+  QTest::newRow("q4_0 m4 300x1024") << "q4_0" << 4 << qint64{300} << qint64{1024};
+  QTest::newRow("q8_0 m7 77x576") << "q8_0" << 7 << qint64{77} << qint64{576};
 }
 
 void TestCudaGemv::swiglu_matches_loops() {
+  QFETCH(QString, layout);
   QFETCH(int, m);
   QFETCH(qint64, n_ff);
   QFETCH(qint64, k);
   const int64_t n = 2 * n_ff;  // [gate | up]
-  std::mt19937 rng(static_cast<uint32_t>(m * 131 + n_ff + k));
+  std::mt19937 rng(static_cast<uint32_t>(m * 131 + n_ff + k + layout.size()));
   const std::vector<float> x = random_floats(rng, static_cast<size_t>(m * k), -2.0f, 2.0f);
   const std::vector<float> g = random_floats(rng, static_cast<size_t>(k), 0.25f, 2.0f);
-  std::vector<uint16_t> w_bits;
-  std::vector<float> w;
-  random_weights(rng, n, k, w_bits, w);
-  const Reference ref = reference(x, m, k, &g, w, n);
+  const TestWeights w = random_test_weights(rng, layout, n, k);
+  const Reference ref = reference(x, m, k, &g, w.values, n);
 
   DeviceBuffer<float> dx(x.size()), dg(g.size()), dout(static_cast<size_t>(m * n_ff));
-  DeviceBuffer<uint16_t> dw(w_bits.size());
+  const DeviceWeights dw(w);
   dx.upload(x);
   dg.upload(g);
-  dw.upload(w_bits);
   GemvArgs a =
-      gemv_product(dx.get(), k, m, dw.get(), n, k, GemvEpilogue::kSwiGlu, dout.get(), n_ff);
+      gemv_product(dx.get(), k, m, dw.bf16.get(), n, k, GemvEpilogue::kSwiGlu, dout.get(), n_ff);
+  dw.use_in(a);
   a.norm = dg.get();
   a.eps = kEps;
   launch_gemv(a, stream_);

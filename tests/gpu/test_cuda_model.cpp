@@ -8,8 +8,10 @@
 // quantized blocks by activations quantized to 8 bits per block of 32 (relative error up to
 // 2^-8 of the block's largest value per element); the GPU multiplies the same weights
 // dequantized and rounded to BF16 by activations rounded to BF16 (2^-9 relative per element,
-// both operands), accumulating in f32. Both differ from the exact product by a fraction of a
-// percent per matmul, in random directions, over 30 layers. Each logit row is allowed a relative
+// both operands), accumulating in f32 (with CudaOptions::block_gemv, a few-row step's products
+// take the file's own weights exactly, and its f32 activations). Both differ from the exact
+// product by a fraction of a percent per matmul, in random directions, over 30 layers. Each
+// logit row is allowed a relative
 // L2 distance of kRowRel = 5% from the CPU's row, and its top token must match whenever the CPU's
 // lead over its runner-up exceeds 2·kRowRel·rms(row), a margin the allowed error cannot cross.
 // This bound is a first estimate; the first GPU run of this test reports the distances it saw.
@@ -117,6 +119,7 @@ class TestCudaModel : public QObject {
 
  private slots:
   void initTestCase();
+  void synthetic_logits_match_cpu_on_mixed_batches_data();
   void synthetic_logits_match_cpu_on_mixed_batches();
   void decode_graphs_and_overlap_match_serial_launches_exactly();
   void real_model_greedy_tokens_match_cpu();
@@ -138,12 +141,21 @@ void TestCudaModel::initTestCase() {
   synthetic_ = LlamaModel::load(path);
 }
 
+void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches_data() {
+  QTest::addColumn<bool>("block_gemv");
+  QTest::newRow("bf16 weights") << false;
+  QTest::newRow("few-row steps on the file's blocks") << true;
+}
+
 void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
+  QFETCH(bool, block_gemv);
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
   CpuDevice cpu({DeviceKind::kCpu, 0}, model, 2, kBlocks, kBlockSize);
+  CudaOptions options;
+  options.block_gemv = block_gemv;
   const std::unique_ptr<Device> gpu =
-      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize);
+      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
 
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(hp.n_vocab) - 1);
@@ -156,12 +168,17 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   // Step 1: A's first 40 tokens and B's first 17 (prefill chunks).
   // Step 2: A decodes one token; B reads 20 more (a chunk that starts mid-block).
   // Step 3: A verifies a draft tree of 5 (every row's logits); B decodes one token.
+  // Steps 4–6: both decode one token (decode-only steps, the GEMVs as in step 3: the first runs
+  // directly, the second is captured as a CUDA graph, the third replays it).
   const std::span<const int32_t> sa(a), sb(b);
   const std::vector<std::vector<BatchSequence>> steps = {
       {{sa.subspan(0, 40), 0, table_a, true}, {sb.subspan(0, 17), 0, table_b, true}},
       {{sa.subspan(40, 1), 40, table_a, true}, {sb.subspan(17, 20), 17, table_b, true}},
       {{sa.subspan(41, 5), 41, table_a, false, true, tree_parent},
        {sb.subspan(37, 1), 37, table_b, true}},
+      {{sa.subspan(46, 1), 46, table_a, true}, {sb.subspan(38, 1), 38, table_b, true}},
+      {{sa.subspan(47, 1), 47, table_a, true}, {sb.subspan(39, 1), 39, table_b, true}},
+      {{sa.subspan(48, 1), 48, table_a, true}, {sb.subspan(40, 1), 40, table_b, true}},
   };
   RowCheck logits_check, hidden_check;
   for (size_t i = 0; i < steps.size(); ++i) {

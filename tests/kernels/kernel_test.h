@@ -4,6 +4,7 @@
 // are defined in one file per theme:
 //   test_kernels_formats.cpp    block formats from hand-built bytes, fp16/bf16 conversions
 //   test_kernels_quantize.cpp   quantizers (weights and activations)
+//   test_kernels_gemv_blocks.cpp  the quantized GPU GEMV's weight layout, built on the host
 //   test_kernels_gemm.cpp       gemm_scalar / gemm_avx2 / x8 kernels, matmul()
 //   test_kernels_ops.cpp        rms_norm, rope, silu_mul, fp16 rows, softmax, argmax
 //   test_kernels_attention.cpp  attention_scalar / attention_avx2
@@ -42,6 +43,11 @@ class KernelTest : public QObject {
   void q8a_avx2_matches_scalar_bitwise_data();
   void q8a_avx2_matches_scalar_bitwise();
   void q8a_scalar_error_is_bounded();
+
+  // test_kernels_gemv_blocks.cpp
+  void gemv_blocks_equal_dequantized_rows_data();
+  void gemv_blocks_equal_dequantized_rows();
+  void gemv_blocks_refuse_what_has_no_quantized_form();
 
   // test_kernels_gemm.cpp
   void gemm_matches_reference_data();
