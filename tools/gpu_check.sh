@@ -9,7 +9,8 @@
 #    "bench_llama3_8b_serial_launches":{…},"bench_decode_blocks":{…},
 #    "bench_llama3_8b_decode_blocks":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"generate_no_head":…,
-#    "generate_head":…},"real_model":"…","cublas":"…","elapsed_s":…}
+#    "generate_head":…},"sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
+#    "summary":"…","tail":"…"} or null,"real_model":"…","cublas":"…","elapsed_s":…}
 # The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME, the
 # XDG cache, or the parts gpu_package.sh --model-parts sent in gpu-model/), else with its synthetic
 # twin (`tokenfab-cli synth`, same shape and types); the decode with a draft head needs the real
@@ -95,6 +96,19 @@ $(printf '%s\n' "$text" | grep -v '^PASS   :' | tail -c 6000)
 "
 done
 
+# The GEMV suite again under compute-sanitizer's memcheck (where the toolkit has it): every load
+# of the quantized layouts and of the overlapped launches inside its buffers.
+sanitizer_json=null
+sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+if [ -n "$sanitizer" ] && [ -x "$bundle/bin/test_cuda_gemv" ]; then
+  echo "gpu_check: compute-sanitizer memcheck test_cuda_gemv" >&2
+  text="$(timeout "$suite_timeout" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/bin/test_cuda_gemv" 2>&1)"
+  rc=$?
+  printf '===== memcheck test_cuda_gemv (exit %d)\n%s\n' "$rc" "$text" >>"$log"
+  summary="$(printf '%s\n' "$text" | grep 'ERROR SUMMARY' | tail -n 1)"
+  sanitizer_json="{\"tool\":\"memcheck\",\"suite\":\"test_cuda_gemv\",\"exit\":$rc,\"summary\":$(json_string "$summary"),\"tail\":$(json_string "$(printf '%s\n' "$text" | grep -v '^PASS   :' | tail -c 3000)")}"
+fi
+
 devices="$(timeout 60 "$bundle/bin/tokenfab-cli" devices --json 2>/dev/null)"
 rc=$?
 if [ "$rc" -ne 0 ] || [ -z "$devices" ]; then
@@ -159,7 +173,7 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
 fi
 benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
 
-printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
-  "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$devices" \
+printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
+  "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \
   "$benchmarks" "$(json_string "${cublas_dir:-not found}")" "$(($(date +%s) - start))"
 [ "$failed" -eq 0 ]
