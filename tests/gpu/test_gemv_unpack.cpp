@@ -50,7 +50,7 @@ class GemvUnpackTest : public QObject {
         for (int g = 0; g < 4; ++g) {
           float w[8];
           if (q4) {
-            const uint32_t(&q)[4] = *reinterpret_cast<const uint32_t(*)[4]>(words);
+            const uint32_t q[4] = {words[0], words[1], words[2], words[3]};
             gemv_detail::q4_block_weights(q, pair, g, w);
           } else {
             gemv_detail::q8_block_weights(words, pair, g, w);
