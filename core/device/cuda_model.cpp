@@ -1,15 +1,13 @@
-// The CUDA Device (cuda_model.h): weight upload, the KV pool in device memory, and the forward pass
-// of one planned batch. Everything of one device runs on its one stream, in order, so the pool's
-// block copies, the pass and the logits' download need no other synchronisation; the step ends
-// with one cudaStreamSynchronize, when the host needs the logits.
+// The CUDA Device (cuda_model.h): the KV pool in device memory and the forward pass of one planned
+// batch, over the weights of cuda_weights.h. Everything of one device runs on its one stream, in
+// order, so the pool's block copies, the pass and the logits' download need no other
+// synchronisation; the step ends with one cudaStreamSynchronize, when the host needs the logits.
 
 #include "core/device/cuda_model.h"
 
-#include <initializer_list>
 #include <string>
 
 #include "core/common/error.h"
-#include "kernels/cuda/gemv_blocks.h"
 
 #if TOKENFAB_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -17,17 +15,16 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <mutex>
-#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "core/device/cuda_memory.h"
+#include "core/device/cuda_weights.h"
 #include "core/runtime/model_runner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/add_inplace.cuh"
 #include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
-#include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gemv.cuh"
@@ -41,67 +38,6 @@
 #endif
 
 namespace tokenfab {
-
-namespace {
-
-// Calls f(parts) for each matrix the GPU holds, stacked as it holds them: QKV, gate·up, o, down
-// of every layer, then the LM head.
-template <class F>
-void for_each_gpu_matrix(const LlamaModel& model, F f) {
-  for (const LayerWeights& l : model.layers()) {
-    f({&l.wq, &l.wk, &l.wv});
-    f({&l.w_gate, &l.w_up});
-    f({&l.wo});
-    f({&l.w_down});
-  }
-  f({&model.output()});
-}
-
-uint64_t bf16_bytes(std::initializer_list<const WeightMatrix*> parts) {
-  uint64_t bytes = 0;
-  for (const WeightMatrix* m : parts)
-    bytes += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols) * 2;
-  return bytes;
-}
-
-// The bytes of the parts' quantized GEMV copy (kernels/cuda/gemv_blocks.h), 0 when they have none.
-uint64_t block_bytes(std::initializer_list<const WeightMatrix*> parts) {
-  const kernels::GemvWeights format = kernels::gemv_format((*parts.begin())->type);
-  uint64_t bytes = 0;
-  for (const WeightMatrix* m : parts) {
-    if (kernels::gemv_format(m->type) != format || m->cols % kernels::kQK != 0) return 0;
-    const uint64_t quants = format == kernels::GemvWeights::kQ4 ? 16 : 32;
-    bytes += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols / kernels::kQK) *
-             (quants + sizeof(uint32_t));
-  }
-  return format == kernels::GemvWeights::kBf16 ? 0 : bytes;
-}
-
-// The norms and the token embedding, which the GPU holds as they are.
-uint64_t other_weight_bytes(const LlamaModel& model) {
-  const auto n_embd = static_cast<uint64_t>(model.hparams().n_embd);
-  return (2 * static_cast<uint64_t>(model.layers().size()) + 1) * n_embd * sizeof(float) +
-         model.token_embedding().bytes();
-}
-
-}  // namespace
-
-uint64_t cuda_weight_bytes(const LlamaModel& model, bool block_gemv) {
-  uint64_t bytes = other_weight_bytes(model);
-  for_each_gpu_matrix(model, [&](std::initializer_list<const WeightMatrix*> parts) {
-    bytes += bf16_bytes(parts) + (block_gemv ? block_bytes(parts) : 0);
-  });
-  return bytes;
-}
-
-uint64_t cuda_decode_weight_bytes(const LlamaModel& model, bool block_gemv) {
-  uint64_t bytes = other_weight_bytes(model);
-  for_each_gpu_matrix(model, [&](std::initializer_list<const WeightMatrix*> parts) {
-    const uint64_t blocks = block_gemv ? block_bytes(parts) : 0;
-    bytes += blocks > 0 ? blocks : bf16_bytes(parts);
-  });
-  return bytes;
-}
 
 #if !TOKENFAB_HAVE_CUDA
 
@@ -118,7 +54,15 @@ bool cuda_backend_built() { return true; }
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
+using cuda_backend::check;
+using cuda_backend::CudaBlocks;
+using cuda_backend::CudaLayer;
+using cuda_backend::CudaWeights;
+using cuda_backend::DeviceArray;
+using cuda_backend::launch;
+using cuda_backend::mib;
+using cuda_backend::resident_weights;
+using cuda_backend::shared_weights;
 
 // Decode steps' CUDA graphs are captured per row count and per this many keys of context: the
 // attention grid covers the bucket (about 1 µs of idle splits per 1,024 keys).
@@ -127,79 +71,6 @@ constexpr int32_t kGraphKeyBucket = 1024;
 // Causal chunks of at least this many tokens use the tiled prefill attention kernel (their rows
 // share each key tile); shorter ones are decode rows.
 constexpr int64_t kMinPrefillChunk = 4;
-
-std::string mib(uint64_t bytes) {
-  return std::to_string(static_cast<int64_t>(std::ceil(static_cast<double>(bytes) / kMiB))) +
-         " MiB";
-}
-
-// A CUDA runtime failure as an Error naming the device and what was being done.
-void check(cudaError_t err, const std::string& device, const char* what) {
-  if (err == cudaSuccess) return;
-  throw Error(device + ": " + what + " failed: " + cudaGetErrorName(err) + ": " +
-              cudaGetErrorString(err));
-}
-
-// Runs a kernel launcher, turning its std::exception into an Error that names the device.
-template <typename F>
-void launch(const std::string& device, const char* op, F&& f) {
-  try {
-    f();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw Error(device + ": " + op + ": " + e.what());
-  }
-}
-
-// Device memory for `count` values of T on the current device. Grows only (contents are lost
-// when it grows); freed on destruction.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  ~DeviceArray() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    if (this != &o) {
-      if (data_ != nullptr) cudaFree(data_);
-      data_ = std::exchange(o.data_, nullptr);
-      count_ = std::exchange(o.count_, 0);
-    }
-    return *this;
-  }
-
-  // At least `count` values; `device` and `what` name them in an out-of-memory error.
-  // Returns true when it allocated (the old pointer is gone).
-  bool reserve(size_t count, const std::string& device, const char* what) {
-    if (count <= count_) return false;
-    if (data_ != nullptr) cudaFree(data_);  // waits for the work that may still read it
-    data_ = nullptr;
-    count_ = 0;
-    const cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T));
-    if (err != cudaSuccess) {
-      size_t free_bytes = 0, total_bytes = 0;
-      cudaGetLastError();  // clear the sticky-free error state of a failed allocation
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      throw Error(device + ": cannot allocate " + mib(count * sizeof(T)) + " of GPU memory for " +
-                  what + " (" + mib(free_bytes) + " free of " + mib(total_bytes) +
-                  "): " + cudaGetErrorString(err));
-    }
-    count_ = count;
-    return true;
-  }
-  T* get() const { return data_; }
-  size_t size() const { return count_; }
-
- private:
-  T* data_ = nullptr;
-  size_t count_ = 0;
-};
 
 // The paged KV pool in device memory: per layer, K and V as fp16 bits, (n_blocks, n_kv_head,
 // block_size, head_dim) each, the CPU KvStorage's layout.
@@ -283,173 +154,6 @@ class CudaKvPool final : public KvPool {
   cudaStream_t stream_;
   std::vector<DeviceArray<uint16_t>> k_, v_;
 };
-
-// A matrix in the quantized GEMV's layout (kernels/cuda/gemv_blocks.h); format kBf16 when it has
-// none (its type has no quantized form, or the device does not keep them).
-struct CudaBlocks {
-  kernels::GemvWeights format = kernels::GemvWeights::kBf16;
-  DeviceArray<uint8_t> q;
-  DeviceArray<uint32_t> scales;
-
-  // args' weights as these blocks, when there are any.
-  void use_in(kernels::GemvArgs& args) const {
-    kernels::use_gemv_blocks(args, format, q.get(), scales.get());
-  }
-};
-
-struct CudaLayer {
-  DeviceArray<float> attn_norm, ffn_norm;
-  DeviceArray<uint16_t> wqkv;       // (q_dim + 2·kv_dim, n_embd): wq, then wk, then wv
-  DeviceArray<uint16_t> w_gate_up;  // (2·n_ff, n_embd): w_gate, then w_up
-  DeviceArray<uint16_t> wo, w_down;
-  CudaBlocks qkv_blocks, gate_up_blocks, wo_blocks, down_blocks;  // CudaOptions::block_gemv
-};
-
-// One model's weights on one GPU, shared by the devices (partitions) that run it there.
-struct CudaWeights {
-  int device = 0;
-  int embd_type = 0;
-  DeviceArray<uint8_t> embd;  // token_embd in the file's type and layout
-  std::vector<CudaLayer> layers;
-  DeviceArray<float> output_norm;
-  DeviceArray<uint16_t> lm_head;  // (n_vocab, n_embd)
-  CudaBlocks lm_head_blocks;
-  ~CudaWeights() {
-    cudaSetDevice(device);
-    layers.clear();
-  }
-};
-
-// Uploads a model's weights to the current GPU on `stream`, dequantizing each matrix to BF16
-// through staging buffers sized for the largest one; returns when they are in.
-class WeightUploader {
- public:
-  // blocks: also upload each Q4_0, Q4_1 and Q8_0 matrix in the quantized GEMV's layout.
-  WeightUploader(const LlamaModel& model, std::string device, cudaStream_t stream, bool blocks)
-      : model_(model),
-        hp_(model.hparams()),
-        device_(std::move(device)),
-        stream_(stream),
-        blocks_(blocks) {}
-
-  std::shared_ptr<CudaWeights> upload(int index) {
-    auto w = std::make_shared<CudaWeights>();
-    w->device = index;
-    const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
-    uint64_t max_bytes = model_.output().bytes();
-    int64_t max_elems = model_.output().rows * model_.output().cols;
-    for (const LayerWeights& l : model_.layers())
-      for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-        max_bytes = std::max(max_bytes, m->bytes());
-        max_elems = std::max(max_elems, m->rows * m->cols);
-      }
-    raw_.reserve(max_bytes, device_, "weight staging");
-    f32_.reserve(static_cast<size_t>(max_elems), device_, "weight staging");
-
-    const WeightMatrix& embd = model_.token_embedding();
-    w->embd_type = static_cast<int>(embd.type);
-    w->embd.reserve(embd.bytes(), device_, "the token embedding");
-    check(cudaMemcpyAsync(w->embd.get(), embd.data, embd.bytes(), cudaMemcpyHostToDevice, stream_),
-          device_, "uploading the token embedding");
-    w->layers.resize(static_cast<size_t>(hp_.n_layer));
-    for (int64_t i = 0; i < hp_.n_layer; ++i) {
-      const LayerWeights& lw = model_.layers()[static_cast<size_t>(i)];
-      CudaLayer& l = w->layers[static_cast<size_t>(i)];
-      f32(lw.attn_norm, l.attn_norm);
-      f32(lw.ffn_norm, l.ffn_norm);
-      l.wqkv.reserve(static_cast<size_t>((q_dim + 2 * kv_dim) * n_embd), device_, "weights");
-      bf16(lw.wq, l.wqkv.get());
-      bf16(lw.wk, l.wqkv.get() + q_dim * n_embd);
-      bf16(lw.wv, l.wqkv.get() + (q_dim + kv_dim) * n_embd);
-      l.w_gate_up.reserve(static_cast<size_t>(2 * hp_.n_ff * n_embd), device_, "weights");
-      bf16(lw.w_gate, l.w_gate_up.get());
-      bf16(lw.w_up, l.w_gate_up.get() + hp_.n_ff * n_embd);
-      for (auto [m, dst] : {std::pair{&lw.wo, &l.wo}, std::pair{&lw.w_down, &l.w_down}}) {
-        dst->reserve(static_cast<size_t>(m->rows * m->cols), device_, "weights");
-        bf16(*m, dst->get());
-      }
-      if (blocks_) {
-        blocks({&lw.wq, &lw.wk, &lw.wv}, l.qkv_blocks);
-        blocks({&lw.w_gate, &lw.w_up}, l.gate_up_blocks);
-        blocks({&lw.wo}, l.wo_blocks);
-        blocks({&lw.w_down}, l.down_blocks);
-      }
-    }
-    f32(model_.output_norm(), w->output_norm);
-    const WeightMatrix& out = model_.output();
-    w->lm_head.reserve(static_cast<size_t>(out.rows * out.cols), device_, "the LM head");
-    bf16(out, w->lm_head.get());
-    if (blocks_) blocks({&out}, w->lm_head_blocks);
-    check(cudaStreamSynchronize(stream_), device_, "uploading the weights");
-    return w;
-  }
-
- private:
-  void f32(const std::vector<float>& host, DeviceArray<float>& dst) {
-    dst.reserve(host.size(), device_, "norm weights");
-    check(cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_),
-          device_, "uploading weights");
-  }
-  // m, dequantized, into dst (m.rows · m.cols bf16).
-  void bf16(const WeightMatrix& m, uint16_t* dst) {
-    check(cudaMemcpyAsync(raw_.get(), m.data, m.bytes(), cudaMemcpyHostToDevice, stream_), device_,
-          "uploading weights");
-    launch(device_, "dequantize", [&] {
-      kernels::launch_dequantize_rows(static_cast<int>(m.type), raw_.get(), f32_.get(), m.rows,
-                                      m.cols, stream_);
-      kernels::launch_f32_to_bf16(f32_.get(), dst, m.rows * m.cols, stream_);
-    });
-  }
-
-  // The parts, stacked in order, into dst in the quantized GEMV's layout; dst stays without blocks
-  // when a part has no quantized form or the parts' types differ.
-  void blocks(std::initializer_list<const WeightMatrix*> parts, CudaBlocks& dst) {
-    kernels::GemvBlocks host;
-    for (const WeightMatrix* m : parts)
-      if (!kernels::append_gemv_blocks(m->type, m->data, m->rows, m->cols, host)) return;
-    dst.q.reserve(host.q.size(), device_, "quantized weights");
-    dst.scales.reserve(host.scales.size(), device_, "quantized weights");
-    // Synchronous copies: the host arrays go away with this call.
-    check(cudaMemcpy(dst.q.get(), host.q.data(), host.q.size(), cudaMemcpyHostToDevice), device_,
-          "uploading quantized weights");
-    check(cudaMemcpy(dst.scales.get(), host.scales.data(), host.scales.size() * sizeof(uint32_t),
-                     cudaMemcpyHostToDevice),
-          device_, "uploading quantized weights");
-    dst.format = host.format;
-  }
-
-  const LlamaModel& model_;
-  const HParams& hp_;
-  const std::string device_;
-  cudaStream_t stream_;
-  const bool blocks_;
-  DeviceArray<uint8_t> raw_;
-  DeviceArray<float> f32_;
-};
-
-// The weights of (model, GPU, with blocks or not) while any device holds them: partitions of one
-// GPU share one copy.
-using WeightsKey = std::tuple<const LlamaModel*, int, bool>;
-std::mutex g_weights_mutex;
-std::map<WeightsKey, std::weak_ptr<CudaWeights> > g_weights;
-
-std::shared_ptr<const CudaWeights> resident_weights(const LlamaModel& model, int index,
-                                                    bool blocks) {
-  std::lock_guard lock(g_weights_mutex);
-  const auto it = g_weights.find({&model, index, blocks});
-  return it == g_weights.end() ? nullptr : it->second.lock();
-}
-
-std::shared_ptr<const CudaWeights> shared_weights(const LlamaModel& model, int index, bool blocks,
-                                                  const std::string& device, cudaStream_t stream) {
-  std::lock_guard lock(g_weights_mutex);  // held through an upload: the second partition waits
-  std::weak_ptr<CudaWeights>& slot = g_weights[{&model, index, blocks}];
-  if (std::shared_ptr<CudaWeights> w = slot.lock()) return w;
-  std::shared_ptr<CudaWeights> w = WeightUploader(model, device, stream, blocks).upload(index);
-  slot = w;
-  return w;
-}
 
 class CudaDevice final : public Device {
  public:
