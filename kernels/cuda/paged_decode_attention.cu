@@ -108,12 +108,21 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   const int tid = threadIdx.x;
   const int head_dim = kv.head_dim;
   const int kv_head = head / (n_head / kv.n_kv_head);
+  // Each key's K and V rows are also prefetched into L2 here, so that the loads after the wait
+  // find them there (a prefetch reads nothing into the kernel: a row the previous kernel is
+  // still writing is read only after the wait).
   for (int i = tid; i < n; i += kSplitThreads) {
     const int32_t pos = key_position(row, paths, key0 + i);
-    off_s[i] = ((static_cast<int64_t>(row.blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
-                    kv.block_size +
-                pos % kv.block_size) *
-               head_dim;
+    const int64_t off =
+        ((static_cast<int64_t>(row.blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
+             kv.block_size +
+         pos % kv.block_size) *
+        head_dim;
+    off_s[i] = off;
+    for (int e = 0; e < head_dim; e += 64) {  // 64 fp16 values: one 128-byte line
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.k + off + e));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.v + off + e));
+    }
   }
   overlap_wait();  // q, and the keys and values the previous kernels stored
   const float* qh = q + row.q_row * q_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)

@@ -57,10 +57,11 @@ int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, 
 // has a path); max_keys: the largest n_ctx + path_len over the rows. Query head h reads kv head
 // h / (n_head / kv.n_kv_head). workspace: paged_decode_workspace_floats(…) device floats.
 // Asynchronous on `stream`; with `overlap` (compute capability 9.0 or later) the launch may start
-// while the previous kernel runs, reading only rows, paths and block tables until that kernel
-// has finished (launch_overlap.cuh). Throws std::invalid_argument for a bad shape (head_dim above
-// kPagedDecodeMaxHeadDim, n_head not a multiple of n_kv_head, a short workspace, more than 65535
-// rows or n_head above 65535), std::runtime_error if a launch fails.
+// while the previous kernel runs, reading only rows, paths and block tables (and prefetching the
+// keys' K and V rows into L2) until that kernel has finished (launch_overlap.cuh). Throws
+// std::invalid_argument for a bad shape (head_dim above kPagedDecodeMaxHeadDim, n_head not a
+// multiple of n_kv_head, a short workspace, more than 65535 rows or n_head above 65535),
+// std::runtime_error if a launch fails.
 void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* rows, int64_t n_rows,
                                    const int32_t* paths, int32_t max_keys, const float* q,
                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
