@@ -365,7 +365,7 @@ void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, 
       kernels::launch_gemv(g, stream_);
       return;
     }
-    kernels::launch_f32_to_bf16(a, act16_.get(), m * k, stream_);
+    kernels::launch_f32_to_bf16(a, act16_.get(), m * k, stream_, overlap_);
     gemm_->bf16_nt(act16_.get(), w, c, m, n, k, stream_);
   });
 }
@@ -555,8 +555,8 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
             qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head, scale, workspace_.get(), ws_floats,
             stream_, overlap_);
         kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
-                                                qkv_.get(), qkv_dim, att_.get(), q_dim,
-                                                hp_.n_head, scale, stream_);
+                                                qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                                scale, stream_, overlap_);
         // x += wo · att
         kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
                                                     kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
@@ -583,32 +583,33 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         continue;
       }
       // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
-      // the row), K/V into the pool, attention, output projection, residual.
+      // the row), K/V into the pool, attention, output projection, residual. The kernels between
+      // the GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
       kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd,
-                                    hp_.rms_eps, stream_);
+                                    hp_.rms_eps, stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
       kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
-                           hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_);
+                           hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_);
       kernels::launch_kv_store_rows(qkv_.get() + q_dim, qkv_.get() + q_dim + kv_dim, qkv_dim,
-                                    slots_.get(), n, hp_.n_kv_head, hp_.head_dim, bs,
-                                    kv_->k(layer), kv_->v(layer), stream_);
+                                    slots_.get(), n, hp_.n_kv_head, hp_.head_dim, bs, kv_->k(layer),
+                                    kv_->v(layer), stream_, overlap_);
       kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
                                              has_paths ? paths_.get() : nullptr, max_keys,
                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                             scale, workspace_.get(), ws_floats, stream_);
+                                             scale, workspace_.get(), ws_floats, stream_, overlap_);
       kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
                                               qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                              scale, stream_);
+                                              scale, stream_, overlap_);
       linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
-      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
+      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
       // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
       kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd,
-                                    hp_.rms_eps, stream_);
+                                    hp_.rms_eps, stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd,
                      stream_);
-      kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_);
+      kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
-      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_);
+      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
     }
     if (n_logit == 0) return;
     // The logit rows, gathered in order (rows_.logit_rows), for the final norm and the LM head.
@@ -620,7 +621,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
                               cudaMemcpyDeviceToDevice, stream_),
               name_, "gathering logit rows");
     kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
-                             n_logit, n_embd, hp_.rms_eps, stream_);
+                             n_logit, n_embd, hp_.rms_eps, stream_, overlap_);
   });
   if (n_logit > 0)
     linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd,

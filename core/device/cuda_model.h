@@ -45,10 +45,11 @@ struct CudaOptions {
   // Decode-only steps replay CUDA graphs; false runs every step's kernels directly (the reference
   // the graphs are tested against).
   bool graphs = true;
-  // On GPUs of compute capability 9.0 or later, a few-row step's GEMVs and decode attention start
-  // while the kernel before them finishes (programmatic dependent launch): each issues its
-  // weight loads, or reads its block tables, first and waits for the previous kernel's results
-  // only after that. False launches every kernel after the previous one has finished.
+  // On GPUs of compute capability 9.0 or later, our kernels of a step (the GEMVs, attention,
+  // norms, RoPE, KV store, SwiGLU, residual adds; not cuBLASLt's GEMMs) start while the kernel
+  // before them finishes (programmatic dependent launch): each issues its weight loads, or reads
+  // its block tables, first and waits for the previous kernel's results only after that. False
+  // launches every kernel after the previous one has finished.
   bool overlap_launches = true;
   // Few-row steps (decode) multiply the file's own Q4_0, Q4_1 and Q8_0 blocks, kept on the GPU
   // beside the BF16 copies that prefill's GEMMs use (kernels/cuda/gemv_blocks.h): fewer bytes

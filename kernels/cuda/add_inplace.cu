@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -12,6 +13,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // the grid-stride loop covers any n beyond this
 
 __global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
+  overlap_release();
+  overlap_wait();  // everything below reads what earlier kernels wrote
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     y[i] += x[i];
@@ -19,11 +22,11 @@ __global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
 
 }  // namespace
 
-void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream, bool overlap) {
   if (n <= 0) return;
   const int64_t blocks = std::min((n + kThreads - 1) / kThreads, kMaxBlocks);
-  add_inplace_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(y, x, n);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(add_inplace_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream,
+                overlap, y, x, n);
 }
 
 }  // namespace tokenfab::kernels

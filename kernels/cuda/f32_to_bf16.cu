@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -15,6 +16,8 @@ constexpr int64_t kMaxBlocks = 65536;  // the grid-stride loop covers any n beyo
 using cuda_detail::to_bf16_bits;
 
 __global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  overlap_release();
+  overlap_wait();  // everything below reads what earlier kernels wrote
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     y[i] = to_bf16_bits(x[i]);
@@ -22,11 +25,11 @@ __global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
 
 }  // namespace
 
-void launch_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+void launch_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream, bool overlap) {
   if (n <= 0) return;
   const int64_t blocks = std::min((n + kThreads - 1) / kThreads, kMaxBlocks);
-  f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, n);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(f32_to_bf16_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream,
+                overlap, x, y, n);
 }
 
 }  // namespace tokenfab::kernels

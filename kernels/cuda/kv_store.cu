@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -18,6 +19,8 @@ constexpr int64_t kMaxGridX = 65535;
 __global__ void kv_store_kernel(const float* k, const float* v, int64_t row_stride,
                                 const int32_t* slots, int64_t n_rows, int n_kv_head, int head_dim,
                                 int block_size, uint16_t* k_pool, uint16_t* v_pool) {
+  overlap_release();
+  overlap_wait();  // everything below reads what earlier kernels wrote
   const int g = static_cast<int>(blockIdx.y);
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     const int64_t slot = slots[r];
@@ -35,16 +38,15 @@ __global__ void kv_store_kernel(const float* k, const float* v, int64_t row_stri
 
 void launch_kv_store_rows(const float* k, const float* v, int64_t row_stride, const int32_t* slots,
                           int64_t n_rows, int n_kv_head, int head_dim, int block_size,
-                          uint16_t* k_pool, uint16_t* v_pool, cudaStream_t stream) {
+                          uint16_t* k_pool, uint16_t* v_pool, cudaStream_t stream, bool overlap) {
   if (n_rows < 0 || n_kv_head <= 0 || n_kv_head > 65535 || head_dim <= 0 || block_size <= 0 ||
       row_stride < static_cast<int64_t>(n_kv_head) * head_dim)
     throw std::invalid_argument("launch_kv_store_rows: bad shape");
   if (n_rows == 0) return;
   const dim3 grid(static_cast<unsigned>(std::min(n_rows, kMaxGridX)),
                   static_cast<unsigned>(n_kv_head));
-  kv_store_kernel<<<grid, kThreads, 0, stream>>>(k, v, row_stride, slots, n_rows, n_kv_head,
-                                                 head_dim, block_size, k_pool, v_pool);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(kv_store_kernel, grid, dim3(kThreads), stream, overlap, k, v, row_stride, slots,
+                n_rows, n_kv_head, head_dim, block_size, k_pool, v_pool);
 }
 
 }  // namespace tokenfab::kernels

@@ -2,6 +2,8 @@
 // A pass's K and V rows written into the fp16 paged KV pool on the GPU; mirrors the CPU runner's
 // store (core/runtime/model_runner.cpp: kernels::fp32_to_fp16_row into KvStorage::offset), bit for
 // bit for finite values (a NaN becomes CUDA's canonical half NaN).
+// `overlap`: the launch may start while the previous kernel of the stream finishes, and waits
+// for it before reading anything (launch_overlap.cuh; compute capability 9.0 or later).
 
 #include <cuda_runtime.h>
 
@@ -18,6 +20,7 @@ namespace tokenfab::kernels {
 // the launch fails.
 void launch_kv_store_rows(const float* k, const float* v, int64_t row_stride, const int32_t* slots,
                           int64_t n_rows, int n_kv_head, int head_dim, int block_size,
-                          uint16_t* k_pool, uint16_t* v_pool, cudaStream_t stream);
+                          uint16_t* k_pool, uint16_t* v_pool, cudaStream_t stream,
+                          bool overlap = false);
 
 }  // namespace tokenfab::kernels

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -32,6 +33,8 @@ __global__ void paged_prefill_kernel(CudaPagedKv kv, const CudaPrefillChunk* chu
                                      float scale) {
   __shared__ __half k_tile[kPrefillKeyTile * kPagedDecodeMaxHeadDim];
   __shared__ __half v_tile[kPrefillKeyTile * kPagedDecodeMaxHeadDim];
+  overlap_release();
+  overlap_wait();  // everything below reads what earlier kernels wrote
   const CudaPrefillChunk chunk = chunks[blockIdx.z];
   const int32_t t0 = static_cast<int32_t>(blockIdx.x) * kPrefillQueryTile;
   if (t0 >= chunk.n_tokens) return;  // a shorter chunk than the longest
@@ -126,7 +129,7 @@ __global__ void paged_prefill_kernel(CudaPagedKv kv, const CudaPrefillChunk* chu
 void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChunk* chunks,
                                     int64_t n_chunks, int32_t max_tokens, const float* q,
                                     int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                                    float scale, cudaStream_t stream) {
+                                    float scale, cudaStream_t stream, bool overlap) {
   const std::string where = "launch_paged_prefill_attention: ";
   check_paged_attention_shape(kv, n_head, "launch_paged_prefill_attention");
   if (n_chunks < 0 || n_chunks > 65535 || max_tokens < 0)
@@ -135,9 +138,8 @@ void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChun
   if (n_chunks == 0 || max_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>((max_tokens + kPrefillQueryTile - 1) / kPrefillQueryTile),
                   static_cast<unsigned>(n_head), static_cast<unsigned>(n_chunks));
-  paged_prefill_kernel<<<grid, kWarps * kWarp, 0, stream>>>(kv, chunks, q, q_stride, out,
-                                                            out_stride, n_head, scale);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(paged_prefill_kernel, grid, dim3(kWarps * kWarp), stream, overlap, kv, chunks, q,
+                q_stride, out, out_stride, n_head, scale);
 }
 
 }  // namespace tokenfab::kernels

@@ -6,6 +6,8 @@
 // online softmax of its rows, a lane holding head elements lane, lane + 32, ... as in the decode
 // kernel. Mirrors kernels::paged_attention (kernels/cpu/paged_attention.h) for causal rows, to f32
 // rounding. Draft trees and single decode rows go to paged_decode_attention.cuh.
+// `overlap`: the launch may start while the previous kernel of the stream finishes, and waits
+// for it before reading anything (launch_overlap.cuh; compute capability 9.0 or later).
 
 #include <cuda_runtime.h>
 
@@ -35,6 +37,6 @@ struct CudaPrefillChunk {
 void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChunk* chunks,
                                     int64_t n_chunks, int32_t max_tokens, const float* q,
                                     int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                                    float scale, cudaStream_t stream);
+                                    float scale, cudaStream_t stream, bool overlap = false);
 
 }  // namespace tokenfab::kernels

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -24,6 +25,8 @@ __device__ inline void store(uint16_t* y, int64_t i, float v) {
 template <typename Out>
 __global__ void rms_norm_kernel(const float* x, const float* w, Out* y, int64_t n, float eps) {
   __shared__ float warp_sums[kWarp];  // (n_warps) partial sums of squares
+  overlap_release();
+  overlap_wait();  // everything below reads what earlier kernels wrote
   const int64_t row = blockIdx.x;
   const float* xr = x + row * n;  // (n)
   Out* yr = y + row * n;          // (n)
@@ -49,24 +52,24 @@ __global__ void rms_norm_kernel(const float* x, const float* w, Out* y, int64_t 
 
 template <typename Out>
 void launch(const float* x, const float* w, Out* y, int64_t rows, int64_t n, float eps,
-            cudaStream_t stream) {
+            cudaStream_t stream, bool overlap) {
   if (rows <= 0 || n <= 0) return;
   // One warp is enough for short rows; longer rows get 256 threads, each striding through the row.
   const int threads = n < 256 ? kWarp : 256;
-  rms_norm_kernel<Out><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, w, y, n, eps);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(rms_norm_kernel<Out>, dim3(static_cast<unsigned>(rows)), dim3(threads), stream,
+                overlap, x, w, y, n, eps);
 }
 
 }  // namespace
 
 void launch_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
-                     cudaStream_t stream) {
-  launch(x, w, y, rows, n, eps, stream);
+                     cudaStream_t stream, bool overlap) {
+  launch(x, w, y, rows, n, eps, stream, overlap);
 }
 
 void launch_rms_norm_bf16(const float* x, const float* w, uint16_t* y, int64_t rows, int64_t n,
-                          float eps, cudaStream_t stream) {
-  launch(x, w, y, rows, n, eps, stream);
+                          float eps, cudaStream_t stream, bool overlap) {
+  launch(x, w, y, rows, n, eps, stream, overlap);
 }
 
 }  // namespace tokenfab::kernels

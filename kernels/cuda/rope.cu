@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -17,6 +18,7 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t row_stri
                             int head_dim, int rot_dim, float base) {
   __shared__ float cos_t[kRopeMaxRotDim / 2];
   __shared__ float sin_t[kRopeMaxRotDim / 2];
+  overlap_release();
   const int half = rot_dim / 2;
   const double pos = static_cast<double>(positions[blockIdx.x]);
   // The CPU's formula and operation order (rope_table): theta in double, rounded to f32 at the end.
@@ -26,6 +28,8 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t row_stri
     cos_t[i] = static_cast<float>(cos(theta));
     sin_t[i] = static_cast<float>(sin(theta));
   }
+  // The table needs only the step's uploaded positions: built while the previous kernel finishes.
+  overlap_wait();
   __syncthreads();
 
   float* row = x + static_cast<int64_t>(blockIdx.x) * row_stride;  // (n_heads, head_dim)
@@ -43,7 +47,7 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t row_stri
 }  // namespace
 
 void launch_rope(float* x, const int32_t* positions, int64_t rows, int64_t row_stride, int n_heads,
-                 int head_dim, int rot_dim, float base, cudaStream_t stream) {
+                 int head_dim, int rot_dim, float base, cudaStream_t stream, bool overlap) {
   if (rot_dim < 0 || rot_dim % 2 != 0 || rot_dim > head_dim || rot_dim > kRopeMaxRotDim)
     throw std::invalid_argument("launch_rope: rot_dim " + std::to_string(rot_dim) +
                                 " must be even, at most head_dim (" + std::to_string(head_dim) +
@@ -56,9 +60,8 @@ void launch_rope(float* x, const int32_t* positions, int64_t rows, int64_t row_s
   if (rows == 0 || n_heads == 0 || rot_dim == 0) return;
   if (rows > 0x7fffffff)
     throw std::invalid_argument("launch_rope: " + std::to_string(rows) + " rows exceed one grid");
-  rope_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      x, positions, row_stride, n_heads, head_dim, rot_dim, base);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(rope_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), stream, overlap, x,
+                positions, row_stride, n_heads, head_dim, rot_dim, base);
 }
 
 }  // namespace tokenfab::kernels

@@ -1,6 +1,9 @@
 #pragma once
 // Rotary position embedding on the GPU; mirrors kernels::rope_table + kernels::rope
 // (kernels/cpu/ops.h) row by row, each row at its own position.
+// `overlap`: the launch may start while the previous kernel of the stream finishes: it builds its
+// angles from the (uploaded) positions, then waits for that kernel before it reads x
+// (launch_overlap.cuh; compute capability 9.0 or later).
 
 #include <cuda_runtime.h>
 
@@ -19,6 +22,6 @@ inline constexpr int kRopeMaxRotDim = 1024;
 // `stream`. Throws std::invalid_argument for a bad shape (rot_dim odd, > head_dim or
 // > kRopeMaxRotDim; row_stride < n_heads·head_dim), std::runtime_error if the launch fails.
 void launch_rope(float* x, const int32_t* positions, int64_t rows, int64_t row_stride, int n_heads,
-                 int head_dim, int rot_dim, float base, cudaStream_t stream);
+                 int head_dim, int rot_dim, float base, cudaStream_t stream, bool overlap = false);
 
 }  // namespace tokenfab::kernels

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch_overlap.cuh"
 
 namespace tokenfab::kernels {
 
@@ -24,6 +25,8 @@ __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
 // as in silu_mul_kernel.
 __global__ void silu_mul_rows_bf16_kernel(const float* gu, int64_t rows, int64_t n,
                                           uint16_t* out) {
+  overlap_release();
+  overlap_wait();  // everything below reads what earlier kernels wrote
   const int64_t total = rows * n;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -38,12 +41,11 @@ __global__ void silu_mul_rows_bf16_kernel(const float* gu, int64_t rows, int64_t
 }  // namespace
 
 void launch_silu_mul_rows_bf16(const float* gate_up, int64_t rows, int64_t n, uint16_t* out,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, bool overlap) {
   if (rows <= 0 || n <= 0) return;
   const int64_t blocks = std::min((rows * n + kThreads - 1) / kThreads, kMaxBlocks);
-  silu_mul_rows_bf16_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(gate_up, rows,
-                                                                                    n, out);
-  TOKENFAB_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(silu_mul_rows_bf16_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                stream, overlap, gate_up, rows, n, out);
 }
 
 void launch_silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
