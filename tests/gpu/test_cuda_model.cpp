@@ -217,7 +217,8 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and
 // through direct launches, each with and without overlapping launches (CudaOptions), against
 // direct launches one after the other: the same kernels on the same data, so the same bits.
-// The steps: a prefill, decode steps of two sequences and of one, and a three-row chunk.
+// The steps: a prefill, decode steps of two sequences and of one, a three-row chunk, and ten
+// sequences' prefill and decode steps (the GEMM path).
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
@@ -280,6 +281,30 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
                       static_cast<int64_t>(a.size()) - 3, table_a, true}},
                     QStringLiteral("three-row chunk"));
   QVERIFY2(failure.isEmpty(), qPrintable(failure));
+
+  // Ten more sequences (blocks 16 … 35): a prefill of all ten, then three decode-only steps of
+  // ten rows, which take the GEMMs and the kernels between them, run, captured and replayed.
+  std::vector<std::vector<int32_t>> seqs(10), tables;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].resize(5 + i);
+    for (int32_t& t : seqs[i]) t = token(rng);
+    tables.push_back(identity_table(16 + 2 * static_cast<int32_t>(i), 2));
+  }
+  std::vector<BatchSequence> batch;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    batch.push_back({std::span<const int32_t>(seqs[i]), 0, tables[i], true});
+  failure = run_all(batch, QStringLiteral("prefill of ten"));
+  QVERIFY2(failure.isEmpty(), qPrintable(failure));
+  for (int step = 0; step < 3; ++step) {
+    // want holds each sequence's last-token logits, in order.
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].push_back(greedy(want, i));
+    batch.clear();
+    for (size_t i = 0; i < seqs.size(); ++i)
+      batch.push_back({std::span<const int32_t>(seqs[i]).subspan(seqs[i].size() - 1),
+                       static_cast<int64_t>(seqs[i].size()) - 1, tables[i], true});
+    failure = run_all(batch, QStringLiteral("ten-row decode step %1").arg(step));
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+  }
 }
 
 void TestCudaModel::real_model_greedy_tokens_match_cpu() {
