@@ -6,6 +6,7 @@
 #    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"benchmarks":{"model":…,"bench":{…},
 #    "batch_bench_1":{…},"batch_bench_32":{…},"batch_bench_256":{…},"bench_llama3_8b":{…},
 #    "bench_serial_launches":{…},"batch_bench_1_serial_launches":{…},
+#    "batch_bench_256_serial_launches":{…},
 #    "bench_llama3_8b_serial_launches":{…},"bench_decode_blocks":{…},
 #    "bench_llama3_8b_decode_blocks":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"generate_no_head":…,
@@ -143,6 +144,7 @@ batch1_json="$(run_bench batch-bench-1 120 batch-bench --model "$model" --device
 # launches): what the overlap buys.
 bench_serial_json="$(run_bench bench-serial-launches 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --launch-overlap off)"
 batch1_serial_json="$(run_bench batch-bench-1-serial-launches 120 batch-bench --model "$model" --device cuda:0 --streams 1 --prompt-tokens 128 --gen-tokens 256 --launch-overlap off)"
+batch256_serial_json="$(run_bench batch-bench-256-serial-launches 120 batch-bench --model "$model" --device cuda:0 --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096 --launch-overlap off)"
 # Decode GEMVs over the file's own blocks instead of the BF16 copies (CudaOptions::block_gemv).
 bench_blocks_json="$(run_bench bench-decode-blocks 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --decode-weights blocks)"
 batch32_json="$(run_bench batch-bench-32 120 batch-bench --model "$model" --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 256)"
@@ -171,7 +173,7 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   head_json="$(run_bench generate-head 60 generate --model "$model" --devices cuda:0 \
     --head "$root/gpu-model/head.gguf" --chat "$prompt" --max-tokens 256 --temperature 0)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \
