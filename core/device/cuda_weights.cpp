@@ -47,9 +47,8 @@ uint64_t block_bytes(std::initializer_list<const WeightMatrix*> parts) {
   uint64_t bytes = 0;
   for (const WeightMatrix* m : parts) {
     if (kernels::gemv_format(m->type) != format || m->cols % kernels::kQK != 0) return 0;
-    const uint64_t quants = format == kernels::GemvWeights::kQ4 ? 16 : 32;
     bytes += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols / kernels::kQK) *
-             (quants + sizeof(uint32_t));
+             (kernels::gemv_block_quant_bytes(format) + sizeof(uint32_t));
   }
   return format == kernels::GemvWeights::kBf16 ? 0 : bytes;
 }

@@ -38,7 +38,7 @@ bool append_gemv_blocks(WeightType type, const void* data, int64_t rows, int64_t
       if (!(std::fabs(fp16_to_fp32(b[i].d)) <= 4096.0f)) return false;
   }
   const size_t q0 = out.q.size(), s0 = out.scales.size();
-  out.q.resize(q0 + static_cast<size_t>(blocks) * (format == GemvWeights::kQ4 ? 16 : 32));
+  out.q.resize(q0 + static_cast<size_t>(blocks) * gemv_block_quant_bytes(format));
   out.scales.resize(s0 + static_cast<size_t>(blocks));
   uint8_t* q = out.q.data() + q0;
   uint32_t* scales = out.scales.data() + s0;

@@ -28,6 +28,12 @@ enum class GemvWeights : uint8_t {
 // quantized form) for the others.
 GemvWeights gemv_format(WeightType type);
 
+// Bytes of quants per block of 32 elements in `format` (16 for kQ4, 32 for kQ8); each block also
+// has its 4-byte scale pair.
+inline int gemv_block_quant_bytes(GemvWeights format) {
+  return format == GemvWeights::kQ4 ? 16 : 32;
+}
+
 // One matrix in the quantized GEMV's layout (format kBf16 while empty).
 struct GemvBlocks {
   GemvWeights format = GemvWeights::kBf16;
