@@ -155,14 +155,25 @@ bench8b_json="$(run_bench bench-llama3-8b 240 bench --device cuda:0 --synthetic 
 bench8b_serial_json="$(run_bench bench-llama3-8b-serial-launches 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --launch-overlap off)"
 bench8b_blocks_json="$(run_bench bench-llama3-8b-decode-blocks 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --decode-weights blocks)"
 # The engine on the GPU: serve-bench at 1, 32 and 256 requests in flight (greedy).
-serve_bench() {  # name, concurrency, requests
-  run_bench "$1" 120 serve-bench --model "$model" --devices cuda:0 --concurrency "$2" \
-    --requests "$3" --prompt-len 64:128 --max-tokens 256 --temperature 0 --kv-mem 4096 \
-    --token-budget 4096 --max-running 256
+serve_bench() {  # name, concurrency, requests, temperature, device options…
+  local name="$1" concurrency="$2" requests="$3" temperature="$4"
+  shift 4
+  run_bench "$name" 120 --log-level info serve-bench --model "$model" "$@" --concurrency "$concurrency" \
+    --requests "$requests" --prompt-len 64:128 --max-tokens 256 --temperature "$temperature" \
+    --kv-mem 4096 --token-budget 4096 --max-running 256
 }
-serve1_json="$(serve_bench serve-bench-1 1 8)"
-serve32_json="$(serve_bench serve-bench-32 32 64)"
-serve256_json="$(serve_bench serve-bench-256 256 512)"
+serve1_json="$(serve_bench serve-bench-1 1 8 0 --devices cuda:0)"
+serve32_json="$(serve_bench serve-bench-32 32 64 0 --devices cuda:0)"
+serve256_json="$(serve_bench serve-bench-256 256 512 0 --devices cuda:0)"
+# Sampled requests (temperature 0.8, top-k 40, min-p 0.05): each row's candidates come back
+# instead of its logits.
+serve256_sampled_json="$(serve_bench serve-bench-256-sampled 256 512 0.8 --devices cuda:0)"
+# The GPU as two partitions (prefill and decode), sharing its SMs, then with 66 SMs of the
+# decode partition's own (green contexts).
+serve32_partitions_json="$(serve_bench serve-bench-32-partitions 32 64 0 --prefill cuda:0 --decode cuda:0)"
+serve32_partitions_sms_json="$(serve_bench serve-bench-32-partitions-66-sms 32 64 0 --prefill cuda:0 --decode cuda:0 --decode-sms 66)"
+# What each partition got (the device log's one line each: SMs, green context or why not).
+partition_notes="$(grep -ho 'cuda:0/[a-z]*: [a-z]* partition: .*' /tmp/gpu_check_bench.err | head -2 | tr '\n' ';')"
 # Single-stream decode with and without the draft head sent in gpu-model/ (real model only).
 head_json=null
 no_head_json=null
@@ -173,7 +184,7 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   head_json="$(run_bench generate-head 60 generate --model "$model" --devices cuda:0 \
     --head "$root/gpu-model/head.gguf" --chat "$prompt" --max-tokens 256 --temperature 0)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

@@ -310,6 +310,11 @@ void add_engine_options(CLI::App& cmd, EngineConfig& e) {
                  "it near this time, by the device's measured speed (0: fill the token budget)")
       ->capture_default_str();
   cmd.add_option("--connector", e.connector, "KV transfer backend")->capture_default_str();
+  cmd.add_option("--decode-sms", e.decode_sms,
+                 "a GPU named in both --prefill and --decode: SMs its decode partition gets to "
+                 "itself (green contexts, where the driver has them; prefill gets the rest); 0: "
+                 "the partitions share the SMs, decode at the higher stream priority")
+      ->capture_default_str();
   cmd.add_flag("--no-streamed-transfer{false}", e.streamed_transfer,
                "disaggregated: copy a prompt's KV after its last prefill step instead of layer by "
                "layer during it (for comparison)");

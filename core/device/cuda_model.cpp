@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/common/log.h"
 
 #if TOKENFAB_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -19,11 +20,13 @@
 #include <vector>
 
 #include "core/device/cuda_memory.h"
+#include "core/device/cuda_partition.h"
 #include "core/device/cuda_weights.h"
 #include "core/runtime/model_runner.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/add_inplace.cuh"
 #include "kernels/cuda/argmax.cuh"
+#include "kernels/cuda/candidates.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
@@ -41,7 +44,9 @@ namespace tokenfab {
 
 #if !TOKENFAB_HAVE_CUDA
 
-bool cuda_backend_built() { return false; }
+bool cuda_backend_built() {
+  return false;
+}
 
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int, int32_t, int32_t,
                                          CudaOptions) {
@@ -50,7 +55,9 @@ std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int
 
 #else
 
-bool cuda_backend_built() { return true; }
+bool cuda_backend_built() {
+  return true;
+}
 
 namespace {
 
@@ -76,10 +83,14 @@ constexpr int64_t kMinPrefillChunk = 4;
 // block_size, head_dim) each, the CPU KvStorage's layout.
 class CudaKvPool final : public KvPool {
  public:
-  CudaKvPool(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device,
-             int index, cudaStream_t stream)
-      : hp_(hp), device_(std::move(device)), index_(index), n_blocks_(n_blocks),
-        block_size_(block_size), stream_(stream) {
+  CudaKvPool(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device, int index,
+             cudaStream_t stream)
+      : hp_(hp),
+        device_(std::move(device)),
+        index_(index),
+        n_blocks_(n_blocks),
+        block_size_(block_size),
+        stream_(stream) {
     const size_t halves = block_halves() * static_cast<size_t>(n_blocks);
     k_.resize(static_cast<size_t>(hp.n_layer));
     v_.resize(static_cast<size_t>(hp.n_layer));
@@ -129,10 +140,10 @@ class CudaKvPool final : public KvPool {
                          static_cast<size_t>(from % bs) * row_bytes;
         std::byte* dst = (is_k ? k_block(l, dst_block) : v_block(l, dst_block)) +
                          static_cast<size_t>(to % bs) * row_bytes;
-        check(cudaMemcpy2DAsync(dst, pitch, src, pitch, row_bytes,
-                                static_cast<size_t>(hp_.n_kv_head), cudaMemcpyDeviceToDevice,
-                                stream_),
-              device_, "moving a KV row");
+        check(
+            cudaMemcpy2DAsync(dst, pitch, src, pitch, row_bytes, static_cast<size_t>(hp_.n_kv_head),
+                              cudaMemcpyDeviceToDevice, stream_),
+            device_, "moving a KV row");
       }
     }
   }
@@ -152,7 +163,7 @@ class CudaKvPool final : public KvPool {
   int32_t n_blocks_;
   int32_t block_size_;
   cudaStream_t stream_;
-  std::vector<DeviceArray<uint16_t>> k_, v_;
+  std::vector<DeviceArray<uint16_t> > k_, v_;
 };
 
 class CudaDevice final : public Device {
@@ -168,18 +179,35 @@ class CudaDevice final : public Device {
   void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
            std::vector<float>* hidden = nullptr) override;
   void lm_head(const float* z, int64_t n, std::vector<float>& logits) override;
+  void lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
+                   std::vector<std::vector<int32_t> >& best) override;
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
     parallel_for_on(pool_, n, fn);
   }
   bool greedy_on_device() const override { return true; }
   void run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
                   std::vector<float>* hidden = nullptr) override;
+  bool filters_on_device() const override { return true; }
+  void run_filtered(std::span<const BatchSequence> batch,
+                    std::span<const kernels::CandidateFilter> filters, FilteredRows& rows,
+                    std::vector<float>* hidden = nullptr) override;
 
  private:
-  // The pass itself; logits (or, with `argmax`, each row's argmax only) and hidden states to the
-  // host.
-  void forward(std::span<const BatchSequence> batch, std::vector<float>* logits,
-               std::vector<int32_t>* argmax, std::vector<float>* hidden);
+  // What a pass sends back of its logit rows: all of them, each row's argmax, or each row's
+  // sampling candidates.
+  struct Outputs {
+    std::vector<float>* logits = nullptr;
+    std::vector<int32_t>* argmax = nullptr;
+    FilteredRows* filtered = nullptr;
+    std::span<const kernels::CandidateFilter> filters = {};  // (logit rows), with `filtered`
+    std::vector<float>* hidden = nullptr;
+  };
+  // The pass itself, then its outputs to the host.
+  void forward(std::span<const BatchSequence> batch, const Outputs& out);
+  // Enqueues the candidates of the n_logit rows in logits_ and their download into `rows`.
+  // Returns after the step's sync, having fetched the rows that went whole.
+  void filter_rows(int64_t n_logit, std::span<const kernels::CandidateFilter> filters,
+                   FilteredRows& rows);
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
@@ -205,6 +233,7 @@ class CudaDevice final : public Device {
   const LlamaModel& model_;
   const HParams& hp_;
   kernels::ThreadPool pool_;
+  PartitionStream partition_;  // owns stream_
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::CublasGemm> gemm_;
   std::unique_ptr<CudaKvPool> kv_;
@@ -226,6 +255,11 @@ class CudaDevice final : public Device {
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
   DeviceArray<int32_t> argmax_;           // each logit row's argmax (greedy steps)
+  // Sampling candidates (filtered steps): each logit row's filter, candidate count, and
+  // (rows, width) candidates.
+  DeviceArray<kernels::CandidateFilter> filters_;
+  DeviceArray<int32_t> candidate_counts_, candidate_ids_;
+  DeviceArray<float> candidate_logits_;
 
   // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
   // so any buffer it uses growing drops them all.
@@ -271,14 +305,22 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                 std::to_string(hp_.head_dim) + ", n_embd " + std::to_string(hp_.n_embd) +
                 ", q_dim " + std::to_string(hp_.q_dim()) + ", n_ff " + std::to_string(hp_.n_ff));
   check_fits(kv_blocks, block_size);
-  // Partitions of one GPU: the decode stream's kernels are scheduled ahead of the prefill's.
+  // Partitions of one GPU: the decode stream's kernels are scheduled ahead of the prefill's, and
+  // with decode_sms each partition's stream runs on SMs of its own (green contexts).
   int least = 0, greatest = 0;
   check(cudaDeviceGetStreamPriorityRange(&least, &greatest), name_, "reading stream priorities");
   const int priority = spec.partition == DevicePartition::kDecode    ? greatest
                        : spec.partition == DevicePartition::kPrefill ? least
                                                                      : 0;
-  check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority), name_,
-        "creating a stream");
+  partition_ =
+      make_partition_stream({spec.index, spec.partition, options.decode_sms, name_}, priority);
+  stream_ = partition_.stream();
+  if (spec.partition != DevicePartition::kWhole) {
+    // A split asked for and not had is worth a warning; the rest is lifecycle.
+    const bool missed = options.decode_sms > 0 && !partition_.green();
+    logger("device")->log(missed ? spdlog::level::warn : spdlog::level::info, "{}: {}", name_,
+                          partition_.note());
+  }
   launch(name_, "cuBLASLt", [&] { gemm_ = std::make_unique<kernels::CublasGemm>(); });
   kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_);
   w_ = shared_weights(model_, spec.index, block_gemv_, name_, stream_);
@@ -291,7 +333,7 @@ CudaDevice::~CudaDevice() {
   gemm_.reset();
   kv_.reset();
   w_.reset();
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  partition_ = {};  // the stream, then its green context
 }
 
 void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
@@ -299,7 +341,8 @@ void CudaDevice::check_fits(int32_t kv_blocks, int32_t block_size) const {
   const uint64_t weights = resident_weights(model_, spec_.index, block_gemv_)
                                ? 0
                                : cuda_weight_bytes(model_, block_gemv_);
-  const uint64_t kv = KvStorage::bytes_per_block(hp_, block_size) * static_cast<uint64_t>(kv_blocks);
+  const uint64_t kv =
+      KvStorage::bytes_per_block(hp_, block_size) * static_cast<uint64_t>(kv_blocks);
   size_t free_bytes = 0, total_bytes = 0;
   check(cudaMemGetInfo(&free_bytes, &total_bytes), name_, "reading the free memory");
   // Room for cuBLASLt's workspace, the staging buffers and a batch's activations.
@@ -324,7 +367,8 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   const size_t widest = static_cast<size_t>(std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff}));
   bool grew = false;
   grew |= x_.reserve(r * e, name_, "activations");
-  grew |= qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
+  grew |=
+      qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
   grew |= att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
   grew |= proj_.reserve(r * e, name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
@@ -382,16 +426,24 @@ void CudaDevice::lm_head_rows(int64_t rows, std::vector<float>& logits) {
 
 void CudaDevice::run(std::span<const BatchSequence> batch, std::vector<float>& logits,
                      std::vector<float>* hidden) {
-  forward(batch, &logits, nullptr, hidden);
+  forward(batch, {.logits = &logits, .hidden = hidden});
 }
 
 void CudaDevice::run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
                             std::vector<float>* hidden) {
-  forward(batch, nullptr, &argmax, hidden);
+  forward(batch, {.argmax = &argmax, .hidden = hidden});
 }
 
-void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float>* logits,
-                         std::vector<int32_t>* argmax, std::vector<float>* hidden) {
+void CudaDevice::run_filtered(std::span<const BatchSequence> batch,
+                              std::span<const kernels::CandidateFilter> filters, FilteredRows& rows,
+                              std::vector<float>* hidden) {
+  forward(batch, {.filtered = &rows, .filters = filters, .hidden = hidden});
+}
+
+void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& out) {
+  std::vector<float>* logits = out.logits;
+  std::vector<int32_t>* argmax = out.argmax;
+  std::vector<float>* hidden = out.hidden;
   validate_batch(batch, hp_, kv_->n_blocks(), kv_->block_size());
   check(cudaSetDevice(spec_.index), name_, "selecting the device");
   rows_.assign(batch);
@@ -400,12 +452,17 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
   if (logits) logits->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_vocab));
   if (argmax) argmax->resize(static_cast<size_t>(n_logit));
   if (hidden) hidden->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_embd));
+  if (out.filtered && static_cast<int64_t>(out.filters.size()) != n_logit)
+    throw Error(name_ + ": " + std::to_string(out.filters.size()) + " sampling filters for " +
+                std::to_string(n_logit) + " logit rows");
+  if (out.filtered) out.filtered->assign_whole({}, hp_.n_vocab);
   if (n == 0) return;
   const int32_t bs = kv_->block_size();
 
   // Block tables, back to back, and each sequence's view with device pointers into them.
   h_tables_.clear();
-  for (const BatchSequence& s : batch) h_tables_.insert(h_tables_.end(), s.blocks.begin(), s.blocks.end());
+  for (const BatchSequence& s : batch)
+    h_tables_.insert(h_tables_.end(), s.blocks.begin(), s.blocks.end());
   tables_.reserve(h_tables_.size(), name_, "block tables");
   device_seqs_ = rows_.seqs;
   size_t offset = 0;
@@ -420,8 +477,8 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
   int32_t max_chunk_tokens = 0;
   for (const kernels::PagedSequence& s : device_seqs_) {
     if (s.parent == nullptr && s.n_tokens >= kMinPrefillChunk) {
-      h_chunks_.push_back({s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens),
-                           static_cast<int32_t>(s.pos0)});
+      h_chunks_.push_back(
+          {s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens), static_cast<int32_t>(s.pos0)});
       max_chunk_tokens = std::max(max_chunk_tokens, static_cast<int32_t>(s.n_tokens));
     } else {
       decode_seqs_.push_back(s);
@@ -470,7 +527,8 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
   for (const BatchSequence& s : batch)
     for (int64_t i = 0; i < static_cast<int64_t>(s.tokens.size()); ++i) {
       const int64_t pos = s.pos0 + i;
-      h_i32_.push_back(s.blocks[static_cast<size_t>(pos / bs)] * bs + static_cast<int32_t>(pos % bs));
+      h_i32_.push_back(s.blocks[static_cast<size_t>(pos / bs)] * bs +
+                       static_cast<int32_t>(pos % bs));
     }
   upload(slots_.get(), h_i32_, "uploading KV slots");
   upload(tables_.get(), h_tables_, "uploading block tables");
@@ -481,9 +539,8 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
   if (decode_only) {
     run_graph(n, max_keys, ws_floats);
   } else {
-    enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(),
-                    max_keys, ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens,
-                    true);
+    enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(), max_keys,
+                    ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens, true);
   }
   if (n_logit > 0 && logits)
     check(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * sizeof(float),
@@ -501,7 +558,67 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, std::vector<float
     check(cudaMemcpyAsync(hidden->data(), xgn_.get(), hidden->size() * sizeof(float),
                           cudaMemcpyDeviceToHost, stream_),
           name_, "downloading hidden states");
+  if (n_logit > 0 && out.filtered) {
+    filter_rows(n_logit, out.filters, *out.filtered);
+    return;
+  }
   sync("running a batch");
+}
+
+void CudaDevice::filter_rows(int64_t n_logit, std::span<const kernels::CandidateFilter> filters,
+                             FilteredRows& rows) {
+  const int64_t n_vocab = hp_.n_vocab;
+  int32_t width = 1;
+  for (const kernels::CandidateFilter& f : filters)
+    width = std::max(width, kernels::candidate_slots(f, n_vocab));
+  const auto slots = static_cast<size_t>(n_logit) * static_cast<size_t>(width);
+  filters_.reserve(static_cast<size_t>(n_logit), name_, "sampling filters");
+  candidate_counts_.reserve(static_cast<size_t>(n_logit), name_, "candidate counts");
+  candidate_ids_.reserve(slots, name_, "candidate ids");
+  candidate_logits_.reserve(slots, name_, "candidate logits");
+  rows.n_vocab = n_vocab;
+  rows.width = width;
+  rows.count.resize(static_cast<size_t>(n_logit));
+  rows.ranked.resize(static_cast<size_t>(n_logit));
+  for (int64_t r = 0; r < n_logit; ++r)
+    rows.ranked[static_cast<size_t>(r)] =
+        kernels::top_k_limits(filters[static_cast<size_t>(r)], n_vocab) ? 1 : 0;
+  rows.logits.resize(slots);
+  rows.ids.resize(slots);
+  check(cudaMemcpyAsync(filters_.get(), filters.data(), filters.size_bytes(),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading sampling filters");
+  launch(name_, "sampling candidates", [&] {
+    kernels::launch_argmax_rows(logits_.get(), argmax_.get(), n_logit, n_vocab, stream_);
+    kernels::launch_filter_candidates(logits_.get(), n_logit, n_vocab, filters_.get(),
+                                      argmax_.get(), width, candidate_logits_.get(),
+                                      candidate_ids_.get(), candidate_counts_.get(), stream_);
+  });
+  auto download = [&](auto& host, const auto& device, const char* what) {
+    check(cudaMemcpyAsync(host.data(), device.get(), host.size() * sizeof(host[0]),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, what);
+  };
+  download(rows.count, candidate_counts_, "downloading candidate counts");
+  download(rows.logits, candidate_logits_, "downloading candidate logits");
+  download(rows.ids, candidate_ids_, "downloading candidate ids");
+  sync("running a batch");
+  // Rows the filter left too many candidates (or no distribution) come whole.
+  rows.whole_at.assign(static_cast<size_t>(n_logit), -1);
+  int64_t n_whole = 0;
+  for (int64_t r = 0; r < n_logit; ++r)
+    if (rows.count[static_cast<size_t>(r)] < 0) rows.whole_at[static_cast<size_t>(r)] = n_whole++;
+  rows.whole.resize(static_cast<size_t>(n_whole) * static_cast<size_t>(n_vocab));
+  if (n_whole == 0) return;
+  for (int64_t r = 0; r < n_logit; ++r) {
+    const int64_t at = rows.whole_at[static_cast<size_t>(r)];
+    if (at < 0) continue;
+    check(cudaMemcpyAsync(rows.whole.data() + at * n_vocab, logits_.get() + r * n_vocab,
+                          static_cast<size_t>(n_vocab) * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_),
+          name_, "downloading whole logit rows");
+  }
+  sync("downloading whole logit rows");
 }
 
 void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
@@ -564,10 +681,9 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         w.wo_blocks.use_in(o);
         kernels::launch_gemv(o, stream_);
         // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
-        kernels::GemvArgs f = kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(),
-                                                    2 * n_ff, n_embd,
-                                                    kernels::GemvEpilogue::kSwiGlu,
-                                                    gate_up_.get(), n_ff);
+        kernels::GemvArgs f =
+            kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(), 2 * n_ff, n_embd,
+                                  kernels::GemvEpilogue::kSwiGlu, gate_up_.get(), n_ff);
         f.norm = w.ffn_norm.get();
         f.eps = hp_.rms_eps;
         f.overlap = overlap_;
@@ -605,8 +721,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
       kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd,
                                     hp_.rms_eps, stream_, overlap_);
-      gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd,
-                     stream_);
+      gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, stream_);
       kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
@@ -617,8 +732,8 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       for (int64_t j = 0; j < n_logit; ++j)
         check(cudaMemcpyAsync(xg_.get() + j * n_embd,
                               x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * n_embd,
-                              static_cast<size_t>(n_embd) * sizeof(float),
-                              cudaMemcpyDeviceToDevice, stream_),
+                              static_cast<size_t>(n_embd) * sizeof(float), cudaMemcpyDeviceToDevice,
+                              stream_),
               name_, "gathering logit rows");
     kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
                              n_logit, n_embd, hp_.rms_eps, stream_, overlap_);
@@ -666,13 +781,47 @@ void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) 
   sync("running the LM head");
 }
 
+void CudaDevice::lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
+                             std::vector<std::vector<int32_t> >& best) {
+  check(cudaSetDevice(spec_.index), name_, "selecting the device");
+  best.assign(static_cast<size_t>(std::max<int64_t>(n, 0)), {});
+  if (n <= 0) return;
+  reserve_rows(1, n, 1);
+  check(cudaMemcpyAsync(xgn_.get(), z, static_cast<size_t>(n * hp_.n_embd) * sizeof(float),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft states");
+  linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n, hp_.n_vocab, hp_.n_embd,
+         &w_->lm_head_blocks);
+  // The k best of a row are its candidates under top-k = k with no temperature or min-p (one:
+  // the argmax), best first, ties to the lower id, as top_tokens orders them.
+  std::vector<kernels::CandidateFilter> filters(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    kernels::CandidateFilter& f = filters[static_cast<size_t>(r)];
+    f.top_k = wanted[static_cast<size_t>(r)];
+    f.greedy = f.top_k == 1 ? 1 : 0;
+  }
+  FilteredRows rows;
+  filter_rows(n, filters, rows);
+  for (int64_t r = 0; r < n; ++r) {
+    const LogitRow row = rows.row(r);
+    const int32_t k = wanted[static_cast<size_t>(r)];
+    if (!row.whole()) {
+      best[static_cast<size_t>(r)].assign(row.ids.begin(), row.ids.end());
+    } else if (k == 1) {  // a row without a usable maximum (NaN, infinities)
+      best[static_cast<size_t>(r)] = {
+          static_cast<int32_t>(kernels::argmax(row.logits.data(), hp_.n_vocab))};
+    } else {
+      best[static_cast<size_t>(r)] = top_tokens(row.logits.data(), hp_.n_vocab, k);
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
                                          int32_t kv_blocks, int32_t block_size,
                                          CudaOptions options) {
-  if (spec.kind != DeviceKind::kCuda)
-    throw Error(spec.name() + " is not a CUDA device");
+  if (spec.kind != DeviceKind::kCuda) throw Error(spec.name() + " is not a CUDA device");
   return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size, options);
 }
 

@@ -56,6 +56,11 @@ struct CudaOptions {
   // per step (0.625 or 1.125 a weight instead of 2), the file's exact weights, more memory.
   // Matrices of other types, or stacked from parts of different types, stay BF16.
   bool block_gemv = false;
+  // A GPU serving as both the prefill and the decode device (DevicePartition): the SMs its
+  // decode partition gets to itself, in a green context, prefill getting the rest
+  // (core/device/cuda_partition.h). 0: no split; the partitions share the SMs and differ by
+  // stream priority. Both partitions must be given the same value.
+  int decode_sms = 0;
 };
 
 // A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of

@@ -1,7 +1,11 @@
 #include "core/device/device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
+#include <limits>
+#include <utility>
 
 #include "core/common/error.h"
 #include "kernels/cpu/ops.h"
@@ -102,6 +106,47 @@ void Device::run_greedy(std::span<const BatchSequence> batch, std::vector<int32_
   argmax.resize(logits.size() / static_cast<size_t>(n_vocab));
   for (size_t r = 0; r < argmax.size(); ++r)
     argmax[r] = static_cast<int32_t>(kernels::argmax(logits.data() + r * n_vocab, n_vocab));
+}
+
+void Device::run_filtered(std::span<const BatchSequence> batch,
+                          std::span<const kernels::CandidateFilter> filters, FilteredRows& rows,
+                          std::vector<float>* hidden) {
+  (void)filters;
+  std::vector<float> logits;
+  run(batch, logits, hidden);
+  rows.assign_whole(std::move(logits), model().hparams().n_vocab);
+}
+
+void Device::lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
+                         std::vector<std::vector<int32_t>>& best) {
+  std::vector<float> logits;
+  lm_head(z, n, logits);
+  const int64_t n_vocab = model().hparams().n_vocab;
+  best.assign(static_cast<size_t>(n), {});
+  parallel_for(n, [&](int64_t r) {
+    const float* row = logits.data() + r * n_vocab;
+    const int32_t k = wanted[static_cast<size_t>(r)];
+    best[static_cast<size_t>(r)] =
+        k == 1 ? std::vector<int32_t>{static_cast<int32_t>(kernels::argmax(row, n_vocab))}
+               : top_tokens(row, n_vocab, k);
+  });
+}
+
+std::vector<int32_t> top_tokens(const float* logits, int64_t n_vocab, int32_t n) {
+  // (logit, token) of the n best so far, best first; ties keep the lower token id.
+  std::vector<std::pair<float, int32_t>> top;
+  for (int64_t t = 0; t < n_vocab; ++t) {
+    // NaN ranks as -inf (as the sampler and the GPU's candidates read it).
+    const float x = std::isnan(logits[t]) ? -std::numeric_limits<float>::infinity() : logits[t];
+    if (static_cast<int32_t>(top.size()) == n && !(x > top.back().first)) continue;
+    auto it = std::upper_bound(top.begin(), top.end(), x,
+                               [](float v, const auto& e) { return v > e.first; });
+    top.insert(it, {x, static_cast<int32_t>(t)});
+    if (static_cast<int32_t>(top.size()) > n) top.pop_back();
+  }
+  std::vector<int32_t> out;
+  for (const auto& e : top) out.push_back(e.second);
+  return out;
 }
 
 void parallel_for_on(kernels::ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn) {

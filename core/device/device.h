@@ -19,6 +19,7 @@
 #include "core/model/llama_model.h"
 #include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
+#include "core/runtime/sampler.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tokenfab {
@@ -73,8 +74,25 @@ class Device {
   // run() and takes the argmax on the host.
   virtual void run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
                           std::vector<float>* hidden = nullptr);
+  // Whether run_filtered reduces rows to their sampling candidates on the device (a GPU: a few
+  // dozen (logit, id) pairs cross back per row instead of n_vocab logits). False: it sends every
+  // row whole.
+  virtual bool filters_on_device() const { return false; }
+  // As run, but each logit row r comes back as its candidates under filters[r] (one filter per
+  // logit row, from the row's request: candidate_filter(params)), or whole where the filter
+  // leaves too many (see kernels/cpu/candidates.h); the sampler draws the same tokens from
+  // either. The default runs run() and sends every row whole.
+  virtual void run_filtered(std::span<const BatchSequence> batch,
+                            std::span<const kernels::CandidateFilter> filters, FilteredRows& rows,
+                            std::vector<float>* hidden = nullptr);
   // logits (n, n_vocab) of the model's LM head over z (n, n_embd) (draft heads). Worker thread.
   virtual void lm_head(const float* z, int64_t n, std::vector<float>& logits) = 0;
+  // Draft heads' proposals: best[r] = the wanted[r] tokens with the largest logits of the LM
+  // head over z's row r (z: (n, n_embd)), best first, ties to the lower id (kernels::argmax's
+  // choice for one; top_tokens). The default runs lm_head and picks on the host threads; a GPU
+  // picks on the device and sends back only the ids. Worker thread.
+  virtual void lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
+                           std::vector<std::vector<int32_t>>& best);
   // Calls fn(i) for i in [0, n) on the device's host threads (sampling a batch's rows); fn must
   // be safe to run concurrently for different i. From the worker thread only.
   virtual void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) = 0;
@@ -84,6 +102,9 @@ class Device {
   // the worker stores the last layer when run() has returned. Worker thread only.
   virtual void set_layer_progress(std::atomic<int32_t>* counter) { (void)counter; }
 };
+
+// The n tokens with the largest logits (n_vocab), best first (ties: the lower id first).
+std::vector<int32_t> top_tokens(const float* logits, int64_t n_vocab, int32_t n);
 
 // Calls fn(i) for i in [0, n) on the threads of `pool` (the caller is one of them); fn must be
 // safe to run concurrently for different i.

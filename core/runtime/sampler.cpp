@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/common/error.h"
 #include "kernels/cpu/ops.h"
@@ -91,6 +92,42 @@ void SamplingParams::validate() const {
   // top_k: every value is meaningful (<= 0 = off, >= vocab = off); seed: any value.
 }
 
+LogitRow FilteredRows::row(int64_t r) const {
+  const auto i = static_cast<size_t>(r);
+  if (count[i] < 0) {
+    const auto at = static_cast<size_t>(whole_at[i]) * static_cast<size_t>(n_vocab);
+    return {std::span<const float>(whole.data() + at, static_cast<size_t>(n_vocab))};
+  }
+  const size_t at = i * static_cast<size_t>(width);
+  return {std::span<const float>(logits.data() + at, static_cast<size_t>(count[i])),
+          std::span<const int32_t>(ids.data() + at, static_cast<size_t>(count[i])), ranked[i] != 0};
+}
+
+void FilteredRows::assign_whole(std::vector<float>&& all, int64_t vocab) {
+  n_vocab = vocab;
+  width = 0;
+  const int64_t n = vocab > 0 ? static_cast<int64_t>(all.size()) / vocab : 0;
+  count.assign(static_cast<size_t>(n), -1);
+  ranked.assign(static_cast<size_t>(n), 0);
+  logits.clear();
+  ids.clear();
+  whole_at.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) whole_at[static_cast<size_t>(r)] = r;
+  whole = std::move(all);
+}
+
+kernels::CandidateFilter candidate_filter(const SamplingParams& params) {
+  kernels::CandidateFilter f;
+  f.greedy = params.temperature == 0.0f ? 1 : 0;
+  if (f.greedy != 0) return f;
+  f.top_k = params.top_k;
+  f.inv_temperature = 1.0f / params.temperature;  // as filter() computes it
+  // filter() keeps exp(z) >= min_p. expf and logf are within a few ulps, far inside 1e-3 of z,
+  // so every token min-p keeps has z >= min_z; the few extra ones min-p then drops on the host.
+  if (params.min_p > 0.0f) f.min_z = std::log(params.min_p) - 1e-3f;
+  return f;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   params_.validate();
 }
@@ -98,22 +135,24 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 // Fills candidates_ with the tokens the filters keep and their unnormalised weights, and `total`
 // with the weights' sum. Returns a token when the logits admit no distribution (all -inf or NaN,
 // or a +inf): that token is then the only possible outcome.
-std::optional<int32_t> Sampler::filter(std::span<const float> logits, double& total) {
-  const auto n_vocab = static_cast<int32_t>(logits.size());
-  // candidates_: (n_vocab) at first, shrinking as the filters drop tokens. clear() keeps the
+std::optional<int32_t> Sampler::filter(const LogitRow& row, double& total) {
+  const auto n = static_cast<int32_t>(row.logits.size());
+  // candidates_: (n) at first, shrinking as the filters drop tokens. clear() keeps the
   // capacity, so only the first call (or a larger vocab) allocates.
   candidates_.clear();
-  candidates_.reserve(logits.size());
+  candidates_.reserve(row.logits.size());
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n_vocab; ++i) {
+  for (int32_t i = 0; i < n; ++i) {
     // NaN would break the strict weak ordering the sorts need; it can never be chosen anyway.
-    const float l = logits[i];
-    candidates_.emplace_back(std::isnan(l) ? kNegInf : l, i);
+    const float l = row.logits[static_cast<size_t>(i)];
+    candidates_.emplace_back(std::isnan(l) ? kNegInf : l,
+                             row.whole() ? i : row.ids[static_cast<size_t>(i)]);
   }
 
-  // Top-k: O(n log k) selection of the k best, left sorted best first.
-  bool sorted = false;
-  if (params_.top_k > 0 && params_.top_k < n_vocab) {
+  // Top-k: O(n log k) selection of the k best, left sorted best first. A candidate row holds
+  // at most top_k tokens, already best first when top-k limited the whole row.
+  bool sorted = row.ranked;
+  if (params_.top_k > 0 && params_.top_k < n) {
     const auto k = static_cast<size_t>(params_.top_k);
     std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(),
                       ranks_before);
@@ -149,22 +188,25 @@ std::optional<int32_t> Sampler::filter(std::span<const float> logits, double& to
   return std::nullopt;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  if (logits.empty()) throw Error("Sampler::sample: empty logits");
-  if (params_.temperature == 0.0f)
-    return static_cast<int32_t>(
-        kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
+int32_t Sampler::greedy(const LogitRow& row) {
+  if (!row.whole()) return row.ids.front();
+  return static_cast<int32_t>(
+      kernels::argmax(row.logits.data(), static_cast<int64_t>(row.logits.size())));
+}
+
+int32_t Sampler::sample(const LogitRow& row) {
+  if (row.logits.empty()) throw Error("Sampler::sample: empty logits");
+  if (params_.temperature == 0.0f) return greedy(row);
   double total = 0.0;
-  if (const std::optional<int32_t> only = filter(logits, total)) return *only;
+  if (const std::optional<int32_t> only = filter(row, total)) return *only;
   return draw(candidates_, total, uniform01(rng_));
 }
 
-bool Sampler::accept_draft(std::span<const float> logits, int32_t token) {
-  if (logits.empty()) throw Error("Sampler::accept_draft: empty logits");
-  if (params_.temperature == 0.0f)
-    return kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())) == token;
+bool Sampler::accept_draft(const LogitRow& row, int32_t token) {
+  if (row.logits.empty()) throw Error("Sampler::accept_draft: empty logits");
+  if (params_.temperature == 0.0f) return greedy(row) == token;
   double total = 0.0;
-  if (const std::optional<int32_t> only = filter(logits, total)) return *only == token;
+  if (const std::optional<int32_t> only = filter(row, total)) return *only == token;
   double weight = 0.0;
   for (const auto& c : candidates_)
     if (c.second == token) weight = c.first;
@@ -172,13 +214,11 @@ bool Sampler::accept_draft(std::span<const float> logits, int32_t token) {
   return uniform01(rng_) * total < weight;
 }
 
-int32_t Sampler::sample_rejected(std::span<const float> logits, int32_t token) {
-  if (logits.empty()) throw Error("Sampler::sample_rejected: empty logits");
-  if (params_.temperature == 0.0f)
-    return static_cast<int32_t>(
-        kernels::argmax(logits.data(), static_cast<int64_t>(logits.size())));
+int32_t Sampler::sample_rejected(const LogitRow& row, int32_t token) {
+  if (row.logits.empty()) throw Error("Sampler::sample_rejected: empty logits");
+  if (params_.temperature == 0.0f) return greedy(row);
   double total = 0.0;
-  if (const std::optional<int32_t> only = filter(logits, total)) return *only;
+  if (const std::optional<int32_t> only = filter(row, total)) return *only;
   // The residual max(0, p - q) with q one-hot on `token`: p without the rejected token.
   for (auto& c : candidates_)
     if (c.second == token) {

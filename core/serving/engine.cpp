@@ -56,6 +56,11 @@ void EngineConfig::validate() const {
     fail("--step-target-ms must be 0 (off) or a positive number of milliseconds up to 1e6");
   if (decode_side_prefill_tokens < 0) fail("decode-side prefill tokens must be >= 0");
   if (max_context < 0) fail("max context must be >= 0");
+  if (decode_sms < 0) fail("--decode-sms must be >= 0 (0: the partitions share the SMs)");
+  if (decode_sms > 0 && !disaggregated())
+    fail(
+        "--decode-sms splits a GPU named in both --prefill and --decode; it needs disaggregated "
+        "mode");
 }
 
 namespace {
@@ -135,7 +140,8 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   for (size_t i = 0; i < plan.size(); ++i) {
     std::unique_ptr<Device> device;
     if (plan[i].spec.kind == DeviceKind::kCuda)
-      device = make_cuda_device(plan[i].spec, model, threads[i], kv_blocks, config_.block_size);
+      device = make_cuda_device(plan[i].spec, model, threads[i], kv_blocks, config_.block_size,
+                                {.decode_sms = config_.decode_sms});
     else
       device = std::make_unique<CpuDevice>(plan[i].spec, model, threads[i], kv_blocks,
                                            config_.block_size);

@@ -81,6 +81,9 @@ struct EngineConfig {
   // leaves at most this many tokens to compute (0: never).
   int32_t decode_side_prefill_tokens = 256;
   int64_t max_context = 0;  // prompt + max_tokens limit (0: the model's training context)
+  // One GPU as both the prefill and the decode device: SMs the decode partition gets to itself
+  // (green contexts, CudaOptions::decode_sms); 0: the partitions share the SMs.
+  int32_t decode_sms = 0;
 
   // Throws Error naming the field for an inconsistent configuration.
   void validate() const;

@@ -456,9 +456,25 @@ bool Worker::step() {
     }
     device_->set_layer_progress(layers_ready.get());
   }
+  // Otherwise such a device reduces each logit row to the tokens its request's filters can keep.
+  filtered_step_ = !greedy_step_ && device_->filters_on_device();
+  if (filtered_step_) {
+    filters_.clear();
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      // The chunk's logit rows, as BatchRows lists them: every row of a verification chunk,
+      // else the last one when it wants logits.
+      const int32_t rows = chunk.n_draft > 0 ? chunk.n_tokens : chunk.wants_logits ? 1 : 0;
+      if (rows == 0) continue;
+      const kernels::CandidateFilter f =
+          candidate_filter(requests_.at(chunk.seq)->sampler.params());
+      filters_.insert(filters_.end(), static_cast<size_t>(rows), f);
+    }
+  }
   const MetricsTime run_start = MetricsClock::now();
   if (greedy_step_)
     device_->run_greedy(batch_, argmax_, need_hidden ? &hidden_ : nullptr);
+  else if (filtered_step_)
+    device_->run_filtered(batch_, filters_, filtered_, need_hidden ? &hidden_ : nullptr);
   else
     device_->run(batch_, logits_, need_hidden ? &hidden_ : nullptr);
   const double compute_s = seconds_between(run_start, MetricsClock::now());
@@ -629,7 +645,8 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
   // One sampler per request, so the chunks are sampled in parallel.
   device_->parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
     const Job& job = jobs[static_cast<size_t>(i)];
-    auto logits = [&](int64_t r) {
+    auto logits = [&](int64_t r) -> LogitRow {
+      if (filtered_step_) return filtered_.row(job.row + r);
       return std::span<const float>(logits_.data() + (job.row + r) * n_vocab,
                                     static_cast<size_t>(n_vocab));
     };
@@ -776,22 +793,6 @@ void Worker::move_accepted_tree_rows(const StepPlan& plan,
   }
 }
 
-std::vector<TokenId> top_tokens(const float* logits, int64_t n_vocab, int32_t n) {
-  // (logit, token) of the n best so far, best first; ties keep the lower token id.
-  std::vector<std::pair<float, TokenId>> top;
-  for (int64_t t = 0; t < n_vocab; ++t) {
-    const float x = logits[t];
-    if (static_cast<int32_t>(top.size()) == n && !(x > top.back().first)) continue;
-    auto it = std::upper_bound(top.begin(), top.end(), x,
-                               [](float v, const auto& e) { return v > e.first; });
-    top.insert(it, {x, static_cast<TokenId>(t)});
-    if (static_cast<int32_t>(top.size()) > n) top.pop_back();
-  }
-  std::vector<TokenId> out;
-  for (const auto& e : top) out.push_back(e.second);
-  return out;
-}
-
 void build_draft_tree(std::span<const std::vector<TokenId>> level_tokens,
                       std::vector<TokenId>& draft, std::vector<int32_t>& parent,
                       int32_t max_nodes) {
@@ -862,7 +863,6 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   if (proposing.empty()) return;
   const MetricsTime start = MetricsClock::now();
   const auto rows = static_cast<int64_t>(draft_z_.size() / n_embd_);
-  device_->lm_head(draft_z_.data(), rows, draft_logits_);
   // Each head row's top tokens: one for a chain, tree_shape[level] for a tree.
   std::vector<int32_t> wanted(static_cast<size_t>(rows), 1);
   {
@@ -873,14 +873,8 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
         if (!shape.empty()) wanted[at] = shape[static_cast<size_t>(level)];
     }
   }
-  std::vector<std::vector<TokenId>> best(static_cast<size_t>(rows));
-  device_->parallel_for(rows, [&](int64_t r) {
-    const float* row = draft_logits_.data() + r * n_vocab_;
-    const int32_t n = wanted[static_cast<size_t>(r)];
-    best[static_cast<size_t>(r)] =
-        n == 1 ? std::vector<TokenId>{static_cast<TokenId>(kernels::argmax(row, n_vocab_))}
-               : top_tokens(row, n_vocab_, n);
-  });
+  std::vector<std::vector<TokenId>> best;
+  device_->lm_head_top(draft_z_.data(), rows, wanted, best);
   const double seconds = seconds_between(start, MetricsClock::now());
   size_t next = 0;
   for (Engine::Record* record : proposing) {

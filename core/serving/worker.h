@@ -36,8 +36,6 @@
 
 namespace tokenfab {
 
-// The n tokens with the largest logits, best first (ties: the lower id first).
-std::vector<TokenId> top_tokens(const float* logits, int64_t n_vocab, int32_t n);
 // A static draft tree from each level's tokens (level d: head d's top tokens): every node of level
 // d − 1 gets level d's tokens as children, breadth first, at most max_nodes nodes. parent[i]: the
 // node draft[i] follows (−1: the last token).
@@ -151,9 +149,13 @@ class Worker {
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;  // greedy steps on a device that takes the argmax: one id per row
   bool greedy_step_ = false;
-  std::vector<float> hidden_;        // final-norm hidden states of the logit rows
-  std::vector<float> draft_z_;       // draft heads' residual outputs, (rows, n_embd)
-  std::vector<float> draft_logits_;  // their LM-head logits
+  // Sampled steps on a device that filters rows: each logit row's filter, and the rows back as
+  // sampling candidates (or whole).
+  std::vector<kernels::CandidateFilter> filters_;
+  FilteredRows filtered_;
+  bool filtered_step_ = false;
+  std::vector<float> hidden_;   // final-norm hidden states of the logit rows
+  std::vector<float> draft_z_;  // draft heads' residual outputs, (rows, n_embd)
 
   // Adaptive drafting: decode-only steps' forward pass and sampling by rows, and one request's
   // proposal by draft length.

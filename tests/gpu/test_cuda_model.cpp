@@ -2,7 +2,8 @@
 // embedded model's shape on mixed batches (prefill chunks, decode rows, a draft tree), the real
 // model's logits and greedy tokens when its file is present, and the engine serving on a GPU,
 // colocated and disaggregated (two partitions of the GPU; CPU prefill → GPU decode), exactly what
-// it serves on the CPU (label gpu; skipped without a CUDA device).
+// it serves on the CPU, and each logit row's sampling candidates against the reference filter
+// (label gpu; skipped without a CUDA device).
 //
 // Tolerance. The two backends round differently on purpose: the CPU multiplies the file's
 // quantized blocks by activations quantized to 8 bits per block of 32 (relative error up to
@@ -34,9 +35,11 @@
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
 #include "core/model/synthetic_model.h"
+#include "core/runtime/sampler.h"
 #include "core/serving/engine.h"
 #include "core/speculative/draft_head.h"
 #include "core/tokenizer/tokenizer.h"
+#include "kernels/cpu/candidates.h"
 #include "kernels/cpu/ops.h"
 #include "tests/gpu/cuda_test_support.h"
 
@@ -53,13 +56,89 @@ struct RowCheck {
   QString failure;         // empty while every row is within bounds
 };
 
+// A Medusa head of n_heads with small random weights: proposals far from the target's choices,
+// so verification rejects and accepts both.
+std::shared_ptr<DraftHead> random_medusa(const HParams& hp, int32_t n_heads, std::mt19937& rng) {
+  DraftHeadInfo info;
+  info.name = "random";
+  info.n_heads = n_heads;
+  info.n_embd = static_cast<int32_t>(hp.n_embd);
+  info.n_vocab = static_cast<int32_t>(hp.n_vocab);
+  auto medusa = std::make_shared<DraftHead>(make_medusa_head(info));
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (auto& w : medusa->w)
+    for (float& x : w) x = noise(rng);
+  return medusa;
+}
+
+// Requests' sampling parameters, one per logit row in turn: greedy, the defaults (top-k 40,
+// min-p 0.05), a nucleus with a light min-p (no top-k), and nothing but a temperature (too many
+// candidates: the row comes whole).
+const std::vector<SamplingParams>& sampling_mix() {
+  static const std::vector<SamplingParams> mix = [] {
+    SamplingParams greedy, defaults, nucleus, plain;
+    greedy.temperature = 0.0f;
+    nucleus.temperature = 1.0f;
+    nucleus.top_k = 0;
+    nucleus.top_p = 0.9f;
+    nucleus.min_p = 0.02f;
+    plain.temperature = 0.7f;
+    plain.top_k = 0;
+    plain.top_p = 1.0f;
+    plain.min_p = 0.0f;
+    return std::vector<SamplingParams>{greedy, defaults, nucleus, plain};
+  }();
+  return mix;
+}
+
+// Whether run_filtered's rows are what kernels::filter_candidates keeps of the whole logits
+// (rows, n_vocab) under the same filters, bit for bit; empty when they are.
+QString check_filtered(const FilteredRows& filtered,
+                       const std::vector<kernels::CandidateFilter>& filters,
+                       const std::vector<float>& logits, int64_t n_vocab) {
+  if (filtered.rows() != static_cast<int64_t>(filters.size()))
+    return QStringLiteral("%1 filtered rows for %2 filters")
+        .arg(filtered.rows())
+        .arg(filters.size());
+  std::vector<float> want_logits;
+  std::vector<int32_t> want_ids;
+  for (int64_t r = 0; r < filtered.rows(); ++r) {
+    const float* whole = logits.data() + r * n_vocab;
+    const int32_t want = kernels::filter_candidates(whole, n_vocab, filters[static_cast<size_t>(r)],
+                                                    filtered.width, want_logits, want_ids);
+    const LogitRow row = filtered.row(r);
+    if (want < 0) {
+      if (!row.whole() || !std::equal(row.logits.begin(), row.logits.end(), whole) ||
+          static_cast<int64_t>(row.logits.size()) != n_vocab)
+        return QStringLiteral("row %1 should have come whole").arg(r);
+      continue;
+    }
+    if (row.whole() || static_cast<int32_t>(row.ids.size()) != want)
+      return QStringLiteral("row %1: %2 candidates, want %3")
+          .arg(r)
+          .arg(row.whole() ? -1 : static_cast<int>(row.ids.size()))
+          .arg(want);
+    for (int32_t c = 0; c < want; ++c)
+      if (row.ids[static_cast<size_t>(c)] != want_ids[static_cast<size_t>(c)] ||
+          row.logits[static_cast<size_t>(c)] != want_logits[static_cast<size_t>(c)])
+        return QStringLiteral("row %1 candidate %2: (%3, %4), want (%5, %6)")
+            .arg(r)
+            .arg(c)
+            .arg(row.ids[static_cast<size_t>(c)])
+            .arg(row.logits[static_cast<size_t>(c)])
+            .arg(want_ids[static_cast<size_t>(c)])
+            .arg(want_logits[static_cast<size_t>(c)]);
+  }
+  return {};
+}
+
 // Compares (rows, n) logits row by row as the header says; `what` names the step.
 void compare_rows(const std::vector<float>& gpu, const std::vector<float>& cpu, int64_t n,
                   const QString& what, RowCheck& check) {
   if (gpu.size() != cpu.size()) {
-    check.failure = what + QStringLiteral(": %1 logits on the GPU, %2 on the CPU")
-                               .arg(gpu.size())
-                               .arg(cpu.size());
+    check.failure =
+        what +
+        QStringLiteral(": %1 logits on the GPU, %2 on the CPU").arg(gpu.size()).arg(cpu.size());
     return;
   }
   for (size_t r = 0; r * static_cast<size_t>(n) < cpu.size(); ++r) {
@@ -96,14 +175,14 @@ void compare_rows(const std::vector<float>& gpu, const std::vector<float>& cpu, 
 
 // The embedded model and its tokenizer, or the test is skipped: the GPU machine may not have the
 // file (it is larger than what reaches that machine with the working tree).
-#define LOAD_REAL_MODEL_OR_SKIP(model, tokenizer)                                         \
-  do {                                                                                     \
-    const std::filesystem::path real_path_ = default_model_path();                         \
-    if (!std::filesystem::exists(real_path_))                                              \
-      QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")               \
-                           .arg(QString::fromStdString(real_path_.string()))));            \
-    (model) = LlamaModel::load(real_path_);                                                \
-    (tokenizer).emplace(Tokenizer::from_gguf((model)->file()));                            \
+#define LOAD_REAL_MODEL_OR_SKIP(model, tokenizer)                               \
+  do {                                                                          \
+    const std::filesystem::path real_path_ = default_model_path();              \
+    if (!std::filesystem::exists(real_path_))                                   \
+      QSKIP(qPrintable(QStringLiteral("the embedded model is not here (%1)")    \
+                           .arg(QString::fromStdString(real_path_.string())))); \
+    (model) = LlamaModel::load(real_path_);                                     \
+    (tokenizer).emplace(Tokenizer::from_gguf((model)->file()));                 \
   } while (0)
 
 std::vector<int32_t> identity_table(int32_t first, int32_t count) {
@@ -125,6 +204,7 @@ class TestCudaModel : public QObject {
   void real_model_greedy_tokens_match_cpu();
   void engine_on_gpu_serves_what_cpu_serves();
   void speculative_decoding_on_gpu_is_lossless();
+  void sampled_requests_on_gpu_are_reproducible();
 
  private:
   QTemporaryDir dir_;
@@ -190,15 +270,25 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
     gpu->run(steps[i], gpu_logits, &gpu_hidden);
     QCOMPARE(gpu_argmax.size() * static_cast<size_t>(hp.n_vocab), gpu_logits.size());
     for (size_t r = 0; r < gpu_argmax.size(); ++r)
-      QCOMPARE(gpu_argmax[r], static_cast<int32_t>(kernels::argmax(
-                                  gpu_logits.data() + r * hp.n_vocab, hp.n_vocab)));
+      QCOMPARE(gpu_argmax[r], static_cast<int32_t>(
+                                  kernels::argmax(gpu_logits.data() + r * hp.n_vocab, hp.n_vocab)));
+    // A third time, each logit row reduced to its sampling candidates: exactly what the
+    // reference filter keeps of the logits run() returned.
+    std::vector<kernels::CandidateFilter> filters;
+    for (size_t r = 0; r < gpu_argmax.size(); ++r)
+      filters.push_back(candidate_filter(sampling_mix()[r % sampling_mix().size()]));
+    FilteredRows filtered;
+    gpu->run_filtered(steps[i], filters, filtered);
+    const QString filter_failure = check_filtered(filtered, filters, gpu_logits, hp.n_vocab);
+    QVERIFY2(filter_failure.isEmpty(),
+             qPrintable(QStringLiteral("step %1: ").arg(i + 1) + filter_failure));
     compare_rows(gpu_logits, cpu_logits, hp.n_vocab, QStringLiteral("step %1 logits").arg(i + 1),
                  logits_check);
     compare_rows(gpu_hidden, cpu_hidden, hp.n_embd, QStringLiteral("step %1 hidden").arg(i + 1),
                  hidden_check);
   }
-  qInfo("worst relative L2 distance: logits %.5f, final hidden states %.5f",
-        logits_check.worst_rel, hidden_check.worst_rel);
+  qInfo("worst relative L2 distance: logits %.5f, final hidden states %.5f", logits_check.worst_rel,
+        hidden_check.worst_rel);
   QVERIFY2(logits_check.failure.isEmpty(), qPrintable(logits_check.failure));
   QVERIFY2(hidden_check.failure.isEmpty(), qPrintable(hidden_check.failure));
 
@@ -212,6 +302,19 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   RowCheck head_check;
   compare_rows(gpu_logits, cpu_logits, hp.n_vocab, QStringLiteral("lm_head"), head_check);
   QVERIFY2(head_check.failure.isEmpty(), qPrintable(head_check.failure));
+  // The draft proposals picked on the GPU: the same tokens the host picks from those logits.
+  const std::vector<int32_t> wanted = {1, 4, 10};
+  std::vector<std::vector<int32_t>> top;
+  gpu->lm_head_top(z.data(), 3, wanted, top);
+  QCOMPARE(top.size(), size_t{3});
+  for (size_t r = 0; r < 3; ++r) {
+    const float* row = gpu_logits.data() + r * hp.n_vocab;
+    const std::vector<int32_t> want =
+        wanted[r] == 1
+            ? std::vector<int32_t>{static_cast<int32_t>(kernels::argmax(row, hp.n_vocab))}
+            : top_tokens(row, hp.n_vocab, wanted[r]);
+    QCOMPARE(top[r], want);
+  }
 }
 
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and
@@ -265,9 +368,8 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
   b.push_back(greedy(want, 1));
   // Six steps of both sequences, then six of A alone: two shapes, each run, captured, replayed.
   for (int step = 0; step < 12; ++step) {
-    std::vector<BatchSequence> batch = {
-        {std::span<const int32_t>(a).subspan(a.size() - 1), static_cast<int64_t>(a.size()) - 1,
-         table_a, true}};
+    std::vector<BatchSequence> batch = {{std::span<const int32_t>(a).subspan(a.size() - 1),
+                                         static_cast<int64_t>(a.size()) - 1, table_a, true}};
     if (step < 6)
       batch.push_back({std::span<const int32_t>(b).subspan(b.size() - 1),
                        static_cast<int64_t>(b.size()) - 1, table_b, true});
@@ -325,8 +427,10 @@ void TestCudaModel::real_model_greedy_tokens_match_cpu() {
     for (int step = 0; step < 24; ++step) {
       std::vector<float> cpu_logits, gpu_logits;
       const size_t from = step == 0 ? 0 : cpu_tokens.size() - 1;
-      const BatchSequence c{std::span<const int32_t>(cpu_tokens).subspan(from), static_cast<int64_t>(from), table, true};
-      const BatchSequence g{std::span<const int32_t>(gpu_tokens).subspan(from), static_cast<int64_t>(from), table, true};
+      const BatchSequence c{std::span<const int32_t>(cpu_tokens).subspan(from),
+                            static_cast<int64_t>(from), table, true};
+      const BatchSequence g{std::span<const int32_t>(gpu_tokens).subspan(from),
+                            static_cast<int64_t>(from), table, true};
       cpu.run({&c, 1}, cpu_logits);
       gpu->run({&g, 1}, gpu_logits);
       compare_rows(gpu_logits, cpu_logits, n_vocab, QStringLiteral("step %1").arg(step), check);
@@ -337,8 +441,10 @@ void TestCudaModel::real_model_greedy_tokens_match_cpu() {
     }
     qInfo("\"%s\": worst relative L2 distance of the logits %.5f", text, check.worst_rel);
     QVERIFY2(check.failure.isEmpty(), qPrintable(check.failure));
-    QCOMPARE(std::vector<int32_t>(gpu_tokens.begin() + static_cast<ptrdiff_t>(n_prompt), gpu_tokens.end()),
-             std::vector<int32_t>(cpu_tokens.begin() + static_cast<ptrdiff_t>(n_prompt), cpu_tokens.end()));
+    QCOMPARE(std::vector<int32_t>(gpu_tokens.begin() + static_cast<ptrdiff_t>(n_prompt),
+                                  gpu_tokens.end()),
+             std::vector<int32_t>(cpu_tokens.begin() + static_cast<ptrdiff_t>(n_prompt),
+                                  cpu_tokens.end()));
   }
 }
 
@@ -403,15 +509,9 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     prompts[i].resize(5 + 7 * i);
     for (TokenId& t : prompts[i]) t = token(rng);
   }
-  DraftHeadInfo info;
-  info.name = "random";
-  info.n_heads = 4;
-  info.n_embd = static_cast<int32_t>(hp.n_embd);
-  info.n_vocab = static_cast<int32_t>(hp.n_vocab);
-  auto medusa = std::make_shared<DraftHead>(make_medusa_head(info));
+  auto medusa = random_medusa(hp, 4, rng);
+  DraftHeadInfo info = medusa->info;
   std::normal_distribution<float> noise(0.0f, 0.05f);
-  for (auto& w : medusa->w)
-    for (float& x : w) x = noise(rng);
   info.type = "mtp";
   std::vector<TokenId> vocab;
   for (const auto& p : prompts) vocab.insert(vocab.end(), p.begin(), p.end());
@@ -423,18 +523,22 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     std::shared_ptr<const DraftHead> head;
     std::vector<int32_t> tree_shape;
     bool partitions;
+    int32_t decode_sms = 0;  // with partitions: SMs of the decode partition's own
   };
-  const std::vector<Case> cases = {{"plain", nullptr, {}, false},
-                                   {"medusa chain", medusa, {}, false},
-                                   {"medusa tree 2,2,2", medusa, {2, 2, 2}, false},
-                                   {"mtp chain", mtp, {}, false},
-                                   {"medusa chain, two partitions", medusa, {}, true}};
+  const std::vector<Case> cases = {
+      {"plain", nullptr, {}, false},
+      {"medusa chain", medusa, {}, false},
+      {"medusa tree 2,2,2", medusa, {2, 2, 2}, false},
+      {"mtp chain", mtp, {}, false},
+      {"medusa chain, two partitions", medusa, {}, true},
+      {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64}};
   std::vector<std::vector<TokenId>> plain;
   for (const Case& c : cases) {
     EngineConfig config;
     if (c.partitions) {
       config.prefill = "cuda:0";
       config.decode = "cuda:0";
+      config.decode_sms = c.decode_sms;
     } else {
       config.devices = "cuda:0";
     }
@@ -461,6 +565,58 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
                qPrintable(QStringLiteral("%1: prompt %2 differs").arg(c.name).arg(i)));
     }
   }
+}
+
+// Sampled requests (temperature > 0) on the GPU, where each logit row comes back as its sampling
+// candidates (Device::run_filtered): with and without a draft head (speculative sampling), every
+// request finishes, and the same seeds draw the same tokens on a second engine.
+void TestCudaModel::sampled_requests_on_gpu_are_reproducible() {
+  const LlamaModel& model = *synthetic_;
+  const HParams& hp = model.hparams();
+  std::mt19937 rng(33);
+  std::uniform_int_distribution<int32_t> token(3, static_cast<int32_t>(hp.n_vocab) - 1);
+  const auto medusa = random_medusa(hp, 3, rng);
+  std::vector<std::vector<TokenId>> prompts(6);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    prompts[i].resize(4 + 5 * i);
+    for (TokenId& t : prompts[i]) t = token(rng);
+  }
+  auto serve = [&]() {
+    EngineConfig config;
+    config.devices = "cuda:0";
+    config.threads = 2;
+    config.kv_blocks = 256;
+    Engine engine(model, config);
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerationRequest r{prompts[i], 20};
+      r.stop_at_end_of_generation = false;
+      // Each request's own parameters: the defaults, a nucleus without top-k, a bare
+      // temperature (rows that come whole); half of them drafting with the head.
+      r.sampling = sampling_mix()[1 + i % 3];
+      r.sampling.seed = 100 + i;
+      if (i % 2 == 1) {
+        r.head = medusa;
+        r.draft_len = 3;
+      }
+      ids.push_back(engine.submit(std::move(r)));
+    }
+    std::vector<std::vector<TokenId>> out;
+    for (const RequestId id : ids) {
+      const RequestInfo done = engine.wait(id);
+      if (done.state != RequestState::kFinished) {
+        qWarning("request %lld ended %s: %s", static_cast<long long>(id),
+                 request_state_name(done.state), done.error.c_str());
+        return std::vector<std::vector<TokenId>>{};
+      }
+      out.push_back(done.output);
+    }
+    return out;
+  };
+  const auto first = serve();
+  QCOMPARE(first.size(), prompts.size());
+  for (const auto& out : first) QCOMPARE(out.size(), size_t{20});
+  QCOMPARE(serve(), first);
 }
 
 QTEST_GUILESS_MAIN(TestCudaModel)

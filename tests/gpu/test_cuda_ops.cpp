@@ -22,13 +22,14 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/add_inplace.cuh"
 #include "kernels/cuda/argmax.cuh"
+#include "kernels/cuda/candidates.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
-#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
+#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -43,15 +44,15 @@ using namespace tokenfab::kernels::testing;
 // which moves the row scale by a few ulp — relative 1e-5 per element. silu_mul: CUDA's expf is
 // within 2 ulp of the true exp and everything else is IEEE-rounded — relative 1e-5 per element.
 // dequantize: the same IEEE operations in the same order — bit-exact (NaN payloads aside).
-// embedding, add_inplace, argmax, KV pack/unpack, f32 → bf16, KV store: the same IEEE operations (or plain copies and
-// comparisons) — bit-exact. rope: both sides compute the angle's cos/sin in double and round to
-// f32, but CUDA's double pow/sin/cos are within 2 ulp of the true value where glibc's are within
-// 1, so a table entry can land one f32 ulp (≤ 2^-24 for |c| < 1) away at a rounding boundary; the
-// rotation's two products and sum are then rounded as on the CPU, which puts the output within a
-// few ulp of |a| + |b| — allowed: 1e-6·(|a| + |b|). GEMM: products of bf16 values are exact in
-// f32, but cuBLAS sums the k products in f32 in its own order (tensor-core partial sums) where
-// the CPU loop sums in double; f32 summation of k terms is off by at most k·2^-24·Σ|a·b|, so
-// each element is allowed 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
+// embedding, add_inplace, argmax, sampling candidates, KV pack/unpack, f32 → bf16, KV store: the
+// same IEEE operations (or plain copies and comparisons) — bit-exact. rope: both sides compute the
+// angle's cos/sin in double and round to f32, but CUDA's double pow/sin/cos are within 2 ulp of the
+// true value where glibc's are within 1, so a table entry can land one f32 ulp (≤ 2^-24 for |c| <
+// 1) away at a rounding boundary; the rotation's two products and sum are then rounded as on the
+// CPU, which puts the output within a few ulp of |a| + |b| — allowed: 1e-6·(|a| + |b|). GEMM:
+// products of bf16 values are exact in f32, but cuBLAS sums the k products in f32 in its own order
+// (tensor-core partial sums) where the CPU loop sums in double; f32 summation of k terms is off by
+// at most k·2^-24·Σ|a·b|, so each element is allowed 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
 constexpr float kRmsNormRel = 1e-5f;
 constexpr float kSiluMulRel = 1e-5f;
 constexpr float kRopeRel = 1e-6f;
@@ -114,6 +115,8 @@ class TestCudaOps : public QObject {
   void add_inplace_matches_cpu_exactly();
   void argmax_matches_cpu_data();
   void argmax_matches_cpu();
+  void filter_candidates_matches_cpu_exactly_data();
+  void filter_candidates_matches_cpu_exactly();
   void kv_pack_unpack_round_trip_data();
   void kv_pack_unpack_round_trip();
   void gemm_bf16_matches_cpu_loop_data();
@@ -415,6 +418,96 @@ void TestCudaOps::argmax_matches_cpu() {
                  QStringLiteral("argmax row %1: gpu %2, cpu %3").arg(r).arg(got[r]).arg(want[r])));
 }
 
+void TestCudaOps::filter_candidates_matches_cpu_exactly_data() {
+  QTest::addColumn<qint64>("n");
+  QTest::addColumn<int>("width");
+  // SmolLM2's vocabulary with the default top_k's width and the full one, Llama-3's, odd sizes.
+  QTest::addRow("49152x40") << qint64{49152} << 40;
+  QTest::addRow("49152x1024") << qint64{49152} << kMaxCandidates;
+  QTest::addRow("128256x1024") << qint64{128256} << kMaxCandidates;
+  QTest::addRow("1537x300") << qint64{1537} << 300;
+  QTest::addRow("5x1") << qint64{5} << 1;
+}
+
+// Every row under a different filter (greedy; top-k of 1, 7, 40, 600 and off; min-p off, loose
+// and tight; temperatures 0.2 to 3), on logits with ties (a 1/16 grid), -0, NaN, -inf and rows
+// that must go whole (+inf, all NaN); the GPU's counts, order, logits and ids must equal the
+// reference's.
+void TestCudaOps::filter_candidates_matches_cpu_exactly() {
+  QFETCH(qint64, n);
+  QFETCH(int, width);
+  std::mt19937 rng(static_cast<uint32_t>(n * 7 + width));
+  const int64_t rows = 48;
+  std::vector<float> x = random_floats(rng, rows * n, -12.0f, 12.0f);
+  std::uniform_int_distribution<int64_t> col(0, n - 1);
+  std::vector<CandidateFilter> filters(rows);
+  const int32_t top_ks[] = {0, 1, 7, 40, 600};
+  const float min_ps[] = {0.0f, 0.001f, 0.2f};
+  const float temperatures[] = {0.2f, 1.0f, 3.0f};
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * n;
+    const float spread = 0.5f + static_cast<float>(r % 5);  // flat rows to peaked ones
+    for (int64_t i = 0; i < n; ++i) row[i] = std::round(row[i] * spread * 16.0f) / 16.0f;
+    for (int i = 0; i < 6; ++i) {
+      row[col(rng)] = -0.0f;
+      row[col(rng)] = std::nanf("");
+      row[col(rng)] = -std::numeric_limits<float>::infinity();
+    }
+    if (r % 16 == 14) row[col(rng)] = std::numeric_limits<float>::infinity();
+    if (r % 16 == 15)
+      for (int64_t i = 0; i < n; ++i) row[i] = std::nanf("");
+    CandidateFilter& f = filters[r];
+    f.greedy = r % 11 == 3 ? 1 : 0;
+    f.top_k = top_ks[r % 5];
+    const float min_p = min_ps[(r / 5) % 3];
+    f.min_z = min_p > 0.0f ? std::log(min_p) - 1e-3f : -std::numeric_limits<float>::infinity();
+    f.inv_temperature = 1.0f / temperatures[(r / 15) % 3];
+  }
+  std::vector<int32_t> argmax(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    argmax[r] = static_cast<int32_t>(argmax_scalar(x.data() + r * n, n));
+
+  DeviceBuffer<float> dx(x.size());
+  DeviceBuffer<CandidateFilter> dfilters(rows);
+  DeviceBuffer<int32_t> dargmax(rows), dcounts(rows), dids(rows * width);
+  DeviceBuffer<float> dlogits(rows * width);
+  dx.upload(x);
+  dfilters.upload(filters);
+  launch_argmax_rows(dx.get(), dargmax.get(), rows, n, stream_);
+  launch_filter_candidates(dx.get(), rows, n, dfilters.get(), dargmax.get(), width, dlogits.get(),
+                           dids.get(), dcounts.get(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<int32_t> counts = dcounts.download();
+  const std::vector<int32_t> ids = dids.download();
+  const std::vector<float> logits = dlogits.download();
+  int filtered = 0;
+  std::vector<float> want_logits;
+  std::vector<int32_t> want_ids;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t want =
+        filter_candidates(x.data() + r * n, n, filters[r], width, want_logits, want_ids);
+    QVERIFY2(
+        counts[r] == want,
+        qPrintable(QStringLiteral("row %1: gpu count %2, cpu %3").arg(r).arg(counts[r]).arg(want)));
+    filtered += want > 0;
+    for (int32_t i = 0; i < want; ++i) {
+      const size_t at = static_cast<size_t>(r * width + i);
+      const bool same_logit =
+          std::bit_cast<uint32_t>(logits[at]) == std::bit_cast<uint32_t>(want_logits[i]) ||
+          (std::isnan(logits[at]) && std::isnan(want_logits[i]));
+      QVERIFY2(ids[at] == want_ids[i] && same_logit,
+               qPrintable(QStringLiteral("row %1 candidate %2: gpu (%3, %4), cpu (%5, %6)")
+                              .arg(r)
+                              .arg(i)
+                              .arg(ids[at])
+                              .arg(logits[at])
+                              .arg(want_ids[i])
+                              .arg(want_logits[i])));
+    }
+  }
+  QVERIFY2(filtered >= rows / 3, qPrintable(QStringLiteral("only %1 rows filtered").arg(filtered)));
+}
+
 void TestCudaOps::kv_pack_unpack_round_trip_data() {
   QTest::addColumn<int>("n_kv_head");
   QTest::addColumn<int>("block_size");
@@ -553,7 +646,7 @@ void TestCudaOps::f32_to_bf16_matches_cpu_exactly() {
   std::uniform_int_distribution<uint32_t> bits;
   std::vector<float> x(static_cast<size_t>(rows * n));
   for (float& v : x) v = std::bit_cast<float>(bits(rng));
-  x[0] = std::bit_cast<float>(0x3f808000u);  // a tie that rounds to even (down)
+  x[0] = std::bit_cast<float>(0x3f808000u);                    // a tie that rounds to even (down)
   if (x.size() > 1) x[1] = std::bit_cast<float>(0x3f818000u);  // a tie that rounds up
   std::vector<uint16_t> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = fp32_to_bf16(x[i]);
@@ -565,11 +658,12 @@ void TestCudaOps::f32_to_bf16_matches_cpu_exactly() {
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<uint16_t> got = dy.download();
   for (size_t i = 0; i < x.size(); ++i)
-    QVERIFY2(got[i] == want[i], qPrintable(QStringLiteral("element %1 (f32 bits %2): gpu %3, cpu %4")
-                                               .arg(i)
-                                               .arg(std::bit_cast<uint32_t>(x[i]), 8, 16)
-                                               .arg(static_cast<uint>(got[i]), 4, 16)
-                                               .arg(static_cast<uint>(want[i]), 4, 16)));
+    QVERIFY2(got[i] == want[i],
+             qPrintable(QStringLiteral("element %1 (f32 bits %2): gpu %3, cpu %4")
+                            .arg(i)
+                            .arg(std::bit_cast<uint32_t>(x[i]), 8, 16)
+                            .arg(static_cast<uint>(got[i]), 4, 16)
+                            .arg(static_cast<uint>(want[i]), 4, 16)));
 }
 
 void TestCudaOps::kv_store_matches_cpu_exactly_data() {
@@ -591,7 +685,8 @@ void TestCudaOps::kv_store_matches_cpu_exactly() {
   std::mt19937 rng(static_cast<uint32_t>(n_kv_head * 7 + head_dim + rows));
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
   const int64_t stride = 3 * kv_dim + 8;  // the rows sit inside wider (fused qkv) rows
-  const std::vector<float> qkv = random_floats(rng, static_cast<size_t>(rows * stride), -8.0f, 8.0f);
+  const std::vector<float> qkv =
+      random_floats(rng, static_cast<size_t>(rows * stride), -8.0f, 8.0f);
   const int32_t n_blocks = static_cast<int32_t>((rows + block_size - 1) / block_size) * 2 + 1;
   // Each row to its own slot, scattered over the pool in a random order.
   std::vector<int32_t> slot_of(static_cast<size_t>(n_blocks) * block_size);
@@ -603,9 +698,9 @@ void TestCudaOps::kv_store_matches_cpu_exactly() {
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t slot = slot_of[static_cast<size_t>(r)];
     for (int g = 0; g < n_kv_head; ++g) {
-      const int64_t dst =
-          ((static_cast<int64_t>(slot / block_size) * n_kv_head + g) * block_size +
-           slot % block_size) * head_dim;
+      const int64_t dst = ((static_cast<int64_t>(slot / block_size) * n_kv_head + g) * block_size +
+                           slot % block_size) *
+                          head_dim;
       fp32_to_fp16_row(qkv.data() + r * stride + kv_dim + g * head_dim, want_k.data() + dst,
                        head_dim);
       fp32_to_fp16_row(qkv.data() + r * stride + 2 * kv_dim + g * head_dim, want_v.data() + dst,

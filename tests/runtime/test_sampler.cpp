@@ -1,5 +1,6 @@
 // Sampler: greedy, reproducibility, each filter's property, empirical frequencies against the
-// exact (renormalised) softmax, parameter validation, and no allocation after the first call.
+// exact (renormalised) softmax, parameter validation, no allocation after the first call, and
+// candidate rows (what a GPU sends back) drawing exactly the tokens their whole rows draw.
 
 #include <QtTest/QtTest>
 
@@ -7,9 +8,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <numeric>
+#include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "core/common/error.h"
@@ -26,8 +30,12 @@ void* operator new(std::size_t size) {
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -349,6 +357,85 @@ class TestSampler : public QObject {
     }
     const long allocations = g_allocations.load() - before;
     QCOMPARE(allocations, 0L);
+  }
+
+  // A device that filters rows (kernels::filter_candidates under candidate_filter(params)) sends
+  // candidates instead of whole rows; the sampler must then draw the same tokens, accept the same
+  // drafts and resample the same rejections, from the same seed. Rows with ties, -0, NaN and
+  // -inf; every filter on and off.
+  void candidate_rows_draw_exactly_as_whole_rows() {
+    std::mt19937_64 rng(2026);
+    int filtered_rows = 0;
+    int rows = 0;
+    for (const float temperature : {0.0f, 0.3f, 1.0f, 2.5f})
+      for (const int32_t top_k : {0, 1, 7, 40, 600, 100000})
+        for (const float top_p : {1.0f, 0.9f, 0.3f})
+          for (const float min_p : {0.0f, 0.05f, 0.6f}) {
+            SamplingParams p;
+            p.temperature = temperature;
+            p.top_k = top_k;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            p.seed = rng();
+            Sampler whole(p);
+            Sampler candidates(p);
+            const tokenfab::kernels::CandidateFilter filter = tokenfab::candidate_filter(p);
+            for (int r = 0; r < 6; ++r) {
+              const int n = 500 + static_cast<int>(rng() % 1500);
+              // Logits on a 1/8 grid (ties), with a few -0, NaN and -inf.
+              std::vector<float> logits = random_logits(n, rng(), 2.0f + static_cast<float>(r));
+              for (float& l : logits) l = std::round(l * 8.0f) / 8.0f;
+              for (int j = 0; j < 5; ++j) {
+                logits[rng() % n] = -0.0f;
+                logits[rng() % n] = std::nanf("");
+                logits[rng() % n] = -std::numeric_limits<float>::infinity();
+              }
+              std::vector<float> cand_logits;
+              std::vector<int32_t> cand_ids;
+              const int32_t count = tokenfab::kernels::filter_candidates(
+                  logits.data(), n, filter, tokenfab::kernels::candidate_slots(filter, n),
+                  cand_logits, cand_ids);
+              ++rows;
+              if (count < 0) continue;  // goes whole: nothing to compare
+              ++filtered_rows;
+              const tokenfab::LogitRow row(
+                  std::span<const float>(cand_logits.data(), static_cast<size_t>(count)),
+                  std::span<const int32_t>(cand_ids.data(), static_cast<size_t>(count)),
+                  tokenfab::kernels::top_k_limits(filter, n));
+              for (int draw = 0; draw < 8; ++draw) {
+                const auto draft = static_cast<int32_t>(
+                    draw % 2 == 0 ? cand_ids[rng() % static_cast<size_t>(count)] : rng() % n);
+                const bool accepted = whole.accept_draft(logits, draft);
+                QCOMPARE(candidates.accept_draft(row, draft), accepted);
+                if (!accepted)
+                  QCOMPARE(candidates.sample_rejected(row, draft),
+                           whole.sample_rejected(logits, draft));
+                QCOMPARE(candidates.sample(row), whole.sample(logits));
+              }
+            }
+          }
+    // With top-k or min-p on (the defaults have both) rows are filtered, not sent whole.
+    QVERIFY2(filtered_rows > rows * 3 / 4,
+             qPrintable(QString("%1 of %2 rows filtered").arg(filtered_rows).arg(rows)));
+  }
+
+  // The default sampling parameters (top_k 40, min_p 0.05) leave at most 40 candidates, so a GPU
+  // sends 40 pairs instead of the 49,152 logits of SmolLM2's vocabulary.
+  void default_params_filter_a_full_vocabulary_to_top_k() {
+    const SamplingParams defaults;
+    const tokenfab::kernels::CandidateFilter filter = tokenfab::candidate_filter(defaults);
+    QCOMPARE(tokenfab::kernels::candidate_slots(filter, kBigVocab), defaults.top_k);
+    for (const float stddev : {0.1f, 2.0f, 8.0f}) {
+      const std::vector<float> logits = random_logits(kBigVocab, 5, stddev);
+      std::vector<float> cand_logits;
+      std::vector<int32_t> cand_ids;
+      const int32_t count = tokenfab::kernels::filter_candidates(
+          logits.data(), kBigVocab, filter, defaults.top_k, cand_logits, cand_ids);
+      QVERIFY(count >= 1 && count <= defaults.top_k);
+      // Best first: the first candidate is the row's argmax.
+      QCOMPARE(cand_ids[0], static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                                 logits.begin()));
+    }
   }
 };
 
