@@ -23,6 +23,7 @@
 #include "core/device/cuda_partition.h"
 #include "core/device/cuda_weights.h"
 #include "core/runtime/model_runner.h"
+#include "core/speculative/draft_head.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/add_inplace.cuh"
 #include "kernels/cuda/argmax.cuh"
@@ -32,6 +33,7 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/medusa_residual.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
 #include "kernels/cuda/paged_rows.h"
@@ -163,7 +165,7 @@ class CudaKvPool final : public KvPool {
   int32_t n_blocks_;
   int32_t block_size_;
   cudaStream_t stream_;
-  std::vector<DeviceArray<uint16_t> > k_, v_;
+  std::vector<DeviceArray<uint16_t>> k_, v_;
 };
 
 class CudaDevice final : public Device {
@@ -180,7 +182,9 @@ class CudaDevice final : public Device {
            std::vector<float>* hidden = nullptr) override;
   void lm_head(const float* z, int64_t n, std::vector<float>& logits) override;
   void lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
-                   std::vector<std::vector<int32_t> >& best) override;
+                   std::vector<std::vector<int32_t>>& best) override;
+  void medusa_top(std::span<const MedusaProposal> proposals, std::span<const int32_t> wanted,
+                  std::vector<std::vector<int32_t>>& best) override;
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
     parallel_for_on(pool_, n, fn);
   }
@@ -208,6 +212,17 @@ class CudaDevice final : public Device {
   // Returns after the step's sync, having fetched the rows that went whole.
   void filter_rows(int64_t n_logit, std::span<const kernels::CandidateFilter> filters,
                    FilteredRows& rows);
+  // best[r] = the wanted[r] best tokens of the LM head over xgn_'s first n rows (lm_head_top).
+  void top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
+                      std::vector<std::vector<int32_t>>& best);
+  // A Medusa head's weights on this GPU: every level's W (n_embd, n_embd) then every level's b,
+  // uploaded on first use; the last kMaxHeadsKept heads used stay.
+  struct MedusaWeights {
+    std::shared_ptr<const DraftHead> head;  // kept alive while its copy is here
+    DeviceArray<float> w, b;                // (levels, n_embd, n_embd), (levels, n_embd)
+    uint64_t last_used = 0;
+  };
+  const MedusaWeights& medusa_weights(const std::shared_ptr<const DraftHead>& head);
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
@@ -260,6 +275,13 @@ class CudaDevice final : public Device {
   DeviceArray<kernels::CandidateFilter> filters_;
   DeviceArray<int32_t> candidate_counts_, candidate_ids_;
   DeviceArray<float> candidate_logits_;
+  // Medusa proposals: the heads' weights by head, and one call's per-row W and b pointers and
+  // hidden-state rows.
+  static constexpr size_t kMaxHeadsKept = 8;
+  std::map<const DraftHead*, MedusaWeights> medusa_heads_;
+  uint64_t medusa_uses_ = 0;
+  DeviceArray<const float*> medusa_w_, medusa_b_;
+  DeviceArray<int32_t> medusa_src_;
 
   // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
   // so any buffer it uses growing drops them all.
@@ -782,14 +804,19 @@ void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) 
 }
 
 void CudaDevice::lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
-                             std::vector<std::vector<int32_t> >& best) {
+                             std::vector<std::vector<int32_t>>& best) {
   check(cudaSetDevice(spec_.index), name_, "selecting the device");
-  best.assign(static_cast<size_t>(std::max<int64_t>(n, 0)), {});
+  best.clear();
   if (n <= 0) return;
   reserve_rows(1, n, 1);
   check(cudaMemcpyAsync(xgn_.get(), z, static_cast<size_t>(n * hp_.n_embd) * sizeof(float),
                         cudaMemcpyHostToDevice, stream_),
         name_, "uploading draft states");
+  top_of_lm_head(n, wanted, best);
+}
+
+void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
+                                std::vector<std::vector<int32_t>>& best) {
   linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n, hp_.n_vocab, hp_.n_embd,
          &w_->lm_head_blocks);
   // The k best of a row are its candidates under top-k = k with no temperature or min-p (one:
@@ -802,6 +829,7 @@ void CudaDevice::lm_head_top(const float* z, int64_t n, std::span<const int32_t>
   }
   FilteredRows rows;
   filter_rows(n, filters, rows);
+  best.assign(static_cast<size_t>(n), {});
   for (int64_t r = 0; r < n; ++r) {
     const LogitRow row = rows.row(r);
     const int32_t k = wanted[static_cast<size_t>(r)];
@@ -814,6 +842,85 @@ void CudaDevice::lm_head_top(const float* z, int64_t n, std::span<const int32_t>
       best[static_cast<size_t>(r)] = top_tokens(row.logits.data(), hp_.n_vocab, k);
     }
   }
+}
+
+const CudaDevice::MedusaWeights& CudaDevice::medusa_weights(
+    const std::shared_ptr<const DraftHead>& head) {
+  MedusaWeights& kept = medusa_heads_[head.get()];
+  kept.last_used = ++medusa_uses_;
+  if (kept.head == head) return kept;
+  kept.head = head;
+  const auto d = static_cast<size_t>(hp_.n_embd);
+  const auto levels = static_cast<size_t>(head->n_heads());
+  kept.w.reserve(levels * d * d, name_, "a draft head's weights");
+  kept.b.reserve(levels * d, name_, "a draft head's weights");
+  for (size_t k = 0; k < levels; ++k) {
+    check(cudaMemcpyAsync(kept.w.get() + k * d * d, head->w[k].data(), d * d * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_),
+          name_, "uploading a draft head");
+    check(cudaMemcpyAsync(kept.b.get() + k * d, head->b[k].data(), d * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_),
+          name_, "uploading a draft head");
+  }
+  // Past kMaxHeadsKept heads, the least recently used other one goes (cudaFree waits for the
+  // work that may still read it).
+  if (medusa_heads_.size() > kMaxHeadsKept) {
+    auto oldest = medusa_heads_.end();
+    for (auto it = medusa_heads_.begin(); it != medusa_heads_.end(); ++it)
+      if (it->first != head.get() &&
+          (oldest == medusa_heads_.end() || it->second.last_used < oldest->second.last_used))
+        oldest = it;
+    medusa_heads_.erase(oldest);
+  }
+  return medusa_heads_.at(head.get());
+}
+
+void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
+                            std::span<const int32_t> wanted,
+                            std::vector<std::vector<int32_t>>& best) {
+  check(cudaSetDevice(spec_.index), name_, "selecting the device");
+  const auto d = static_cast<size_t>(hp_.n_embd);
+  int64_t rows = 0;
+  for (const MedusaProposal& p : proposals) rows += p.levels;
+  best.clear();
+  if (rows <= 0) return;
+  reserve_rows(1, std::max(rows, static_cast<int64_t>(proposals.size())), 1);
+  // xg_: one hidden state per proposal. Row j of the levels reads its level's W and b and its
+  // proposal's hidden state; the residual outputs z go to xgn_, the LM head's input.
+  std::vector<const float*> h_w, h_b;
+  std::vector<int32_t> h_src;
+  for (size_t i = 0; i < proposals.size(); ++i) {
+    const MedusaProposal& p = proposals[i];
+    if (p.head->is_mtp() || p.head->info.n_embd != hp_.n_embd || p.levels > p.head->n_heads())
+      throw Error(name_ + ": draft head '" + p.head->info.name + "' cannot propose " +
+                  std::to_string(p.levels) + " Medusa levels for this model");
+    const MedusaWeights& weights = medusa_weights(p.head);
+    check(cudaMemcpyAsync(xg_.get() + i * d, p.hidden, d * sizeof(float), cudaMemcpyHostToDevice,
+                          stream_),
+          name_, "uploading draft states");
+    for (int32_t level = 0; level < p.levels; ++level) {
+      h_w.push_back(weights.w.get() + static_cast<size_t>(level) * d * d);
+      h_b.push_back(weights.b.get() + static_cast<size_t>(level) * d);
+      h_src.push_back(static_cast<int32_t>(i));
+    }
+  }
+  medusa_w_.reserve(h_w.size(), name_, "draft-head rows");
+  medusa_b_.reserve(h_b.size(), name_, "draft-head rows");
+  medusa_src_.reserve(h_src.size(), name_, "draft-head rows");
+  check(cudaMemcpyAsync(medusa_w_.get(), h_w.data(), h_w.size() * sizeof(h_w[0]),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft-head rows");
+  check(cudaMemcpyAsync(medusa_b_.get(), h_b.data(), h_b.size() * sizeof(h_b[0]),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft-head rows");
+  check(cudaMemcpyAsync(medusa_src_.get(), h_src.data(), h_src.size() * sizeof(h_src[0]),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft-head rows");
+  launch(name_, "Medusa residual blocks", [&] {
+    kernels::launch_medusa_residual(medusa_w_.get(), medusa_b_.get(), xg_.get(), medusa_src_.get(),
+                                    xgn_.get(), rows, hp_.n_embd, stream_);
+  });
+  top_of_lm_head(rows, wanted, best);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/common/error.h"
+#include "core/speculative/draft_head.h"
 #include "kernels/cpu/ops.h"
 
 namespace tokenfab {
@@ -115,6 +116,19 @@ void Device::run_filtered(std::span<const BatchSequence> batch,
   std::vector<float> logits;
   run(batch, logits, hidden);
   rows.assign_whole(std::move(logits), model().hparams().n_vocab);
+}
+
+void Device::medusa_top(std::span<const MedusaProposal> proposals, std::span<const int32_t> wanted,
+                        std::vector<std::vector<int32_t>>& best) {
+  const int64_t n_embd = model().hparams().n_embd;
+  std::vector<float> z;
+  for (const MedusaProposal& p : proposals)
+    for (int32_t level = 0; level < p.levels; ++level) {
+      const size_t at = z.size();
+      z.resize(at + static_cast<size_t>(n_embd));
+      p.head->residual(level, p.hidden, 1, z.data() + at);
+    }
+  lm_head_top(z.data(), static_cast<int64_t>(z.size()) / n_embd, wanted, best);
 }
 
 void Device::lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,

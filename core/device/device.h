@@ -24,6 +24,8 @@
 
 namespace tokenfab {
 
+struct DraftHead;  // core/speculative/draft_head.h
+
 enum class DeviceKind : uint8_t { kCpu, kCuda };
 
 // A GPU named in both --prefill and --decode serves as two partitions of itself: two workers,
@@ -54,6 +56,14 @@ std::vector<int> divide_threads(int total, int n_devices);
 // Throws Error when the result is below one block.
 int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_mem_mb,
                              int32_t kv_blocks);
+
+// One request's Medusa proposal: its head (type medusa), the hidden state its drafts start
+// from (n_embd floats in host memory), and how many of the head's levels it drafts.
+struct MedusaProposal {
+  std::shared_ptr<const DraftHead> head;
+  const float* hidden = nullptr;
+  int32_t levels = 0;
+};
 
 class Device {
  public:
@@ -87,6 +97,13 @@ class Device {
                             std::vector<float>* hidden = nullptr);
   // logits (n, n_vocab) of the model's LM head over z (n, n_embd) (draft heads). Worker thread.
   virtual void lm_head(const float* z, int64_t n, std::vector<float>& logits) = 0;
+  // Medusa heads' proposals: row i of the levels in order (proposal 0's levels 0..levels-1, then
+  // proposal 1's, ...) is z_i = the level's residual block over the proposal's hidden state
+  // (DraftHead::residual), and best[i] = lm_head_top's wanted[i] tokens of z_i. The default runs
+  // the residual blocks on the host and then lm_head_top; a GPU runs both there, the heads'
+  // weights kept on the device while it is used. Worker thread.
+  virtual void medusa_top(std::span<const MedusaProposal> proposals,
+                          std::span<const int32_t> wanted, std::vector<std::vector<int32_t>>& best);
   // Draft heads' proposals: best[r] = the wanted[r] tokens with the largest logits of the LM
   // head over z's row r (z: (n, n_embd)), best first, ties to the lower id (kernels::argmax's
   // choice for one; top_tokens). The default runs lm_head and picks on the host threads; a GPU

@@ -830,7 +830,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   // each, then one LM-head pass over all of them. mtp heads: their own sequential steps, one
   // request per host thread.
   std::vector<Engine::Record*> proposing, sequential;
-  draft_z_.clear();
+  medusa_.clear();
   const auto others = static_cast<int32_t>(scheduler_.running().size()) - 1;
   for (const SequenceId seq : scheduler_.running()) {
     Engine::Record& record = *requests_.at(seq);
@@ -851,18 +851,13 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
       continue;
     }
     proposing.push_back(&record);
-    const int32_t k = record.draft_levels();
-    const size_t at = draft_z_.size();
-    draft_z_.resize(at + static_cast<size_t>(k) * n_embd_);
-    for (int32_t i = 0; i < k; ++i)
-      record.head->residual(i, record.draft_hidden.data(), 1,
-                            draft_z_.data() + at + static_cast<size_t>(i) * n_embd_);
-    record.draft_hidden.clear();
+    medusa_.push_back({record.head, record.draft_hidden.data(), record.draft_levels()});
   }
   if (!sequential.empty()) propose_sequential(sequential);
   if (proposing.empty()) return;
   const MetricsTime start = MetricsClock::now();
-  const auto rows = static_cast<int64_t>(draft_z_.size() / n_embd_);
+  int64_t rows = 0;
+  for (const MedusaProposal& p : medusa_) rows += p.levels;
   // Each head row's top tokens: one for a chain, tree_shape[level] for a tree.
   std::vector<int32_t> wanted(static_cast<size_t>(rows), 1);
   {
@@ -874,7 +869,9 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     }
   }
   std::vector<std::vector<TokenId>> best;
-  device_->lm_head_top(draft_z_.data(), rows, wanted, best);
+  device_->medusa_top(medusa_, wanted, best);
+  medusa_.clear();
+  for (Engine::Record* record : proposing) record->draft_hidden.clear();
   const double seconds = seconds_between(start, MetricsClock::now());
   size_t next = 0;
   for (Engine::Record* record : proposing) {

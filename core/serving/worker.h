@@ -154,8 +154,8 @@ class Worker {
   std::vector<kernels::CandidateFilter> filters_;
   FilteredRows filtered_;
   bool filtered_step_ = false;
-  std::vector<float> hidden_;   // final-norm hidden states of the logit rows
-  std::vector<float> draft_z_;  // draft heads' residual outputs, (rows, n_embd)
+  std::vector<float> hidden_;           // final-norm hidden states of the logit rows
+  std::vector<MedusaProposal> medusa_;  // this step's Medusa proposals (hidden: draft_hidden)
 
   // Adaptive drafting: decode-only steps' forward pass and sampling by rows, and one request's
   // proposal by draft length.

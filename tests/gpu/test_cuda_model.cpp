@@ -315,6 +315,37 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
             : top_tokens(row, hp.n_vocab, wanted[r]);
     QCOMPARE(top[r], want);
   }
+
+  // Medusa proposals on the GPU (residual blocks there too): two requests' levels, against the
+  // residual blocks on the host and the GPU's LM head. The residuals' f32 sums differ in order,
+  // so a token may differ only where the two logits are within 1e-4 of the row's largest.
+  const auto head = random_medusa(hp, 3, rng);
+  const std::vector<float> hidden(z.begin(), z.begin() + 2 * hp.n_embd);
+  const std::vector<MedusaProposal> proposals = {{head, hidden.data(), 3},
+                                                 {head, hidden.data() + hp.n_embd, 2}};
+  const std::vector<int32_t> level_wanted = {1, 4, 1, 3, 1};
+  gpu->medusa_top(proposals, level_wanted, top);
+  QCOMPARE(top.size(), level_wanted.size());
+  std::vector<float> zs(level_wanted.size() * static_cast<size_t>(hp.n_embd));
+  size_t at = 0;
+  for (const MedusaProposal& p : proposals)
+    for (int32_t level = 0; level < p.levels; ++level, ++at)
+      head->residual(level, p.hidden, 1, zs.data() + at * hp.n_embd);
+  std::vector<float> head_logits;
+  gpu->lm_head(zs.data(), static_cast<int64_t>(level_wanted.size()), head_logits);
+  for (size_t r = 0; r < level_wanted.size(); ++r) {
+    const float* row = head_logits.data() + r * hp.n_vocab;
+    const std::vector<int32_t> want = top_tokens(row, hp.n_vocab, level_wanted[r]);
+    QCOMPARE(top[r].size(), want.size());
+    const float scale = std::abs(row[want[0]]);
+    for (size_t i = 0; i < want.size(); ++i)
+      QVERIFY2(top[r][i] == want[i] || std::abs(row[top[r][i]] - row[want[i]]) <= 1e-4f * scale,
+               qPrintable(QStringLiteral("level row %1, token %2: gpu %3, host %4")
+                              .arg(r)
+                              .arg(i)
+                              .arg(top[r][i])
+                              .arg(want[i])));
+  }
 }
 
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and

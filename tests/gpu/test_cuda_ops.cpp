@@ -30,6 +30,7 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
 #include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/medusa_residual.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -44,15 +45,16 @@ using namespace tokenfab::kernels::testing;
 // which moves the row scale by a few ulp — relative 1e-5 per element. silu_mul: CUDA's expf is
 // within 2 ulp of the true exp and everything else is IEEE-rounded — relative 1e-5 per element.
 // dequantize: the same IEEE operations in the same order — bit-exact (NaN payloads aside).
-// embedding, add_inplace, argmax, sampling candidates, KV pack/unpack, f32 → bf16, KV store: the
-// same IEEE operations (or plain copies and comparisons) — bit-exact. rope: both sides compute the
-// angle's cos/sin in double and round to f32, but CUDA's double pow/sin/cos are within 2 ulp of the
-// true value where glibc's are within 1, so a table entry can land one f32 ulp (≤ 2^-24 for |c| <
-// 1) away at a rounding boundary; the rotation's two products and sum are then rounded as on the
-// CPU, which puts the output within a few ulp of |a| + |b| — allowed: 1e-6·(|a| + |b|). GEMM:
-// products of bf16 values are exact in f32, but cuBLAS sums the k products in f32 in its own order
-// (tensor-core partial sums) where the CPU loop sums in double; f32 summation of k terms is off by
-// at most k·2^-24·Σ|a·b|, so each element is allowed 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
+// Medusa residual: see its test. embedding, add_inplace, argmax, sampling candidates, KV
+// pack/unpack, f32 → bf16, KV store: the same IEEE operations (or plain copies and comparisons) —
+// bit-exact. rope: both sides compute the angle's cos/sin in double and round to f32, but CUDA's
+// double pow/sin/cos are within 2 ulp of the true value where glibc's are within 1, so a table
+// entry can land one f32 ulp (≤ 2^-24 for |c| < 1) away at a rounding boundary; the rotation's two
+// products and sum are then rounded as on the CPU, which puts the output within a few ulp of |a| +
+// |b| — allowed: 1e-6·(|a| + |b|). GEMM: products of bf16 values are exact in f32, but cuBLAS sums
+// the k products in f32 in its own order (tensor-core partial sums) where the CPU loop sums in
+// double; f32 summation of k terms is off by at most k·2^-24·Σ|a·b|, so each element is allowed
+// 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
 constexpr float kRmsNormRel = 1e-5f;
 constexpr float kSiluMulRel = 1e-5f;
 constexpr float kRopeRel = 1e-6f;
@@ -115,6 +117,7 @@ class TestCudaOps : public QObject {
   void add_inplace_matches_cpu_exactly();
   void argmax_matches_cpu_data();
   void argmax_matches_cpu();
+  void medusa_residual_matches_cpu();
   void filter_candidates_matches_cpu_exactly_data();
   void filter_candidates_matches_cpu_exactly();
   void kv_pack_unpack_round_trip_data();
@@ -416,6 +419,65 @@ void TestCudaOps::argmax_matches_cpu() {
     QVERIFY2(got[r] == want[r],
              qPrintable(
                  QStringLiteral("argmax row %1: gpu %2, cpu %3").arg(r).arg(got[r]).arg(want[r])));
+}
+
+// Three heads' levels over four hidden states in one launch, each output row with its own W, b
+// and source row, against a double loop. Tolerance: the dot product is summed in f32 in another
+// order (error ≤ d·2^-24·Σ|w·h|), SiLU's slope is below 1.1 and CUDA's expf is within 2 ulp:
+// each element is allowed 1e-5·(1 + |h_o| + Σ_i |w_oi·h_i|).
+void TestCudaOps::medusa_residual_matches_cpu() {
+  const int64_t d = 576;  // SmolLM2's n_embd
+  const int64_t n_h = 4, levels = 3;
+  std::mt19937 rng(42);
+  const std::vector<float> h = random_floats(rng, n_h * d, -3.0f, 3.0f);
+  const std::vector<float> w = random_floats(rng, levels * d * d, -0.08f, 0.08f);
+  const std::vector<float> b = random_floats(rng, levels * d, -0.5f, 0.5f);
+  // Output rows: (level, source row) pairs, levels and sources mixed.
+  const std::vector<std::pair<int, int32_t>> rows = {{0, 0}, {1, 0}, {2, 0}, {0, 3},
+                                                     {2, 1}, {1, 2}, {0, 2}};
+  DeviceBuffer<float> dh(h.size()), dw(w.size()), db(b.size()), dz(rows.size() * d);
+  dh.upload(h);
+  dw.upload(w);
+  db.upload(b);
+  std::vector<const float*> wp, bp;
+  std::vector<int32_t> src;
+  for (const auto& [level, row] : rows) {
+    wp.push_back(dw.get() + level * d * d);
+    bp.push_back(db.get() + level * d);
+    src.push_back(row);
+  }
+  DeviceBuffer<const float*> dwp(wp.size()), dbp(bp.size());
+  DeviceBuffer<int32_t> dsrc(src.size());
+  dwp.upload(wp);
+  dbp.upload(bp);
+  dsrc.upload(src);
+  launch_medusa_residual(dwp.get(), dbp.get(), dh.get(), dsrc.get(), dz.get(),
+                         static_cast<int64_t>(rows.size()), d, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> z = dz.download();
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const auto [level, row] = rows[j];
+    const float* hr = h.data() + row * d;
+    for (int64_t o = 0; o < d; ++o) {
+      const float* wo = w.data() + (level * d + o) * d;
+      double dot = 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < d; ++i) {
+        dot += static_cast<double>(wo[i]) * hr[i];
+        magnitude += std::abs(static_cast<double>(wo[i]) * hr[i]);
+      }
+      const double u = dot + b[level * d + o];
+      const double want = hr[o] + u / (1.0 + std::exp(-u));
+      const double got = z[j * d + o];
+      const double tol = 1e-5 * (1.0 + std::abs(hr[o]) + magnitude);
+      QVERIFY2(std::abs(got - want) <= tol,
+               qPrintable(QStringLiteral("row %1 output %2: gpu %3, cpu %4 (tolerance %5)")
+                              .arg(j)
+                              .arg(o)
+                              .arg(got, 0, 'g', 9)
+                              .arg(want, 0, 'g', 9)
+                              .arg(tol)));
+    }
+  }
 }
 
 void TestCudaOps::filter_candidates_matches_cpu_exactly_data() {
