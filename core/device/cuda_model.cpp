@@ -29,11 +29,12 @@
 #include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/candidates.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
+#include "kernels/cuda/draft_residual.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
+#include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/kv_store.cuh"
-#include "kernels/cuda/medusa_residual.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
 #include "kernels/cuda/paged_rows.h"
@@ -185,6 +186,9 @@ class CudaDevice final : public Device {
                    std::vector<std::vector<int32_t>>& best) override;
   void medusa_top(std::span<const MedusaProposal> proposals, std::span<const int32_t> wanted,
                   std::vector<std::vector<int32_t>>& best) override;
+  bool mtp_on_device() const override { return true; }
+  void mtp_chains(std::span<const MtpProposal> proposals,
+                  std::vector<std::vector<int32_t>>& drafts) override;
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
     parallel_for_on(pool_, n, fn);
   }
@@ -215,14 +219,17 @@ class CudaDevice final : public Device {
   // best[r] = the wanted[r] best tokens of the LM head over xgn_'s first n rows (lm_head_top).
   void top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
                       std::vector<std::vector<int32_t>>& best);
-  // A Medusa head's weights on this GPU: every level's W (n_embd, n_embd) then every level's b,
-  // uploaded on first use; the last kMaxHeadsKept heads used stay.
-  struct MedusaWeights {
+  // A draft head's weights on this GPU, uploaded on first use; the last kMaxHeadsKept heads used
+  // stay. Medusa: every level's W (n_embd, n_embd), then every level's b. mtp: its W
+  // (n_embd, 2·n_embd) and b, its draft vocabulary and that vocabulary's rows of the LM head.
+  struct DraftWeights {
     std::shared_ptr<const DraftHead> head;  // kept alive while its copy is here
-    DeviceArray<float> w, b;                // (levels, n_embd, n_embd), (levels, n_embd)
+    DeviceArray<float> w, b;                // each block's W, back to back; each block's b
+    DeviceArray<int32_t> vocab;             // mtp: (|V|) token ids, ascending
+    DeviceArray<uint16_t> vocab_rows;       // mtp: (|V|, n_embd) bf16 rows of the LM head
     uint64_t last_used = 0;
   };
-  const MedusaWeights& medusa_weights(const std::shared_ptr<const DraftHead>& head);
+  const DraftWeights& draft_weights(const std::shared_ptr<const DraftHead>& head);
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
@@ -278,10 +285,12 @@ class CudaDevice final : public Device {
   // Medusa proposals: the heads' weights by head, and one call's per-row W and b pointers and
   // hidden-state rows.
   static constexpr size_t kMaxHeadsKept = 8;
-  std::map<const DraftHead*, MedusaWeights> medusa_heads_;
+  std::map<const DraftHead*, DraftWeights> draft_heads_;
   uint64_t medusa_uses_ = 0;
   DeviceArray<const float*> medusa_w_, medusa_b_;
   DeviceArray<int32_t> medusa_src_;
+  // mtp chains: the rows' tokens (the last, then each step's draft), and every step's drafts.
+  DeviceArray<int32_t> mtp_tokens_, mtp_drafts_;
 
   // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
   // so any buffer it uses growing drops them all.
@@ -844,35 +853,52 @@ void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
   }
 }
 
-const CudaDevice::MedusaWeights& CudaDevice::medusa_weights(
+const CudaDevice::DraftWeights& CudaDevice::draft_weights(
     const std::shared_ptr<const DraftHead>& head) {
-  MedusaWeights& kept = medusa_heads_[head.get()];
+  DraftWeights& kept = draft_heads_[head.get()];
   kept.last_used = ++medusa_uses_;
   if (kept.head == head) return kept;
   kept.head = head;
-  const auto d = static_cast<size_t>(hp_.n_embd);
-  const auto levels = static_cast<size_t>(head->n_heads());
-  kept.w.reserve(levels * d * d, name_, "a draft head's weights");
-  kept.b.reserve(levels * d, name_, "a draft head's weights");
-  for (size_t k = 0; k < levels; ++k) {
-    check(cudaMemcpyAsync(kept.w.get() + k * d * d, head->w[k].data(), d * d * sizeof(float),
+  size_t w_floats = 0, b_floats = 0;
+  for (const auto& w : head->w) w_floats += w.size();
+  for (const auto& b : head->b) b_floats += b.size();
+  kept.w.reserve(w_floats, name_, "a draft head's weights");
+  kept.b.reserve(b_floats, name_, "a draft head's weights");
+  size_t w_at = 0, b_at = 0;
+  for (size_t k = 0; k < head->w.size(); ++k) {
+    check(cudaMemcpyAsync(kept.w.get() + w_at, head->w[k].data(), head->w[k].size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream_),
           name_, "uploading a draft head");
-    check(cudaMemcpyAsync(kept.b.get() + k * d, head->b[k].data(), d * sizeof(float),
+    check(cudaMemcpyAsync(kept.b.get() + b_at, head->b[k].data(), head->b[k].size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream_),
           name_, "uploading a draft head");
+    w_at += head->w[k].size();
+    b_at += head->b[k].size();
+  }
+  if (head->is_mtp()) {
+    const size_t n = head->vocab.size();
+    kept.vocab.reserve(n, name_, "a draft head's vocabulary");
+    kept.vocab_rows.reserve(n * static_cast<size_t>(hp_.n_embd), name_,
+                            "a draft head's vocabulary");
+    check(cudaMemcpyAsync(kept.vocab.get(), head->vocab.data(), n * sizeof(int32_t),
+                          cudaMemcpyHostToDevice, stream_),
+          name_, "uploading a draft head's vocabulary");
+    launch(name_, "gathering a draft vocabulary's LM-head rows", [&] {
+      kernels::launch_gather_rows_u16(w_->lm_head.get(), hp_.n_embd, kept.vocab.get(),
+                                      static_cast<int64_t>(n), kept.vocab_rows.get(), stream_);
+    });
   }
   // Past kMaxHeadsKept heads, the least recently used other one goes (cudaFree waits for the
   // work that may still read it).
-  if (medusa_heads_.size() > kMaxHeadsKept) {
-    auto oldest = medusa_heads_.end();
-    for (auto it = medusa_heads_.begin(); it != medusa_heads_.end(); ++it)
+  if (draft_heads_.size() > kMaxHeadsKept) {
+    auto oldest = draft_heads_.end();
+    for (auto it = draft_heads_.begin(); it != draft_heads_.end(); ++it)
       if (it->first != head.get() &&
-          (oldest == medusa_heads_.end() || it->second.last_used < oldest->second.last_used))
+          (oldest == draft_heads_.end() || it->second.last_used < oldest->second.last_used))
         oldest = it;
-    medusa_heads_.erase(oldest);
+    draft_heads_.erase(oldest);
   }
-  return medusa_heads_.at(head.get());
+  return draft_heads_.at(head.get());
 }
 
 void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
@@ -894,7 +920,7 @@ void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
     if (p.head->is_mtp() || p.head->info.n_embd != hp_.n_embd || p.levels > p.head->n_heads())
       throw Error(name_ + ": draft head '" + p.head->info.name + "' cannot propose " +
                   std::to_string(p.levels) + " Medusa levels for this model");
-    const MedusaWeights& weights = medusa_weights(p.head);
+    const DraftWeights& weights = draft_weights(p.head);
     check(cudaMemcpyAsync(xg_.get() + i * d, p.hidden, d * sizeof(float), cudaMemcpyHostToDevice,
                           stream_),
           name_, "uploading draft states");
@@ -917,10 +943,93 @@ void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
                         cudaMemcpyHostToDevice, stream_),
         name_, "uploading draft-head rows");
   launch(name_, "Medusa residual blocks", [&] {
-    kernels::launch_medusa_residual(medusa_w_.get(), medusa_b_.get(), xg_.get(), medusa_src_.get(),
-                                    xgn_.get(), rows, hp_.n_embd, stream_);
+    kernels::launch_draft_residual(medusa_w_.get(), medusa_b_.get(), xg_.get(), medusa_src_.get(),
+                                   nullptr, xgn_.get(), rows, hp_.n_embd, stream_);
   });
   top_of_lm_head(rows, wanted, best);
+}
+
+void CudaDevice::mtp_chains(std::span<const MtpProposal> proposals,
+                            std::vector<std::vector<int32_t>>& drafts) {
+  check(cudaSetDevice(spec_.index), name_, "selecting the device");
+  const int64_t d = hp_.n_embd;
+  drafts.assign(proposals.size(), {});
+  // The proposals by head: each head's chains step together, one row per proposal.
+  std::map<const DraftHead*, std::vector<size_t>> by_head;
+  for (size_t i = 0; i < proposals.size(); ++i) {
+    const MtpProposal& p = proposals[i];
+    if (!p.head->is_mtp() || p.head->info.n_embd != hp_.n_embd || p.levels < 0)
+      throw Error(name_ + ": draft head '" + p.head->info.name + "' cannot draft an mtp chain of " +
+                  std::to_string(p.levels) + " for this model");
+    if (p.levels > 0) by_head[p.head.get()].push_back(i);
+  }
+  for (const auto& [key, members] : by_head) {
+    const MtpProposal& first = proposals[members.front()];
+    const DraftWeights& weights = draft_weights(first.head);
+    const auto m = static_cast<int64_t>(members.size());
+    const auto n_vocab = static_cast<int64_t>(first.head->vocab.size());
+    int32_t steps = 0;
+    for (const size_t i : members) steps = std::max(steps, proposals[i].levels);
+    // Rows: xg_ / xgn_ the hidden states (h, then z: they swap each step), x_ the embeddings of
+    // the rows' tokens, logits_ (m, |V|), argmax_ each row's best index into V.
+    reserve_rows(m, m, 1);
+    mtp_tokens_.reserve(static_cast<size_t>(m), name_, "draft tokens");
+    mtp_drafts_.reserve(static_cast<size_t>(m * steps), name_, "draft tokens");
+    medusa_w_.reserve(static_cast<size_t>(m), name_, "draft-head rows");
+    medusa_b_.reserve(static_cast<size_t>(m), name_, "draft-head rows");
+    medusa_src_.reserve(static_cast<size_t>(m), name_, "draft-head rows");
+    std::vector<int32_t> h_last, h_src;
+    for (const size_t i : members) {
+      const MtpProposal& p = proposals[i];
+      check(
+          cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(h_last.size()) * d, p.hidden,
+                          static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+          name_, "uploading draft states");
+      h_src.push_back(static_cast<int32_t>(h_last.size()));
+      h_last.push_back(p.last);
+    }
+    const std::vector<const float*> h_w(static_cast<size_t>(m), weights.w.get());
+    const std::vector<const float*> h_b(static_cast<size_t>(m), weights.b.get());
+    auto upload = [&](auto* dst, const auto& host, const char* what) {
+      check(cudaMemcpyAsync(dst, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice,
+                            stream_),
+            name_, what);
+    };
+    upload(mtp_tokens_.get(), h_last, "uploading draft tokens");
+    upload(medusa_w_.get(), h_w, "uploading draft-head rows");
+    upload(medusa_b_.get(), h_b, "uploading draft-head rows");
+    upload(medusa_src_.get(), h_src, "uploading draft-head rows");
+    float* h = xg_.get();
+    float* z = xgn_.get();
+    launch(name_, "mtp chains", [&] {
+      for (int32_t step = 0; step < steps; ++step) {
+        // ĥ = h + SiLU(W [h; e(x)] + b), logits over V, x' = V[argmax]; then (ĥ, x') go on.
+        kernels::launch_embedding(w_->embd_type, w_->embd.get(), mtp_tokens_.get(), x_.get(), m, d,
+                                  stream_);
+        kernels::launch_draft_residual(medusa_w_.get(), medusa_b_.get(), h, medusa_src_.get(),
+                                       x_.get(), z, m, d, stream_);
+        linear(z, weights.vocab_rows.get(), logits_.get(), m, n_vocab, d);
+        kernels::launch_argmax_rows(logits_.get(), argmax_.get(), m, n_vocab, stream_);
+        kernels::launch_gather_i32(weights.vocab.get(), argmax_.get(), m, mtp_tokens_.get(),
+                                   stream_);
+        check(cudaMemcpyAsync(mtp_drafts_.get() + static_cast<int64_t>(step) * m, mtp_tokens_.get(),
+                              static_cast<size_t>(m) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                              stream_),
+              name_, "keeping draft tokens");
+        std::swap(h, z);
+      }
+    });
+    std::vector<int32_t> chains(static_cast<size_t>(m * steps));  // (steps, m)
+    check(cudaMemcpyAsync(chains.data(), mtp_drafts_.get(), chains.size() * sizeof(int32_t),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, "downloading draft tokens");
+    sync("drafting mtp chains");
+    for (int64_t r = 0; r < m; ++r) {
+      const size_t i = members[static_cast<size_t>(r)];
+      for (int32_t step = 0; step < proposals[i].levels; ++step)
+        drafts[i].push_back(chains[static_cast<size_t>(step * m + r)]);
+    }
+  }
 }
 
 }  // namespace

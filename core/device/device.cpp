@@ -131,6 +131,17 @@ void Device::medusa_top(std::span<const MedusaProposal> proposals, std::span<con
   lm_head_top(z.data(), static_cast<int64_t>(z.size()) / n_embd, wanted, best);
 }
 
+void Device::mtp_chains(std::span<const MtpProposal> proposals,
+                        std::vector<std::vector<int32_t>>& drafts) {
+  drafts.assign(proposals.size(), {});
+  for (size_t i = 0; i < proposals.size(); ++i) {
+    const MtpProposal& p = proposals[i];
+    const std::vector<int32_t> chain(static_cast<size_t>(p.levels), 1);
+    std::vector<int32_t> parent;
+    p.head->mtp_propose(model(), p.hidden, p.last, chain, p.levels, drafts[i], parent);
+  }
+}
+
 void Device::lm_head_top(const float* z, int64_t n, std::span<const int32_t> wanted,
                          std::vector<std::vector<int32_t>>& best) {
   std::vector<float> logits;

@@ -65,6 +65,15 @@ struct MedusaProposal {
   int32_t levels = 0;
 };
 
+// One request's mtp chain: its head (type mtp), the hidden state of its last token's row
+// (n_embd floats in host memory), that token, and how many drafts to chain.
+struct MtpProposal {
+  std::shared_ptr<const DraftHead> head;
+  const float* hidden = nullptr;
+  int32_t last = 0;
+  int32_t levels = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -104,6 +113,16 @@ class Device {
   // weights kept on the device while it is used. Worker thread.
   virtual void medusa_top(std::span<const MedusaProposal> proposals,
                           std::span<const int32_t> wanted, std::vector<std::vector<int32_t>>& best);
+  // Whether mtp_chains drafts on the device (a GPU); false: the worker drafts mtp heads on its
+  // host threads, where it can also split one request's steps over them.
+  virtual bool mtp_on_device() const { return false; }
+  // mtp heads' chains: drafts[i] = proposal i's `levels` drafts, each step's token the best of
+  // the head's draft vocabulary (ties to the lower id), as DraftHead::mtp_propose drafts a chain.
+  // A GPU computes in BF16 where the host reads the LM head's stored type, so a draft may differ
+  // where two logits are nearly equal (the drafts only propose: the output is the same). The
+  // default drafts on the calling thread. Worker thread.
+  virtual void mtp_chains(std::span<const MtpProposal> proposals,
+                          std::vector<std::vector<int32_t>>& drafts);
   // Draft heads' proposals: best[r] = the wanted[r] tokens with the largest logits of the LM
   // head over z's row r (z: (n, n_embd)), best first, ties to the lower id (kernels::argmax's
   // choice for one; top_tokens). The default runs lm_head and picks on the host threads; a GPU

@@ -829,7 +829,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   // Every running request with a head and a fresh hidden state. Medusa heads: K residual rows
   // each, then one LM-head pass over all of them. mtp heads: their own sequential steps, one
   // request per host thread.
-  std::vector<Engine::Record*> proposing, sequential;
+  std::vector<Engine::Record*> proposing, sequential, device_chains;
   medusa_.clear();
   const auto others = static_cast<int32_t>(scheduler_.running().size()) - 1;
   for (const SequenceId seq : scheduler_.running()) {
@@ -847,12 +847,15 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
       continue;
     }
     if (record.head->is_mtp()) {
-      sequential.push_back(&record);
+      // Chains go to a device that drafts them itself (a GPU); trees stay on the host.
+      (device_->mtp_on_device() && record.request.tree_shape.empty() ? device_chains : sequential)
+          .push_back(&record);
       continue;
     }
     proposing.push_back(&record);
     medusa_.push_back({record.head, record.draft_hidden.data(), record.draft_levels()});
   }
+  if (!device_chains.empty()) propose_chains_on_device(device_chains);
   if (!sequential.empty()) propose_sequential(sequential);
   if (proposing.empty()) return;
   const MetricsTime start = MetricsClock::now();
@@ -889,6 +892,29 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     proposal_costs_.record(k, seconds * k / static_cast<double>(rows));
     std::lock_guard lock(record->mutex);
     record->info.speculation.draft_s += seconds * k / static_cast<double>(rows);
+  }
+}
+
+void Worker::propose_chains_on_device(const std::vector<Engine::Record*>& records) {
+  const MetricsTime start = MetricsClock::now();
+  std::vector<MtpProposal> proposals;
+  for (Engine::Record* record : records)
+    proposals.push_back({record->head, record->draft_hidden.data(),
+                         scheduler_.sequence(record->id).tokens.back(), record->draft_levels()});
+  std::vector<std::vector<TokenId>> chains;
+  device_->mtp_chains(proposals, chains);
+  // One pass drafted every chain: each request's share of its time is by its length.
+  const double seconds = seconds_between(start, MetricsClock::now());
+  int64_t total = 0;
+  for (Engine::Record* record : records) total += record->draft_levels();
+  for (size_t i = 0; i < records.size(); ++i) {
+    Engine::Record& record = *records[i];
+    const double share = seconds * record.draft_levels() / static_cast<double>(total);
+    record.draft_hidden.clear();
+    proposal_costs_.record(record.draft_levels(), share);
+    set_draft(record, record.draft_levels(), std::move(chains[i]), {});
+    std::lock_guard lock(record.mutex);
+    record.info.speculation.draft_s += share;
   }
 }
 

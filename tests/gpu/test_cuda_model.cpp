@@ -346,6 +346,50 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
                               .arg(top[r][i])
                               .arg(want[i])));
   }
+
+  // mtp chains on the GPU. With W = 0 and b = 0 every step's state is h itself, so every draft
+  // is the best token of the draft vocabulary under the GPU's own LM head over h: exactly
+  // checkable. With random weights, the GPU's chains against the host's (which reads the LM
+  // head's stored type rather than BF16, so a near-tie may go the other way: counted, not
+  // asserted).
+  std::vector<TokenId> draft_vocab;
+  for (int32_t t = 5; t < static_cast<int32_t>(hp.n_vocab); t += 97) draft_vocab.push_back(t);
+  DraftHeadInfo mtp_info;
+  mtp_info.type = "mtp";
+  mtp_info.name = "zero";
+  mtp_info.n_embd = static_cast<int32_t>(hp.n_embd);
+  mtp_info.n_vocab = static_cast<int32_t>(hp.n_vocab);
+  auto zero_mtp = std::make_shared<DraftHead>(make_mtp_head(mtp_info, draft_vocab));
+  const std::vector<MtpProposal> chains_asked = {{zero_mtp, z.data(), 7, 4},
+                                                 {zero_mtp, z.data() + hp.n_embd, 11, 2}};
+  std::vector<std::vector<int32_t>> chains;
+  gpu->mtp_chains(chains_asked, chains);
+  QCOMPARE(chains.size(), size_t{2});
+  for (size_t i = 0; i < chains.size(); ++i) {
+    const float* row = gpu_logits.data() + i * hp.n_vocab;  // the GPU's LM head over z row i
+    TokenId best = draft_vocab.front();
+    for (const TokenId t : draft_vocab)
+      if (row[t] > row[best]) best = t;
+    QCOMPARE(chains[i], std::vector<int32_t>(static_cast<size_t>(chains_asked[i].levels), best));
+  }
+  auto random_mtp = std::make_shared<DraftHead>(*zero_mtp);
+  std::normal_distribution<float> mtp_noise(0.0f, 0.05f);
+  for (float& x : random_mtp->w[0]) x = mtp_noise(rng);
+  const std::vector<MtpProposal> random_asked = {{random_mtp, z.data(), 7, 4},
+                                                 {random_mtp, z.data() + 2 * hp.n_embd, 11, 3}};
+  std::vector<std::vector<int32_t>> host_chains;
+  gpu->mtp_chains(random_asked, chains);
+  gpu->Device::mtp_chains(random_asked, host_chains);
+  int same = 0, total = 0;
+  for (size_t i = 0; i < chains.size(); ++i) {
+    QCOMPARE(chains[i].size(), static_cast<size_t>(random_asked[i].levels));
+    for (size_t k = 0; k < chains[i].size(); ++k) {
+      QVERIFY(std::binary_search(draft_vocab.begin(), draft_vocab.end(), chains[i][k]));
+      same += chains[i][k] == host_chains[i][k];
+      ++total;
+    }
+  }
+  qInfo("mtp chains: %d of %d drafts as the host drafts them", same, total);
 }
 
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and

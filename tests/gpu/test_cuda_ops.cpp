@@ -26,11 +26,12 @@
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dequantize.cuh"
+#include "kernels/cuda/draft_residual.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
+#include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
 #include "kernels/cuda/kv_store.cuh"
-#include "kernels/cuda/medusa_residual.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -45,16 +46,16 @@ using namespace tokenfab::kernels::testing;
 // which moves the row scale by a few ulp — relative 1e-5 per element. silu_mul: CUDA's expf is
 // within 2 ulp of the true exp and everything else is IEEE-rounded — relative 1e-5 per element.
 // dequantize: the same IEEE operations in the same order — bit-exact (NaN payloads aside).
-// Medusa residual: see its test. embedding, add_inplace, argmax, sampling candidates, KV
-// pack/unpack, f32 → bf16, KV store: the same IEEE operations (or plain copies and comparisons) —
-// bit-exact. rope: both sides compute the angle's cos/sin in double and round to f32, but CUDA's
-// double pow/sin/cos are within 2 ulp of the true value where glibc's are within 1, so a table
-// entry can land one f32 ulp (≤ 2^-24 for |c| < 1) away at a rounding boundary; the rotation's two
-// products and sum are then rounded as on the CPU, which puts the output within a few ulp of |a| +
-// |b| — allowed: 1e-6·(|a| + |b|). GEMM: products of bf16 values are exact in f32, but cuBLAS sums
-// the k products in f32 in its own order (tensor-core partial sums) where the CPU loop sums in
-// double; f32 summation of k terms is off by at most k·2^-24·Σ|a·b|, so each element is allowed
-// 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
+// Draft residual blocks: see their test. embedding, add_inplace, gather, argmax, sampling
+// candidates, KV pack/unpack, f32 → bf16, KV store: the same IEEE operations (or plain copies and
+// comparisons) — bit-exact. rope: both sides compute the angle's cos/sin in double and round to
+// f32, but CUDA's double pow/sin/cos are within 2 ulp of the true value where glibc's are within 1,
+// so a table entry can land one f32 ulp (≤ 2^-24 for |c| < 1) away at a rounding boundary; the
+// rotation's two products and sum are then rounded as on the CPU, which puts the output within a
+// few ulp of |a| + |b| — allowed: 1e-6·(|a| + |b|). GEMM: products of bf16 values are exact in f32,
+// but cuBLAS sums the k products in f32 in its own order (tensor-core partial sums) where the CPU
+// loop sums in double; f32 summation of k terms is off by at most k·2^-24·Σ|a·b|, so each element
+// is allowed 2·max(k, 16)·2^-24·Σ_i |a_i·b_i|.
 constexpr float kRmsNormRel = 1e-5f;
 constexpr float kSiluMulRel = 1e-5f;
 constexpr float kRopeRel = 1e-6f;
@@ -117,7 +118,9 @@ class TestCudaOps : public QObject {
   void add_inplace_matches_cpu_exactly();
   void argmax_matches_cpu_data();
   void argmax_matches_cpu();
-  void medusa_residual_matches_cpu();
+  void draft_residual_matches_cpu_data();
+  void draft_residual_matches_cpu();
+  void gather_rows_match_cpu_exactly();
   void filter_candidates_matches_cpu_exactly_data();
   void filter_candidates_matches_cpu_exactly();
   void kv_pack_unpack_round_trip_data();
@@ -421,29 +424,41 @@ void TestCudaOps::argmax_matches_cpu() {
                  QStringLiteral("argmax row %1: gpu %2, cpu %3").arg(r).arg(got[r]).arg(want[r])));
 }
 
-// Three heads' levels over four hidden states in one launch, each output row with its own W, b
-// and source row, against a double loop. Tolerance: the dot product is summed in f32 in another
-// order (error ≤ d·2^-24·Σ|w·h|), SiLU's slope is below 1.1 and CUDA's expf is within 2 ulp:
-// each element is allowed 1e-5·(1 + |h_o| + Σ_i |w_oi·h_i|).
-void TestCudaOps::medusa_residual_matches_cpu() {
+void TestCudaOps::draft_residual_matches_cpu_data() {
+  QTest::addColumn<bool>("mtp");
+  QTest::newRow("medusa levels: W h") << false;
+  QTest::newRow("mtp steps: W [h; e]") << true;
+}
+
+// Three heads' blocks over four hidden states in one launch, each output row with its own W, b
+// and source row (and, for mtp, its own embedding row e), against a double loop. Tolerance: the
+// dot product is summed in f32 in another order (error ≤ d_in·2^-24·Σ|w·x|), SiLU's slope is
+// below 1.1 and CUDA's expf is within 2 ulp: each element is allowed
+// 1e-5·(1 + |h_o| + Σ_i |w_oi·x_i|).
+void TestCudaOps::draft_residual_matches_cpu() {
+  QFETCH(bool, mtp);
   const int64_t d = 576;  // SmolLM2's n_embd
-  const int64_t n_h = 4, levels = 3;
-  std::mt19937 rng(42);
+  const int64_t d_in = mtp ? 2 * d : d;
+  const int64_t n_h = 4, blocks = 3;
+  std::mt19937 rng(mtp ? 43 : 42);
   const std::vector<float> h = random_floats(rng, n_h * d, -3.0f, 3.0f);
-  const std::vector<float> w = random_floats(rng, levels * d * d, -0.08f, 0.08f);
-  const std::vector<float> b = random_floats(rng, levels * d, -0.5f, 0.5f);
-  // Output rows: (level, source row) pairs, levels and sources mixed.
+  const std::vector<float> w = random_floats(rng, blocks * d * d_in, -0.08f, 0.08f);
+  const std::vector<float> b = random_floats(rng, blocks * d, -0.5f, 0.5f);
+  // Output rows: (block, source row) pairs, blocks and sources mixed.
   const std::vector<std::pair<int, int32_t>> rows = {{0, 0}, {1, 0}, {2, 0}, {0, 3},
                                                      {2, 1}, {1, 2}, {0, 2}};
-  DeviceBuffer<float> dh(h.size()), dw(w.size()), db(b.size()), dz(rows.size() * d);
+  const auto n_rows = static_cast<int64_t>(rows.size());
+  const std::vector<float> e = random_floats(rng, n_rows * d, -1.0f, 1.0f);
+  DeviceBuffer<float> dh(h.size()), dw(w.size()), db(b.size()), de(e.size()), dz(n_rows * d);
   dh.upload(h);
   dw.upload(w);
   db.upload(b);
+  de.upload(e);
   std::vector<const float*> wp, bp;
   std::vector<int32_t> src;
-  for (const auto& [level, row] : rows) {
-    wp.push_back(dw.get() + level * d * d);
-    bp.push_back(db.get() + level * d);
+  for (const auto& [block, row] : rows) {
+    wp.push_back(dw.get() + block * d * d_in);
+    bp.push_back(db.get() + block * d);
     src.push_back(row);
   }
   DeviceBuffer<const float*> dwp(wp.size()), dbp(bp.size());
@@ -451,21 +466,22 @@ void TestCudaOps::medusa_residual_matches_cpu() {
   dwp.upload(wp);
   dbp.upload(bp);
   dsrc.upload(src);
-  launch_medusa_residual(dwp.get(), dbp.get(), dh.get(), dsrc.get(), dz.get(),
-                         static_cast<int64_t>(rows.size()), d, stream_);
+  launch_draft_residual(dwp.get(), dbp.get(), dh.get(), dsrc.get(), mtp ? de.get() : nullptr,
+                        dz.get(), n_rows, d, stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> z = dz.download();
-  for (size_t j = 0; j < rows.size(); ++j) {
-    const auto [level, row] = rows[j];
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const auto [block, row] = rows[static_cast<size_t>(j)];
     const float* hr = h.data() + row * d;
+    auto x = [&](int64_t i) { return i < d ? hr[i] : e[j * d + i - d]; };
     for (int64_t o = 0; o < d; ++o) {
-      const float* wo = w.data() + (level * d + o) * d;
+      const float* wo = w.data() + (block * d + o) * d_in;
       double dot = 0.0, magnitude = 0.0;
-      for (int64_t i = 0; i < d; ++i) {
-        dot += static_cast<double>(wo[i]) * hr[i];
-        magnitude += std::abs(static_cast<double>(wo[i]) * hr[i]);
+      for (int64_t i = 0; i < d_in; ++i) {
+        dot += static_cast<double>(wo[i]) * x(i);
+        magnitude += std::abs(static_cast<double>(wo[i]) * x(i));
       }
-      const double u = dot + b[level * d + o];
+      const double u = dot + b[block * d + o];
       const double want = hr[o] + u / (1.0 + std::exp(-u));
       const double got = z[j * d + o];
       const double tol = 1e-5 * (1.0 + std::abs(hr[o]) + magnitude);
@@ -477,6 +493,34 @@ void TestCudaOps::medusa_residual_matches_cpu() {
                               .arg(want, 0, 'g', 9)
                               .arg(tol)));
     }
+  }
+}
+
+// Rows of a bf16 table and entries of an id table gathered by index: plain copies, bit-exact.
+void TestCudaOps::gather_rows_match_cpu_exactly() {
+  std::mt19937 rng(7);
+  const int64_t table_rows = 1000, cols = 576, n = 37;
+  std::vector<uint16_t> table(table_rows * cols);
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  for (uint16_t& v : table) v = static_cast<uint16_t>(bits(rng));
+  std::vector<int32_t> ids(n), values(table_rows);
+  std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(table_rows) - 1);
+  for (int32_t& i : ids) i = row(rng);
+  for (int32_t& v : values) v = row(rng) * 7 + 3;
+  DeviceBuffer<uint16_t> dtable(table.size()), dout(n * cols);
+  DeviceBuffer<int32_t> dids(ids.size()), dvalues(values.size()), dgathered(n);
+  dtable.upload(table);
+  dids.upload(ids);
+  dvalues.upload(values);
+  launch_gather_rows_u16(dtable.get(), cols, dids.get(), n, dout.get(), stream_);
+  launch_gather_i32(dvalues.get(), dids.get(), n, dgathered.get(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint16_t> out = dout.download();
+  const std::vector<int32_t> gathered = dgathered.download();
+  for (int64_t i = 0; i < n; ++i) {
+    QVERIFY(std::equal(out.begin() + i * cols, out.begin() + (i + 1) * cols,
+                       table.begin() + ids[i] * cols));
+    QCOMPARE(gathered[i], values[ids[i]]);
   }
 }
 
