@@ -219,9 +219,10 @@ class CudaDevice final : public Device {
   // best[r] = the wanted[r] best tokens of the LM head over xgn_'s first n rows (lm_head_top).
   void top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
                       std::vector<std::vector<int32_t>>& best);
-  // A draft head's weights on this GPU, uploaded on first use; the last kMaxHeadsKept heads used
-  // stay. Medusa: every level's W (n_embd, n_embd), then every level's b. mtp: its W
-  // (n_embd, 2·n_embd) and b, its draft vocabulary and that vocabulary's rows of the LM head.
+  // A draft head's weights on this GPU, uploaded on first use; the kMaxHeadsKept heads used
+  // last stay (evict_draft_heads). Medusa: every level's W (n_embd, n_embd), then every level's b.
+  // mtp: its W (n_embd, 2·n_embd) and b, its draft vocabulary and that vocabulary's rows of the LM
+  // head.
   struct DraftWeights {
     std::shared_ptr<const DraftHead> head;  // kept alive while its copy is here
     DeviceArray<float> w, b;                // each block's W, back to back; each block's b
@@ -230,6 +231,9 @@ class CudaDevice final : public Device {
     uint64_t last_used = 0;
   };
   const DraftWeights& draft_weights(const std::shared_ptr<const DraftHead>& head);
+  // Drops the least recently used heads past kMaxHeadsKept. Only after the stream's work that
+  // used them is done (a call's closing sync): heads of one call are never evicted mid-call.
+  void evict_draft_heads();
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
@@ -286,7 +290,7 @@ class CudaDevice final : public Device {
   // hidden-state rows.
   static constexpr size_t kMaxHeadsKept = 8;
   std::map<const DraftHead*, DraftWeights> draft_heads_;
-  uint64_t medusa_uses_ = 0;
+  uint64_t draft_uses_ = 0;
   DeviceArray<const float*> medusa_w_, medusa_b_;
   DeviceArray<int32_t> medusa_src_;
   // mtp chains: the rows' tokens (the last, then each step's draft), and every step's drafts.
@@ -826,6 +830,9 @@ void CudaDevice::lm_head_top(const float* z, int64_t n, std::span<const int32_t>
 
 void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
                                 std::vector<std::vector<int32_t>>& best) {
+  if (static_cast<int64_t>(wanted.size()) != n)
+    throw Error(name_ + ": " + std::to_string(wanted.size()) + " top-token counts for " +
+                std::to_string(n) + " rows");
   linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n, hp_.n_vocab, hp_.n_embd,
          &w_->lm_head_blocks);
   // The k best of a row are its candidates under top-k = k with no temperature or min-p (one:
@@ -855,10 +862,13 @@ void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
 
 const CudaDevice::DraftWeights& CudaDevice::draft_weights(
     const std::shared_ptr<const DraftHead>& head) {
-  DraftWeights& kept = draft_heads_[head.get()];
-  kept.last_used = ++medusa_uses_;
-  if (kept.head == head) return kept;
-  kept.head = head;
+  if (auto it = draft_heads_.find(head.get());
+      it != draft_heads_.end() && it->second.head == head) {
+    it->second.last_used = ++draft_uses_;
+    return it->second;
+  }
+  // Built aside and entered only once complete, so a failed upload leaves no half entry.
+  DraftWeights kept;
   size_t w_floats = 0, b_floats = 0;
   for (const auto& w : head->w) w_floats += w.size();
   for (const auto& b : head->b) b_floats += b.size();
@@ -888,17 +898,19 @@ const CudaDevice::DraftWeights& CudaDevice::draft_weights(
                                       static_cast<int64_t>(n), kept.vocab_rows.get(), stream_);
     });
   }
-  // Past kMaxHeadsKept heads, the least recently used other one goes (cudaFree waits for the
-  // work that may still read it).
-  if (draft_heads_.size() > kMaxHeadsKept) {
-    auto oldest = draft_heads_.end();
+  kept.head = head;
+  kept.last_used = ++draft_uses_;
+  return draft_heads_[head.get()] = std::move(kept);
+}
+
+void CudaDevice::evict_draft_heads() {
+  // After a call's work has finished (its sync): no kernel reads an evicted head any more.
+  while (draft_heads_.size() > kMaxHeadsKept) {
+    auto oldest = draft_heads_.begin();
     for (auto it = draft_heads_.begin(); it != draft_heads_.end(); ++it)
-      if (it->first != head.get() &&
-          (oldest == draft_heads_.end() || it->second.last_used < oldest->second.last_used))
-        oldest = it;
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
     draft_heads_.erase(oldest);
   }
-  return draft_heads_.at(head.get());
 }
 
 void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
@@ -909,6 +921,9 @@ void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
   int64_t rows = 0;
   for (const MedusaProposal& p : proposals) rows += p.levels;
   best.clear();
+  if (static_cast<int64_t>(wanted.size()) != rows)
+    throw Error(name_ + ": " + std::to_string(wanted.size()) + " top-token counts for " +
+                std::to_string(rows) + " Medusa levels");
   if (rows <= 0) return;
   reserve_rows(1, std::max(rows, static_cast<int64_t>(proposals.size())), 1);
   // xg_: one hidden state per proposal. Row j of the levels reads its level's W and b and its
@@ -946,7 +961,8 @@ void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
     kernels::launch_draft_residual(medusa_w_.get(), medusa_b_.get(), xg_.get(), medusa_src_.get(),
                                    nullptr, xgn_.get(), rows, hp_.n_embd, stream_);
   });
-  top_of_lm_head(rows, wanted, best);
+  top_of_lm_head(rows, wanted, best);  // ends with the stream's sync
+  evict_draft_heads();
 }
 
 void CudaDevice::mtp_chains(std::span<const MtpProposal> proposals,
@@ -1030,6 +1046,7 @@ void CudaDevice::mtp_chains(std::span<const MtpProposal> proposals,
         drafts[i].push_back(chains[static_cast<size_t>(step * m + r)]);
     }
   }
+  evict_draft_heads();  // every head's chains have synced
 }
 
 }  // namespace

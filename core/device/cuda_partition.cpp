@@ -301,6 +301,9 @@ GreenStream make_green_stream(const PartitionStreamRequest& request, int total_s
 }  // namespace
 
 void PartitionStream::release() noexcept {
+  // Whatever was enqueued finishes first (a device whose constructor failed half way has not
+  // synchronised it).
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (green_ != nullptr) {
     const DriverApi& api = driver_api();  // complete: green_ was made through it
     if (stream_ != nullptr) api.stream_destroy(stream_);

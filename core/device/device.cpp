@@ -158,6 +158,7 @@ void Device::lm_head_top(const float* z, int64_t n, std::span<const int32_t> wan
 }
 
 std::vector<int32_t> top_tokens(const float* logits, int64_t n_vocab, int32_t n) {
+  if (n <= 0) return {};
   // (logit, token) of the n best so far, best first; ties keep the lower token id.
   std::vector<std::pair<float, int32_t>> top;
   for (int64_t t = 0; t < n_vocab; ++t) {

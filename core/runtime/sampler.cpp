@@ -80,8 +80,11 @@ int32_t draw(const std::vector<Candidate>& candidates, double total, double u) {
 
 void SamplingParams::validate() const {
   // The negated comparisons also reject NaN.
-  if (!(temperature >= 0.0f) || std::isinf(temperature)) {
-    throw Error(field_error("temperature", temperature, "a finite value >= 0 (0 = greedy)"));
+  // A temperature whose inverse overflows f32 (below about 3e-39) would make every weight NaN.
+  if (!(temperature >= 0.0f) || std::isinf(temperature) ||
+      (temperature > 0.0f && std::isinf(1.0f / temperature))) {
+    throw Error(
+        field_error("temperature", temperature, "0 (greedy) or a finite value of at least 1e-38"));
   }
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     throw Error(field_error("top_p", top_p, "a value in (0, 1] (1 = off)"));
@@ -124,7 +127,9 @@ kernels::CandidateFilter candidate_filter(const SamplingParams& params) {
   f.inv_temperature = 1.0f / params.temperature;  // as filter() computes it
   // filter() keeps exp(z) >= min_p. expf and logf are within a few ulps, far inside 1e-3 of z,
   // so every token min-p keeps has z >= min_z; the few extra ones min-p then drops on the host.
-  if (params.min_p > 0.0f) f.min_z = std::log(params.min_p) - 1e-3f;
+  // Below 1e-30 exp(z) >= min_p is decided among denormals, whose rounding no small margin
+  // covers: no bound on the device then (the host's min-p still applies).
+  if (params.min_p > 1e-30f) f.min_z = std::log(params.min_p) - 1e-3f;
   return f;
 }
 

@@ -99,6 +99,12 @@ std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
   } else {
     add(c.devices, "--devices", WorkerRole::kColocated);
   }
+  if (c.decode_sms > 0 && std::none_of(plan.begin(), plan.end(), [](const DevicePlan& p) {
+        return p.spec.partition == DevicePartition::kDecode;
+      }))
+    throw Error("--decode-sms " + std::to_string(c.decode_sms) +
+                ": no GPU is named in both --prefill and --decode, so there are no partitions "
+                "to split");
   return plan;
 }
 

@@ -365,7 +365,9 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   std::vector<std::vector<int32_t>> chains;
   gpu->mtp_chains(chains_asked, chains);
   QCOMPARE(chains.size(), size_t{2});
-  for (size_t i = 0; i < chains.size(); ++i) {
+  // (With block_gemv the LM head's logits above come from the file's blocks, not the BF16 rows
+  // the chains read: not the same bits.)
+  for (size_t i = 0; i < chains.size() && !block_gemv; ++i) {
     const float* row = gpu_logits.data() + i * hp.n_vocab;  // the GPU's LM head over z row i
     TokenId best = draft_vocab.front();
     for (const TokenId t : draft_vocab)
@@ -644,7 +646,8 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
 
 // Sampled requests (temperature > 0) on the GPU, where each logit row comes back as its sampling
 // candidates (Device::run_filtered): with and without a draft head (speculative sampling), every
-// request finishes, and the same seeds draw the same tokens on a second engine.
+// request finishes, and the same seeds draw the same tokens on a second engine (one request at a
+// time, so the batches are the same).
 void TestCudaModel::sampled_requests_on_gpu_are_reproducible() {
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
@@ -662,7 +665,9 @@ void TestCudaModel::sampled_requests_on_gpu_are_reproducible() {
     config.threads = 2;
     config.kv_blocks = 256;
     Engine engine(model, config);
-    std::vector<RequestId> ids;
+    // One request at a time: the GPU rounds a step's rows differently at another batch size
+    // (GEMV up to 8 rows, cuBLASLt past that), so only the same batches give the same bits.
+    std::vector<std::vector<TokenId>> out;
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenerationRequest r{prompts[i], 20};
       r.stop_at_end_of_generation = false;
@@ -674,10 +679,7 @@ void TestCudaModel::sampled_requests_on_gpu_are_reproducible() {
         r.head = medusa;
         r.draft_len = 3;
       }
-      ids.push_back(engine.submit(std::move(r)));
-    }
-    std::vector<std::vector<TokenId>> out;
-    for (const RequestId id : ids) {
+      const RequestId id = engine.submit(std::move(r));
       const RequestInfo done = engine.wait(id);
       if (done.state != RequestState::kFinished) {
         qWarning("request %lld ended %s: %s", static_cast<long long>(id),

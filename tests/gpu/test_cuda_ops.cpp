@@ -569,10 +569,6 @@ void TestCudaOps::filter_candidates_matches_cpu_exactly() {
     f.min_z = min_p > 0.0f ? std::log(min_p) - 1e-3f : -std::numeric_limits<float>::infinity();
     f.inv_temperature = 1.0f / temperatures[(r / 15) % 3];
   }
-  std::vector<int32_t> argmax(rows);
-  for (int64_t r = 0; r < rows; ++r)
-    argmax[r] = static_cast<int32_t>(argmax_scalar(x.data() + r * n, n));
-
   DeviceBuffer<float> dx(x.size());
   DeviceBuffer<CandidateFilter> dfilters(rows);
   DeviceBuffer<int32_t> dargmax(rows), dcounts(rows), dids(rows * width);

@@ -322,6 +322,8 @@ class TestSampler : public QObject {
     QVERIFY(error_message(p).contains("temperature"));
     p.temperature = std::nanf("");
     QVERIFY(error_message(p).contains("temperature"));
+    p.temperature = 1e-39f;  // its inverse overflows
+    QVERIFY(error_message(p).contains("temperature"));
 
     p = {};
     p.top_p = 0.0f;
