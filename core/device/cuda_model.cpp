@@ -187,8 +187,9 @@ class CudaDevice final : public Device {
   void medusa_top(std::span<const MedusaProposal> proposals, std::span<const int32_t> wanted,
                   std::vector<std::vector<int32_t>>& best) override;
   bool mtp_on_device() const override { return true; }
-  void mtp_chains(std::span<const MtpProposal> proposals,
-                  std::vector<std::vector<int32_t>>& drafts) override;
+  void mtp_propose(std::span<const MtpProposal> proposals,
+                   std::vector<std::vector<int32_t>>& drafts,
+                   std::vector<std::vector<int32_t>>& parents) override;
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
     parallel_for_on(pool_, n, fn);
   }
@@ -212,10 +213,10 @@ class CudaDevice final : public Device {
   };
   // The pass itself, then its outputs to the host.
   void forward(std::span<const BatchSequence> batch, const Outputs& out);
-  // Enqueues the candidates of the n_logit rows in logits_ and their download into `rows`.
-  // Returns after the step's sync, having fetched the rows that went whole.
-  void filter_rows(int64_t n_logit, std::span<const kernels::CandidateFilter> filters,
-                   FilteredRows& rows);
+  // Enqueues the candidates of the n_logit rows of n_cols logits in logits_ and their download
+  // into `rows`. Returns after the step's sync, having fetched the rows that went whole.
+  void filter_rows(int64_t n_logit, int64_t n_cols,
+                   std::span<const kernels::CandidateFilter> filters, FilteredRows& rows);
   // best[r] = the wanted[r] best tokens of the LM head over xgn_'s first n rows (lm_head_top).
   void top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
                       std::vector<std::vector<int32_t>>& best);
@@ -234,6 +235,21 @@ class CudaDevice final : public Device {
   // Drops the least recently used heads past kMaxHeadsKept. Only after the stream's work that
   // used them is done (a call's closing sync): heads of one call are never evicted mid-call.
   void evict_draft_heads();
+  // mtp drafting: a group of one head's proposals, all chains (the tokens stay on the GPU
+  // between steps) or with trees (a level at a time, each level's best columns to the host).
+  void mtp_chain_group(std::span<const MtpProposal> proposals, const std::vector<size_t>& members,
+                       const DraftWeights& weights, std::vector<std::vector<int32_t>>& drafts,
+                       std::vector<std::vector<int32_t>>& parents);
+  void mtp_tree_group(std::span<const MtpProposal> proposals, const std::vector<size_t>& members,
+                      const DraftWeights& weights, std::vector<std::vector<int32_t>>& drafts,
+                      std::vector<std::vector<int32_t>>& parents);
+  // The rows of one mtp step: each row's token and the row of the states it reads (src), and
+  // the head's W and b for every row, to the GPU.
+  void upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
+                         std::span<const int32_t> src);
+  // One mtp step over n rows: z (n, n_embd) from the states h and the rows' tokens, and the
+  // rows' logits over the head's vocabulary in logits_ (n, |V|).
+  void mtp_step_rows(const DraftWeights& weights, const float* h, float* z, int64_t n);
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
@@ -594,15 +610,15 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
                           cudaMemcpyDeviceToHost, stream_),
           name_, "downloading hidden states");
   if (n_logit > 0 && out.filtered) {
-    filter_rows(n_logit, out.filters, *out.filtered);
+    filter_rows(n_logit, hp_.n_vocab, out.filters, *out.filtered);
     return;
   }
   sync("running a batch");
 }
 
-void CudaDevice::filter_rows(int64_t n_logit, std::span<const kernels::CandidateFilter> filters,
+void CudaDevice::filter_rows(int64_t n_logit, int64_t n_vocab,
+                             std::span<const kernels::CandidateFilter> filters,
                              FilteredRows& rows) {
-  const int64_t n_vocab = hp_.n_vocab;
   int32_t width = 1;
   for (const kernels::CandidateFilter& f : filters)
     width = std::max(width, kernels::candidate_slots(f, n_vocab));
@@ -844,7 +860,7 @@ void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
     f.greedy = f.top_k == 1 ? 1 : 0;
   }
   FilteredRows rows;
-  filter_rows(n, filters, rows);
+  filter_rows(n, hp_.n_vocab, filters, rows);
   best.assign(static_cast<size_t>(n), {});
   for (int64_t r = 0; r < n; ++r) {
     const LogitRow row = rows.row(r);
@@ -965,88 +981,207 @@ void CudaDevice::medusa_top(std::span<const MedusaProposal> proposals,
   evict_draft_heads();
 }
 
-void CudaDevice::mtp_chains(std::span<const MtpProposal> proposals,
-                            std::vector<std::vector<int32_t>>& drafts) {
+void CudaDevice::mtp_propose(std::span<const MtpProposal> proposals,
+                             std::vector<std::vector<int32_t>>& drafts,
+                             std::vector<std::vector<int32_t>>& parents) {
   check(cudaSetDevice(spec_.index), name_, "selecting the device");
-  const int64_t d = hp_.n_embd;
   drafts.assign(proposals.size(), {});
-  // The proposals by head: each head's chains step together, one row per proposal.
+  parents.assign(proposals.size(), {});
+  // The proposals by head: each head's drafts step together, one row per proposal (a chain) or
+  // per node of the level being expanded (a tree).
   std::map<const DraftHead*, std::vector<size_t>> by_head;
   for (size_t i = 0; i < proposals.size(); ++i) {
     const MtpProposal& p = proposals[i];
-    if (!p.head->is_mtp() || p.head->info.n_embd != hp_.n_embd || p.levels < 0)
-      throw Error(name_ + ": draft head '" + p.head->info.name + "' cannot draft an mtp chain of " +
-                  std::to_string(p.levels) + " for this model");
-    if (p.levels > 0) by_head[p.head.get()].push_back(i);
+    if (!p.head->is_mtp() || p.head->info.n_embd != hp_.n_embd || p.max_nodes < 0 ||
+        std::any_of(p.widths.begin(), p.widths.end(), [](int32_t w) { return w < 1; }))
+      throw Error(name_ + ": draft head '" + p.head->info.name +
+                  "' cannot draft that mtp tree for this model");
+    if (!p.widths.empty() && p.max_nodes > 0) by_head[p.head.get()].push_back(i);
   }
   for (const auto& [key, members] : by_head) {
-    const MtpProposal& first = proposals[members.front()];
-    const DraftWeights& weights = draft_weights(first.head);
-    const auto m = static_cast<int64_t>(members.size());
-    const auto n_vocab = static_cast<int64_t>(first.head->vocab.size());
-    int32_t steps = 0;
-    for (const size_t i : members) steps = std::max(steps, proposals[i].levels);
-    // Rows: xg_ / xgn_ the hidden states (h, then z: they swap each step), x_ the embeddings of
-    // the rows' tokens, logits_ (m, |V|), argmax_ each row's best index into V.
-    reserve_rows(m, m, 1);
-    mtp_tokens_.reserve(static_cast<size_t>(m), name_, "draft tokens");
-    mtp_drafts_.reserve(static_cast<size_t>(m * steps), name_, "draft tokens");
-    medusa_w_.reserve(static_cast<size_t>(m), name_, "draft-head rows");
-    medusa_b_.reserve(static_cast<size_t>(m), name_, "draft-head rows");
-    medusa_src_.reserve(static_cast<size_t>(m), name_, "draft-head rows");
-    std::vector<int32_t> h_last, h_src;
-    for (const size_t i : members) {
-      const MtpProposal& p = proposals[i];
-      check(
-          cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(h_last.size()) * d, p.hidden,
+    const DraftWeights& weights = draft_weights(proposals[members.front()].head);
+    const bool chains = std::all_of(members.begin(), members.end(), [&](size_t i) {
+      return std::all_of(proposals[i].widths.begin(), proposals[i].widths.end(),
+                         [](int32_t w) { return w == 1; });
+    });
+    if (chains)
+      mtp_chain_group(proposals, members, weights, drafts, parents);
+    else
+      mtp_tree_group(proposals, members, weights, drafts, parents);
+  }
+  evict_draft_heads();  // every head's drafts have synced
+}
+
+void CudaDevice::upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
+                                   std::span<const int32_t> src) {
+  const auto n = tokens.size();
+  mtp_tokens_.reserve(n, name_, "draft tokens");
+  medusa_w_.reserve(n, name_, "draft-head rows");
+  medusa_b_.reserve(n, name_, "draft-head rows");
+  medusa_src_.reserve(n, name_, "draft-head rows");
+  const std::vector<const float*> h_w(n, weights.w.get());
+  const std::vector<const float*> h_b(n, weights.b.get());
+  auto upload = [&](auto* dst, const auto* host, const char* what) {
+    check(cudaMemcpyAsync(dst, host, n * sizeof(*host), cudaMemcpyHostToDevice, stream_), name_,
+          what);
+  };
+  upload(mtp_tokens_.get(), tokens.data(), "uploading draft tokens");
+  upload(medusa_src_.get(), src.data(), "uploading draft-head rows");
+  upload(medusa_w_.get(), h_w.data(), "uploading draft-head rows");
+  upload(medusa_b_.get(), h_b.data(), "uploading draft-head rows");
+}
+
+void CudaDevice::mtp_step_rows(const DraftWeights& weights, const float* h, float* z, int64_t n) {
+  const int64_t d = hp_.n_embd;
+  // ĥ = h + SiLU(W [h; e(x)] + b) of each row's parent state and token, then its logits over V.
+  kernels::launch_embedding(w_->embd_type, w_->embd.get(), mtp_tokens_.get(), x_.get(), n, d,
+                            stream_);
+  kernels::launch_draft_residual(medusa_w_.get(), medusa_b_.get(), h, medusa_src_.get(), x_.get(),
+                                 z, n, d, stream_);
+  linear(z, weights.vocab_rows.get(), logits_.get(), n,
+         static_cast<int64_t>(weights.head->vocab.size()), d);
+}
+
+void CudaDevice::mtp_chain_group(std::span<const MtpProposal> proposals,
+                                 const std::vector<size_t>& members, const DraftWeights& weights,
+                                 std::vector<std::vector<int32_t>>& drafts,
+                                 std::vector<std::vector<int32_t>>& parents) {
+  const int64_t d = hp_.n_embd;
+  const auto m = static_cast<int64_t>(members.size());
+  const auto v = static_cast<int64_t>(weights.head->vocab.size());
+  auto length = [&](size_t i) {
+    return std::min(static_cast<int32_t>(proposals[i].widths.size()), proposals[i].max_nodes);
+  };
+  int32_t steps = 0;
+  for (const size_t i : members) steps = std::max(steps, length(i));
+  // Rows: xg_ / xgn_ the states (h, then z: they swap each step), x_ the embeddings of the rows'
+  // tokens, logits_ (m, |V|), argmax_ each row's best index into V. The tokens stay on the GPU
+  // from step to step; all the drafts come down at the end.
+  reserve_rows(m, m, 1);
+  mtp_drafts_.reserve(static_cast<size_t>(m * steps), name_, "draft tokens");
+  std::vector<int32_t> last, src;
+  for (const size_t i : members) {
+    check(cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(last.size()) * d, proposals[i].hidden,
                           static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
           name_, "uploading draft states");
-      h_src.push_back(static_cast<int32_t>(h_last.size()));
-      h_last.push_back(p.last);
-    }
-    const std::vector<const float*> h_w(static_cast<size_t>(m), weights.w.get());
-    const std::vector<const float*> h_b(static_cast<size_t>(m), weights.b.get());
-    auto upload = [&](auto* dst, const auto& host, const char* what) {
-      check(cudaMemcpyAsync(dst, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice,
+    src.push_back(static_cast<int32_t>(last.size()));
+    last.push_back(proposals[i].last);
+  }
+  upload_draft_rows(weights, last, src);
+  float* h = xg_.get();
+  float* z = xgn_.get();
+  launch(name_, "mtp chains", [&] {
+    for (int32_t step = 0; step < steps; ++step) {
+      mtp_step_rows(weights, h, z, m);
+      kernels::launch_argmax_rows(logits_.get(), argmax_.get(), m, v, stream_);
+      kernels::launch_gather_i32(weights.vocab.get(), argmax_.get(), m, mtp_tokens_.get(), stream_);
+      check(cudaMemcpyAsync(mtp_drafts_.get() + static_cast<int64_t>(step) * m, mtp_tokens_.get(),
+                            static_cast<size_t>(m) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
                             stream_),
-            name_, what);
-    };
-    upload(mtp_tokens_.get(), h_last, "uploading draft tokens");
-    upload(medusa_w_.get(), h_w, "uploading draft-head rows");
-    upload(medusa_b_.get(), h_b, "uploading draft-head rows");
-    upload(medusa_src_.get(), h_src, "uploading draft-head rows");
-    float* h = xg_.get();
-    float* z = xgn_.get();
-    launch(name_, "mtp chains", [&] {
-      for (int32_t step = 0; step < steps; ++step) {
-        // ĥ = h + SiLU(W [h; e(x)] + b), logits over V, x' = V[argmax]; then (ĥ, x') go on.
-        kernels::launch_embedding(w_->embd_type, w_->embd.get(), mtp_tokens_.get(), x_.get(), m, d,
-                                  stream_);
-        kernels::launch_draft_residual(medusa_w_.get(), medusa_b_.get(), h, medusa_src_.get(),
-                                       x_.get(), z, m, d, stream_);
-        linear(z, weights.vocab_rows.get(), logits_.get(), m, n_vocab, d);
-        kernels::launch_argmax_rows(logits_.get(), argmax_.get(), m, n_vocab, stream_);
-        kernels::launch_gather_i32(weights.vocab.get(), argmax_.get(), m, mtp_tokens_.get(),
-                                   stream_);
-        check(cudaMemcpyAsync(mtp_drafts_.get() + static_cast<int64_t>(step) * m, mtp_tokens_.get(),
-                              static_cast<size_t>(m) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
-                              stream_),
-              name_, "keeping draft tokens");
-        std::swap(h, z);
-      }
-    });
-    std::vector<int32_t> chains(static_cast<size_t>(m * steps));  // (steps, m)
-    check(cudaMemcpyAsync(chains.data(), mtp_drafts_.get(), chains.size() * sizeof(int32_t),
-                          cudaMemcpyDeviceToHost, stream_),
-          name_, "downloading draft tokens");
-    sync("drafting mtp chains");
-    for (int64_t r = 0; r < m; ++r) {
-      const size_t i = members[static_cast<size_t>(r)];
-      for (int32_t step = 0; step < proposals[i].levels; ++step)
-        drafts[i].push_back(chains[static_cast<size_t>(step * m + r)]);
+            name_, "keeping draft tokens");
+      std::swap(h, z);
+    }
+  });
+  std::vector<int32_t> all(static_cast<size_t>(m * steps));  // (steps, m)
+  check(cudaMemcpyAsync(all.data(), mtp_drafts_.get(), all.size() * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, stream_),
+        name_, "downloading draft tokens");
+  sync("drafting mtp chains");
+  for (int64_t r = 0; r < m; ++r) {
+    const size_t i = members[static_cast<size_t>(r)];
+    for (int32_t step = 0; step < length(i); ++step) {
+      drafts[i].push_back(all[static_cast<size_t>(step * m + r)]);
+      parents[i].push_back(step - 1);
     }
   }
-  evict_draft_heads();  // every head's chains have synced
+}
+
+void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
+                                const std::vector<size_t>& members, const DraftWeights& weights,
+                                std::vector<std::vector<int32_t>>& drafts,
+                                std::vector<std::vector<int32_t>>& parents) {
+  const int64_t d = hp_.n_embd;
+  const auto v = static_cast<int64_t>(weights.head->vocab.size());
+  const std::vector<int32_t>& vocab = weights.head->vocab;
+  // Level by level: the frontier's rows (one per node whose children are drafted next) step
+  // together; their best columns come back, and the host grows each proposal's tree in level
+  // order exactly as DraftHead::mtp_propose does, stopping a proposal at its max_nodes.
+  struct Row {
+    size_t proposal;
+    int32_t index;  // in drafts[proposal]; −1: the root (the last token)
+    int32_t token;
+  };
+  int64_t most_rows = static_cast<int64_t>(members.size());
+  for (const size_t i : members) most_rows += proposals[i].max_nodes;
+  reserve_rows(most_rows, most_rows, 1);
+  std::vector<Row> frontier;
+  std::vector<int32_t> tokens, src;
+  for (const size_t i : members) {
+    check(
+        cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(frontier.size()) * d, proposals[i].hidden,
+                        static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft states");
+    src.push_back(static_cast<int32_t>(frontier.size()));
+    frontier.push_back({i, -1, proposals[i].last});
+  }
+  std::vector<bool> full(proposals.size(), false);
+  float* h = xg_.get();
+  float* z = xgn_.get();
+  for (size_t level = 0; !frontier.empty(); ++level) {
+    const auto n = static_cast<int64_t>(frontier.size());
+    tokens.clear();
+    for (const Row& row : frontier) tokens.push_back(row.token);
+    upload_draft_rows(weights, tokens, src);
+    std::vector<kernels::CandidateFilter> filters(frontier.size());
+    for (size_t j = 0; j < frontier.size(); ++j) {
+      const int32_t width = proposals[frontier[j].proposal].widths[level];
+      filters[j].top_k = width;
+      filters[j].greedy = width == 1 ? 1 : 0;
+    }
+    FilteredRows best;
+    launch(name_, "an mtp tree level", [&] { mtp_step_rows(weights, h, z, n); });
+    filter_rows(n, v, filters, best);  // ends with the stream's sync
+    std::vector<Row> next;
+    std::vector<int32_t> next_src;
+    for (size_t j = 0; j < frontier.size(); ++j) {
+      const Row& row = frontier[j];
+      const size_t p = row.proposal;
+      if (full[p]) continue;
+      const MtpProposal& proposal = proposals[p];
+      const int32_t take = static_cast<int32_t>(std::min<int64_t>(proposal.widths[level], v));
+      // The row's best `take` columns, best first, ties to the lower column.
+      const LogitRow candidates = best.row(static_cast<int64_t>(j));
+      std::vector<int32_t> columns;
+      if (candidates.whole()) {
+        columns = top_tokens(candidates.logits.data(), v, take);
+      } else {
+        std::vector<std::pair<float, int32_t>> ranked;
+        for (size_t c = 0; c < candidates.ids.size(); ++c)
+          ranked.emplace_back(candidates.logits[c], candidates.ids[c]);
+        if (!candidates.ranked)
+          std::stable_sort(ranked.begin(), ranked.end(),
+                           [](const auto& a, const auto& b) { return a.first > b.first; });
+        for (int32_t c = 0; c < take && c < static_cast<int32_t>(ranked.size()); ++c)
+          columns.push_back(ranked[static_cast<size_t>(c)].second);
+      }
+      for (const int32_t column : columns) {
+        if (static_cast<int32_t>(drafts[p].size()) == proposal.max_nodes) {
+          full[p] = true;
+          break;
+        }
+        const int32_t token = vocab[static_cast<size_t>(column)];
+        if (level + 1 < proposal.widths.size()) {
+          next.push_back({p, static_cast<int32_t>(drafts[p].size()), token});
+          next_src.push_back(static_cast<int32_t>(j));
+        }
+        drafts[p].push_back(token);
+        parents[p].push_back(row.index);
+      }
+    }
+    frontier = std::move(next);
+    src = std::move(next_src);
+    std::swap(h, z);
+  }
 }
 
 }  // namespace

@@ -131,14 +131,14 @@ void Device::medusa_top(std::span<const MedusaProposal> proposals, std::span<con
   lm_head_top(z.data(), static_cast<int64_t>(z.size()) / n_embd, wanted, best);
 }
 
-void Device::mtp_chains(std::span<const MtpProposal> proposals,
-                        std::vector<std::vector<int32_t>>& drafts) {
+void Device::mtp_propose(std::span<const MtpProposal> proposals,
+                         std::vector<std::vector<int32_t>>& drafts,
+                         std::vector<std::vector<int32_t>>& parents) {
   drafts.assign(proposals.size(), {});
+  parents.assign(proposals.size(), {});
   for (size_t i = 0; i < proposals.size(); ++i) {
     const MtpProposal& p = proposals[i];
-    const std::vector<int32_t> chain(static_cast<size_t>(p.levels), 1);
-    std::vector<int32_t> parent;
-    p.head->mtp_propose(model(), p.hidden, p.last, chain, p.levels, drafts[i], parent);
+    p.head->mtp_propose(model(), p.hidden, p.last, p.widths, p.max_nodes, drafts[i], parents[i]);
   }
 }
 

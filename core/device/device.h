@@ -65,13 +65,16 @@ struct MedusaProposal {
   int32_t levels = 0;
 };
 
-// One request's mtp chain: its head (type mtp), the hidden state of its last token's row
-// (n_embd floats in host memory), that token, and how many drafts to chain.
+// One request's mtp drafts: its head (type mtp), the hidden state of its last token's row
+// (n_embd floats in host memory), that token, and the static tree to draft: every node of depth
+// l gets its widths[l] best tokens as children (all 1: a chain), at most max_nodes nodes in
+// level order (DraftHead::mtp_propose).
 struct MtpProposal {
   std::shared_ptr<const DraftHead> head;
   const float* hidden = nullptr;
   int32_t last = 0;
-  int32_t levels = 0;
+  std::vector<int32_t> widths;
+  int32_t max_nodes = 0;
 };
 
 class Device {
@@ -113,16 +116,17 @@ class Device {
   // weights kept on the device while it is used. Worker thread.
   virtual void medusa_top(std::span<const MedusaProposal> proposals,
                           std::span<const int32_t> wanted, std::vector<std::vector<int32_t>>& best);
-  // Whether mtp_chains drafts on the device (a GPU); false: the worker drafts mtp heads on its
+  // Whether mtp_propose drafts on the device (a GPU); false: the worker drafts mtp heads on its
   // host threads, where it can also split one request's steps over them.
   virtual bool mtp_on_device() const { return false; }
-  // mtp heads' chains: drafts[i] = proposal i's `levels` drafts, each step's token the best of
-  // the head's draft vocabulary (ties to the lower id), as DraftHead::mtp_propose drafts a chain.
-  // A GPU computes in BF16 where the host reads the LM head's stored type, so a draft may differ
-  // where two logits are nearly equal (the drafts only propose: the output is the same). The
-  // default drafts on the calling thread. Worker thread.
-  virtual void mtp_chains(std::span<const MtpProposal> proposals,
-                          std::vector<std::vector<int32_t>>& drafts);
+  // mtp heads' static trees and chains: drafts[i] and parents[i] as DraftHead::mtp_propose gives
+  // them for proposal i (parent −1: the last token), each node's children the best tokens of the
+  // head's draft vocabulary (ties to the lower id). A GPU computes in BF16 where the host reads
+  // the LM head's stored type, so a draft may differ where two logits nearly tie (drafts only
+  // propose: the output is the same). The default drafts on the calling thread. Worker thread.
+  virtual void mtp_propose(std::span<const MtpProposal> proposals,
+                           std::vector<std::vector<int32_t>>& drafts,
+                           std::vector<std::vector<int32_t>>& parents);
   // Draft heads' proposals: best[r] = the wanted[r] tokens with the largest logits of the LM
   // head over z's row r (z: (n, n_embd)), best first, ties to the lower id (kernels::argmax's
   // choice for one; top_tokens). The default runs lm_head and picks on the host threads; a GPU

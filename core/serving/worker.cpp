@@ -829,7 +829,7 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   // Every running request with a head and a fresh hidden state. Medusa heads: K residual rows
   // each, then one LM-head pass over all of them. mtp heads: their own sequential steps, one
   // request per host thread.
-  std::vector<Engine::Record*> proposing, sequential, device_chains;
+  std::vector<Engine::Record*> proposing, sequential, on_device;
   medusa_.clear();
   const auto others = static_cast<int32_t>(scheduler_.running().size()) - 1;
   for (const SequenceId seq : scheduler_.running()) {
@@ -847,15 +847,16 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
       continue;
     }
     if (record.head->is_mtp()) {
-      // Chains go to a device that drafts them itself (a GPU); trees stay on the host.
-      (device_->mtp_on_device() && record.request.tree_shape.empty() ? device_chains : sequential)
-          .push_back(&record);
+      // Chains and static trees go to a device that drafts them itself (a GPU); best-first
+      // trees stay on the host.
+      const bool best_first = !record.request.tree_shape.empty() && record.request.tree_nodes > 0;
+      (device_->mtp_on_device() && !best_first ? on_device : sequential).push_back(&record);
       continue;
     }
     proposing.push_back(&record);
     medusa_.push_back({record.head, record.draft_hidden.data(), record.draft_levels()});
   }
-  if (!device_chains.empty()) propose_chains_on_device(device_chains);
+  if (!on_device.empty()) propose_on_device(on_device);
   if (!sequential.empty()) propose_sequential(sequential);
   if (proposing.empty()) return;
   const MetricsTime start = MetricsClock::now();
@@ -895,15 +896,25 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
   }
 }
 
-void Worker::propose_chains_on_device(const std::vector<Engine::Record*>& records) {
+void Worker::propose_on_device(const std::vector<Engine::Record*>& records) {
   const MetricsTime start = MetricsClock::now();
   std::vector<MtpProposal> proposals;
-  for (Engine::Record* record : records)
-    proposals.push_back({record->head, record->draft_hidden.data(),
-                         scheduler_.sequence(record->id).tokens.back(), record->draft_levels()});
-  std::vector<std::vector<TokenId>> chains;
-  device_->mtp_chains(proposals, chains);
-  // One pass drafted every chain: each request's share of its time is by its length.
+  for (Engine::Record* record : records) {
+    const std::vector<int32_t>& shape = record->request.tree_shape;
+    const auto levels = static_cast<size_t>(record->draft_levels());
+    MtpProposal& p = proposals.emplace_back();
+    p.head = record->head;
+    p.hidden = record->draft_hidden.data();
+    p.last = scheduler_.sequence(record->id).tokens.back();
+    if (shape.empty())
+      p.widths.assign(levels, 1);
+    else
+      p.widths.assign(shape.begin(), shape.begin() + static_cast<ptrdiff_t>(levels));
+    p.max_nodes = record->head_tree_nodes();
+  }
+  std::vector<std::vector<TokenId>> drafts, parents;
+  device_->mtp_propose(proposals, drafts, parents);
+  // One pass drafted them all: each request's share of its time is by its levels.
   const double seconds = seconds_between(start, MetricsClock::now());
   int64_t total = 0;
   for (Engine::Record* record : records) total += record->draft_levels();
@@ -912,7 +923,8 @@ void Worker::propose_chains_on_device(const std::vector<Engine::Record*>& record
     const double share = seconds * record.draft_levels() / static_cast<double>(total);
     record.draft_hidden.clear();
     proposal_costs_.record(record.draft_levels(), share);
-    set_draft(record, record.draft_levels(), std::move(chains[i]), {});
+    if (record.request.tree_shape.empty()) parents[i].clear();  // a chain
+    set_draft(record, record.draft_levels(), std::move(drafts[i]), std::move(parents[i]));
     std::lock_guard lock(record.mutex);
     record.info.speculation.draft_s += share;
   }

@@ -347,11 +347,11 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
                               .arg(want[i])));
   }
 
-  // mtp chains on the GPU. With W = 0 and b = 0 every step's state is h itself, so every draft
-  // is the best token of the draft vocabulary under the GPU's own LM head over h: exactly
-  // checkable. With random weights, the GPU's chains against the host's (which reads the LM
-  // head's stored type rather than BF16, so a near-tie may go the other way: counted, not
-  // asserted).
+  // mtp chains and static trees on the GPU. With W = 0 and b = 0 every node's state is h itself,
+  // so every node's children are the best tokens of the draft vocabulary under the GPU's own LM
+  // head over h: exactly checkable. With random weights, the GPU's drafts against the host's
+  // (which reads the LM head's stored type rather than BF16, so a near-tie may go the other way:
+  // counted, not asserted).
   std::vector<TokenId> draft_vocab;
   for (int32_t t = 5; t < static_cast<int32_t>(hp.n_vocab); t += 97) draft_vocab.push_back(t);
   DraftHeadInfo mtp_info;
@@ -360,38 +360,55 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   mtp_info.n_embd = static_cast<int32_t>(hp.n_embd);
   mtp_info.n_vocab = static_cast<int32_t>(hp.n_vocab);
   auto zero_mtp = std::make_shared<DraftHead>(make_mtp_head(mtp_info, draft_vocab));
-  const std::vector<MtpProposal> chains_asked = {{zero_mtp, z.data(), 7, 4},
-                                                 {zero_mtp, z.data() + hp.n_embd, 11, 2}};
-  std::vector<std::vector<int32_t>> chains;
-  gpu->mtp_chains(chains_asked, chains);
-  QCOMPARE(chains.size(), size_t{2});
+  // The draft vocabulary by the GPU's logits over z's row r, best first, ties to the lower id.
+  auto ranked = [&](size_t r) {
+    const float* row = gpu_logits.data() + r * hp.n_vocab;
+    std::vector<TokenId> order = draft_vocab;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](TokenId a, TokenId b) { return row[a] > row[b]; });
+    return order;
+  };
+  std::vector<std::vector<int32_t>> drafts, parents;
+  // A chain alone (the chain path: tokens stay on the GPU between steps).
+  gpu->mtp_propose({{{zero_mtp, z.data(), 7, {1, 1, 1, 1}, 64}}}, drafts, parents);
   // (With block_gemv the LM head's logits above come from the file's blocks, not the BF16 rows
-  // the chains read: not the same bits.)
-  for (size_t i = 0; i < chains.size() && !block_gemv; ++i) {
-    const float* row = gpu_logits.data() + i * hp.n_vocab;  // the GPU's LM head over z row i
-    TokenId best = draft_vocab.front();
-    for (const TokenId t : draft_vocab)
-      if (row[t] > row[best]) best = t;
-    QCOMPARE(chains[i], std::vector<int32_t>(static_cast<size_t>(chains_asked[i].levels), best));
+  // the drafts read: not the same bits.)
+  if (!block_gemv) {
+    const TokenId best = ranked(0).front();
+    QCOMPARE(drafts[0], std::vector<int32_t>(4, best));
+    QCOMPARE(parents[0], (std::vector<int32_t>{-1, 0, 1, 2}));
+  }
+  // A chain and a tree of 3 then 2 children cut at 7 nodes (the tree path, a level at a time).
+  const std::vector<MtpProposal> mixed = {{zero_mtp, z.data() + hp.n_embd, 11, {1, 1}, 64},
+                                          {zero_mtp, z.data() + 2 * hp.n_embd, 13, {3, 2}, 7}};
+  gpu->mtp_propose(mixed, drafts, parents);
+  if (!block_gemv) {
+    const std::vector<TokenId> r1 = ranked(1), r2 = ranked(2);
+    QCOMPARE(drafts[0], (std::vector<int32_t>{r1[0], r1[0]}));
+    QCOMPARE(parents[0], (std::vector<int32_t>{-1, 0}));
+    QCOMPARE(drafts[1], (std::vector<int32_t>{r2[0], r2[1], r2[2], r2[0], r2[1], r2[0], r2[1]}));
+    QCOMPARE(parents[1], (std::vector<int32_t>{-1, -1, -1, 0, 0, 1, 1}));
   }
   auto random_mtp = std::make_shared<DraftHead>(*zero_mtp);
   std::normal_distribution<float> mtp_noise(0.0f, 0.05f);
   for (float& x : random_mtp->w[0]) x = mtp_noise(rng);
-  const std::vector<MtpProposal> random_asked = {{random_mtp, z.data(), 7, 4},
-                                                 {random_mtp, z.data() + 2 * hp.n_embd, 11, 3}};
-  std::vector<std::vector<int32_t>> host_chains;
-  gpu->mtp_chains(random_asked, chains);
-  gpu->Device::mtp_chains(random_asked, host_chains);
+  const std::vector<MtpProposal> random_asked = {
+      {random_mtp, z.data(), 7, {1, 1, 1, 1}, 64},
+      {random_mtp, z.data() + 2 * hp.n_embd, 11, {3, 2, 2, 1}, 20}};
+  std::vector<std::vector<int32_t>> host_drafts, host_parents;
+  gpu->mtp_propose(random_asked, drafts, parents);
+  gpu->Device::mtp_propose(random_asked, host_drafts, host_parents);
   int same = 0, total = 0;
-  for (size_t i = 0; i < chains.size(); ++i) {
-    QCOMPARE(chains[i].size(), static_cast<size_t>(random_asked[i].levels));
-    for (size_t k = 0; k < chains[i].size(); ++k) {
-      QVERIFY(std::binary_search(draft_vocab.begin(), draft_vocab.end(), chains[i][k]));
-      same += chains[i][k] == host_chains[i][k];
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    QCOMPARE(drafts[i].size(), host_drafts[i].size());  // the tree's shape does not depend on them
+    QCOMPARE(parents[i], host_parents[i]);
+    for (size_t k = 0; k < drafts[i].size(); ++k) {
+      QVERIFY(std::binary_search(draft_vocab.begin(), draft_vocab.end(), drafts[i][k]));
+      same += drafts[i][k] == host_drafts[i][k];
       ++total;
     }
   }
-  qInfo("mtp chains: %d of %d drafts as the host drafts them", same, total);
+  qInfo("mtp drafts: %d of %d as the host drafts them", same, total);
 }
 
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and
@@ -572,10 +589,10 @@ void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
 }
 
 // Greedy output with a draft head equals the output without one on the GPU: Medusa chains and
-// trees, an mtp chain, colocated and on two partitions of the GPU. The synthetic model's random
-// logits have no near-ties to speak of, but the GPU's GEMMs may round a row differently at
-// another batch size (cuBLASLt picks its algorithm per shape), so a mismatch here is first to be
-// checked for a top-2 gap within that rounding.
+// trees, an mtp chain and tree (drafted on the GPU), colocated and on two partitions of the GPU.
+// The synthetic model's random logits have no near-ties to speak of, but the GPU's GEMMs may round
+// a row differently at another batch size (cuBLASLt picks its algorithm per shape), so a mismatch
+// here is first to be checked for a top-2 gap within that rounding.
 void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
@@ -607,6 +624,7 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
       {"medusa chain", medusa, {}, false},
       {"medusa tree 2,2,2", medusa, {2, 2, 2}, false},
       {"mtp chain", mtp, {}, false},
+      {"mtp tree 2,2,1", mtp, {2, 2, 1}, false},
       {"medusa chain, two partitions", medusa, {}, true},
       {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64}};
   std::vector<std::vector<TokenId>> plain;
