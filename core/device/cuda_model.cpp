@@ -372,7 +372,10 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
     logger("device")->log(missed ? spdlog::level::warn : spdlog::level::info, "{}: {}", name_,
                           partition_.note());
   }
-  launch(name_, "cuBLASLt", [&] { gemm_ = std::make_unique<kernels::CublasGemm>(); });
+  // cuBLASLt plans its products for the SMs this partition has (all of them without a split).
+  const int gemm_sms = partition_.green() ? partition_.sms() : 0;
+  launch(name_, "cuBLASLt",
+         [&] { gemm_ = std::make_unique<kernels::CublasGemm>(size_t{32} << 20, gemm_sms); });
   kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_);
   w_ = shared_weights(model_, spec.index, block_gemv_, name_, stream_);
 }

@@ -15,7 +15,8 @@ void check_cublas(cublasStatus_t status, const char* expr, const char* file, int
                            cublaslt().status_string(status));
 }
 
-CublasGemm::CublasGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+CublasGemm::CublasGemm(size_t workspace_bytes, int sm_count_target)
+    : workspace_bytes_(workspace_bytes), sm_count_target_(sm_count_target) {
   TOKENFAB_CUBLAS_CHECK(cublaslt().create(&handle_));
   if (workspace_bytes_ > 0) {
     const cudaError_t err = cudaMalloc(&workspace_, workspace_bytes_);
@@ -49,10 +50,13 @@ const CublasGemm::Plan& CublasGemm::plan_for(int64_t m, int64_t n, int64_t k) {
   Plan p;
   TOKENFAB_CUBLAS_CHECK(cublaslt().matmul_desc_create(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  TOKENFAB_CUBLAS_CHECK(
-      cublaslt().matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
-  TOKENFAB_CUBLAS_CHECK(
-      cublaslt().matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
+  TOKENFAB_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                             &trans_a, sizeof trans_a));
+  TOKENFAB_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                             &trans_b, sizeof trans_b));
+  if (sm_count_target_ > 0)  // a hint: an older cuBLASLt without it plans for the whole GPU
+    cublaslt().matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                         &sm_count_target_, sizeof sm_count_target_);
   TOKENFAB_CUBLAS_CHECK(cublaslt().matrix_layout_create(&p.a, CUDA_R_16BF, k, n, k));  // our b
   TOKENFAB_CUBLAS_CHECK(cublaslt().matrix_layout_create(&p.b, CUDA_R_16BF, k, m, k));  // our a
   TOKENFAB_CUBLAS_CHECK(cublaslt().matrix_layout_create(&p.c, CUDA_R_32F, n, m, n));
@@ -93,8 +97,8 @@ void CublasGemm::bf16_nt(const uint16_t* a, const uint16_t* b, float* c, int64_t
   if (m == 0 || n == 0) return;
   const Plan& p = plan_for(m, n, k);
   const float alpha = 1.0f, beta = 0.0f;
-  TOKENFAB_CUBLAS_CHECK(cublaslt().matmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c,
-                                       &p.algo, workspace_, workspace_bytes_, stream));
+  TOKENFAB_CUBLAS_CHECK(cublaslt().matmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c,
+                                          p.c, &p.algo, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace tokenfab::kernels

@@ -18,8 +18,11 @@ void check_cublas(cublasStatus_t status, const char* expr, const char* file, int
 class CublasGemm {
  public:
   // On the current device: a cuBLASLt handle and a workspace of `workspace_bytes` (cudaMalloc).
-  // Throws std::runtime_error when either cannot be had.
-  explicit CublasGemm(size_t workspace_bytes = size_t{32} << 20);
+  // sm_count_target > 0: the products run on that many SMs (a green-context partition of the
+  // GPU), so cuBLASLt chooses and sizes its kernels for them (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET;
+  // ignored where this cuBLASLt lacks the attribute); 0: the whole GPU.
+  // Throws std::runtime_error when the handle or the workspace cannot be had.
+  explicit CublasGemm(size_t workspace_bytes = size_t{32} << 20, int sm_count_target = 0);
   ~CublasGemm();
   CublasGemm(const CublasGemm&) = delete;
   CublasGemm& operator=(const CublasGemm&) = delete;
@@ -45,6 +48,7 @@ class CublasGemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int32_t sm_count_target_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
 };
 
