@@ -133,9 +133,20 @@ __global__ void __launch_bounds__(kThreads)
   for (int shift = 32 - kRadixBits; shift >= 0; shift -= kRadixBits) {
     for (int b = tid; b < kRadixBins; b += kThreads) histogram[b] = 0;
     __syncthreads();
-    for (int64_t i = tid; i < n; i += kThreads) {
-      const uint32_t key = order_key(value_at(row, i));
-      if ((key & mask) == threshold) atomicAdd(&histogram[(key >> shift) & (kRadixBins - 1)], 1u);
+    // Most keys share the top byte (sign and exponent), so the lanes of a warp that fall in one
+    // bin add their count once, through their lowest lane (every lane runs every round, as
+    // __match_any_sync needs).
+    for (int64_t base = 0; base < n; base += kThreads) {
+      const int64_t i = base + tid;
+      constexpr uint32_t kNoBin = kRadixBins;
+      uint32_t bin = kNoBin;
+      if (i < n) {
+        const uint32_t key = order_key(value_at(row, i));
+        if ((key & mask) == threshold) bin = (key >> shift) & (kRadixBins - 1);
+      }
+      const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+      if (bin != kNoBin && tid % 32 == __ffs(static_cast<int>(peers)) - 1)
+        atomicAdd(&histogram[bin], static_cast<uint32_t>(__popc(peers)));
     }
     __syncthreads();
     if (tid == 0) {
