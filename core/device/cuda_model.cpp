@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "kernels/cuda/paged_rows.h"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/row_logsumexp.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 #endif
 
@@ -169,6 +171,23 @@ class CudaKvPool final : public KvPool {
   std::vector<DeviceArray<uint16_t>> k_, v_;
 };
 
+// The `take` best (logit, column) of a row of n logits as filter_rows returned it (candidates
+// under top-k = take, or the whole row), best first, ties to the lower column.
+std::vector<std::pair<float, int32_t>> best_columns(const LogitRow& row, int64_t n, int32_t take) {
+  std::vector<std::pair<float, int32_t>> ranked;
+  if (row.whole()) {
+    for (const int32_t c : top_tokens(row.logits.data(), n, take))
+      ranked.emplace_back(row.logits[static_cast<size_t>(c)], c);
+    return ranked;
+  }
+  for (size_t c = 0; c < row.ids.size(); ++c) ranked.emplace_back(row.logits[c], row.ids[c]);
+  if (!row.ranked)  // every token, in column order (top-k did not limit the row)
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (static_cast<int32_t>(ranked.size()) > take) ranked.resize(static_cast<size_t>(take));
+  return ranked;
+}
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
@@ -243,6 +262,12 @@ class CudaDevice final : public Device {
   void mtp_tree_group(std::span<const MtpProposal> proposals, const std::vector<size_t>& members,
                       const DraftWeights& weights, std::vector<std::vector<int32_t>>& drafts,
                       std::vector<std::vector<int32_t>>& parents);
+  // Best-first trees (MtpProposal::best_first): a level at a time, only the nodes that can still
+  // be among the most probable ones expanded, their normalisers computed on the GPU.
+  void mtp_best_first_group(std::span<const MtpProposal> proposals,
+                            const std::vector<size_t>& members, const DraftWeights& weights,
+                            std::vector<std::vector<int32_t>>& drafts,
+                            std::vector<std::vector<int32_t>>& parents);
   // The rows of one mtp step: each row's token and the row of the states it reads (src), and
   // the head's W and b for every row, to the GPU.
   void upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
@@ -311,6 +336,7 @@ class CudaDevice final : public Device {
   DeviceArray<int32_t> medusa_src_;
   // mtp chains: the rows' tokens (the last, then each step's draft), and every step's drafts.
   DeviceArray<int32_t> mtp_tokens_, mtp_drafts_;
+  DeviceArray<float> row_lse_;  // best-first trees: each expanded row's log-sum-exp
 
   // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
   // so any buffer it uses growing drops them all.
@@ -1001,16 +1027,19 @@ void CudaDevice::mtp_propose(std::span<const MtpProposal> proposals,
                   "' cannot draft that mtp tree for this model");
     if (!p.widths.empty() && p.max_nodes > 0) by_head[p.head.get()].push_back(i);
   }
-  for (const auto& [key, members] : by_head) {
-    const DraftWeights& weights = draft_weights(proposals[members.front()].head);
+  for (const auto& [key, all] : by_head) {
+    const DraftWeights& weights = draft_weights(proposals[all.front()].head);
+    std::vector<size_t> best_first, members;
+    for (const size_t i : all) (proposals[i].best_first ? best_first : members).push_back(i);
     const bool chains = std::all_of(members.begin(), members.end(), [&](size_t i) {
       return std::all_of(proposals[i].widths.begin(), proposals[i].widths.end(),
                          [](int32_t w) { return w == 1; });
     });
-    if (chains)
+    if (!members.empty() && chains)
       mtp_chain_group(proposals, members, weights, drafts, parents);
-    else
+    else if (!members.empty())
       mtp_tree_group(proposals, members, weights, drafts, parents);
+    if (!best_first.empty()) mtp_best_first_group(proposals, best_first, weights, drafts, parents);
   }
   evict_draft_heads();  // every head's drafts have synced
 }
@@ -1154,20 +1183,7 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
       const int32_t take = static_cast<int32_t>(std::min<int64_t>(proposal.widths[level], v));
       // The row's best `take` columns, best first, ties to the lower column.
       const LogitRow candidates = best.row(static_cast<int64_t>(j));
-      std::vector<int32_t> columns;
-      if (candidates.whole()) {
-        columns = top_tokens(candidates.logits.data(), v, take);
-      } else {
-        std::vector<std::pair<float, int32_t>> ranked;
-        for (size_t c = 0; c < candidates.ids.size(); ++c)
-          ranked.emplace_back(candidates.logits[c], candidates.ids[c]);
-        if (!candidates.ranked)
-          std::stable_sort(ranked.begin(), ranked.end(),
-                           [](const auto& a, const auto& b) { return a.first > b.first; });
-        for (int32_t c = 0; c < take && c < static_cast<int32_t>(ranked.size()); ++c)
-          columns.push_back(ranked[static_cast<size_t>(c)].second);
-      }
-      for (const int32_t column : columns) {
+      for (const auto& [logit, column] : best_columns(candidates, v, take)) {
         if (static_cast<int32_t>(drafts[p].size()) == proposal.max_nodes) {
           full[p] = true;
           break;
@@ -1184,6 +1200,154 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
     frontier = std::move(next);
     src = std::move(next_src);
     std::swap(h, z);
+  }
+}
+
+void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
+                                      const std::vector<size_t>& members,
+                                      const DraftWeights& weights,
+                                      std::vector<std::vector<int32_t>>& drafts,
+                                      std::vector<std::vector<int32_t>>& parents) {
+  const int64_t d = hp_.n_embd;
+  const auto v = static_cast<int64_t>(weights.head->vocab.size());
+  const std::vector<int32_t>& vocab = weights.head->vocab;
+  // Level by level, the nodes of the whole `widths` tree that can still be among a proposal's
+  // max_nodes most probable ones (path probability: the product of the head's softmax over its
+  // vocabulary from the last token down) are expanded together. A deeper node is never more
+  // probable than its parent, so the best max_nodes so far only get better as nodes are found:
+  // a node ranked below them now never enters, and the final best max_nodes are the ones
+  // DraftHead::mtp_propose_best_first grows one by one (ties aside).
+  struct Node {
+    double log_p;
+    int64_t order;  // ties: the node found first
+    int32_t token;
+    int32_t parent;     // index in the proposal's nodes; −1: the last token
+    int32_t depth;      // 1: a child of the last token
+    int32_t state_row;  // the row of its parent's state at the level that found it
+  };
+  const auto better = [](const Node& a, const Node& b) {
+    return a.log_p > b.log_p || (a.log_p == b.log_p && a.order < b.order);
+  };
+  std::vector<std::vector<Node>> found(members.size());
+  struct Row {
+    size_t member;
+    int32_t node;  // −1: the root
+    double log_p;
+    int32_t depth;
+  };
+  int64_t most_rows = static_cast<int64_t>(members.size());
+  for (const size_t i : members) most_rows += proposals[i].max_nodes;
+  reserve_rows(most_rows, most_rows, 1);
+  row_lse_.reserve(static_cast<size_t>(most_rows), name_, "draft normalisers");
+  std::vector<Row> rows;
+  std::vector<int32_t> tokens, src;
+  for (size_t t = 0; t < members.size(); ++t) {
+    const MtpProposal& p = proposals[members[t]];
+    check(cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(t) * d, p.hidden,
+                          static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+          name_, "uploading draft states");
+    rows.push_back({t, -1, 0.0, 0});
+    tokens.push_back(p.last);
+    src.push_back(static_cast<int32_t>(t));
+  }
+  float* h = xg_.get();
+  float* z = xgn_.get();
+  std::vector<float> lse;
+  while (!rows.empty()) {
+    const auto n = static_cast<int64_t>(rows.size());
+    upload_draft_rows(weights, tokens, src);
+    std::vector<kernels::CandidateFilter> filters(rows.size());
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const int32_t width =
+          proposals[members[rows[j].member]].widths[static_cast<size_t>(rows[j].depth)];
+      filters[j].top_k = width;
+      filters[j].greedy = width == 1 ? 1 : 0;
+    }
+    lse.resize(rows.size());
+    launch(name_, "a best-first mtp tree level", [&] {
+      mtp_step_rows(weights, h, z, n);
+      kernels::launch_row_logsumexp(logits_.get(), n, v, row_lse_.get(), stream_);
+    });
+    check(cudaMemcpyAsync(lse.data(), row_lse_.get(), lse.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          name_, "downloading draft normalisers");
+    FilteredRows best;
+    filter_rows(n, v, filters, best);  // ends with the stream's sync (lse is down too)
+    // Each row's children, best first.
+    std::vector<size_t> fresh_from(members.size());
+    for (size_t t = 0; t < members.size(); ++t) fresh_from[t] = found[t].size();
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const Row& row = rows[j];
+      const int32_t take = static_cast<int32_t>(std::min<int64_t>(filters[j].top_k, v));
+      const LogitRow candidates = best.row(static_cast<int64_t>(j));
+      std::vector<Node>& nodes = found[row.member];
+      for (const auto& [logit, column] : best_columns(candidates, v, take))
+        nodes.push_back({row.log_p + static_cast<double>(logit) - static_cast<double>(lse[j]),
+                         static_cast<int64_t>(nodes.size()), vocab[static_cast<size_t>(column)],
+                         row.node, row.depth + 1, static_cast<int32_t>(j)});
+    }
+    // The next level: the nodes just found that rank among their proposal's best max_nodes and
+    // have children to draft.
+    std::vector<Row> next;
+    std::vector<int32_t> next_tokens, next_src;
+    for (size_t t = 0; t < members.size(); ++t) {
+      const MtpProposal& p = proposals[members[t]];
+      std::vector<Node>& nodes = found[t];
+      std::vector<int32_t> by_rank(nodes.size());
+      std::iota(by_rank.begin(), by_rank.end(), 0);
+      std::sort(by_rank.begin(), by_rank.end(), [&](int32_t a, int32_t b) {
+        return better(nodes[static_cast<size_t>(a)], nodes[static_cast<size_t>(b)]);
+      });
+      const size_t keep = std::min(by_rank.size(), static_cast<size_t>(p.max_nodes));
+      for (size_t r = 0; r < keep; ++r) {
+        const auto at = static_cast<size_t>(by_rank[r]);
+        const Node& node = nodes[at];
+        if (at < fresh_from[t] || node.depth >= static_cast<int32_t>(p.widths.size())) continue;
+        next.push_back({t, static_cast<int32_t>(at), node.log_p, node.depth});
+        next_tokens.push_back(node.token);
+        next_src.push_back(node.state_row);
+      }
+    }
+    rows = std::move(next);
+    tokens = std::move(next_tokens);
+    src = std::move(next_src);
+    std::swap(h, z);
+  }
+  // Each proposal's best max_nodes in level order: by depth, then by the parent's place, then
+  // best first.
+  for (size_t t = 0; t < members.size(); ++t) {
+    const size_t i = members[t];
+    std::vector<Node>& nodes = found[t];
+    std::vector<int32_t> chosen(nodes.size());
+    std::iota(chosen.begin(), chosen.end(), 0);
+    std::sort(chosen.begin(), chosen.end(), [&](int32_t a, int32_t b) {
+      return better(nodes[static_cast<size_t>(a)], nodes[static_cast<size_t>(b)]);
+    });
+    chosen.resize(std::min(chosen.size(), static_cast<size_t>(proposals[i].max_nodes)));
+    std::vector<int32_t> place(nodes.size(), -1);
+    std::vector<int32_t> ordered;
+    for (int32_t depth = 1; ordered.size() < chosen.size(); ++depth) {
+      std::vector<int32_t> level;
+      for (const int32_t c : chosen)
+        if (nodes[static_cast<size_t>(c)].depth == depth) level.push_back(c);
+      // chosen is best first, so a stable sort by the parent's place keeps each parent's
+      // children best first.
+      std::stable_sort(level.begin(), level.end(), [&](int32_t a, int32_t b) {
+        const int32_t pa = nodes[static_cast<size_t>(a)].parent;
+        const int32_t pb = nodes[static_cast<size_t>(b)].parent;
+        return (pa < 0 ? -1 : place[static_cast<size_t>(pa)]) <
+               (pb < 0 ? -1 : place[static_cast<size_t>(pb)]);
+      });
+      for (const int32_t c : level) {
+        place[static_cast<size_t>(c)] = static_cast<int32_t>(ordered.size());
+        ordered.push_back(c);
+      }
+    }
+    for (const int32_t c : ordered) {
+      const Node& node = nodes[static_cast<size_t>(c)];
+      drafts[i].push_back(node.token);
+      parents[i].push_back(node.parent < 0 ? -1 : place[static_cast<size_t>(node.parent)]);
+    }
   }
 }
 

@@ -138,7 +138,11 @@ void Device::mtp_propose(std::span<const MtpProposal> proposals,
   parents.assign(proposals.size(), {});
   for (size_t i = 0; i < proposals.size(); ++i) {
     const MtpProposal& p = proposals[i];
-    p.head->mtp_propose(model(), p.hidden, p.last, p.widths, p.max_nodes, drafts[i], parents[i]);
+    if (p.best_first)
+      p.head->mtp_propose_best_first(model(), p.hidden, p.last, p.widths, p.max_nodes, drafts[i],
+                                     parents[i]);
+    else
+      p.head->mtp_propose(model(), p.hidden, p.last, p.widths, p.max_nodes, drafts[i], parents[i]);
   }
 }
 

@@ -66,15 +66,17 @@ struct MedusaProposal {
 };
 
 // One request's mtp drafts: its head (type mtp), the hidden state of its last token's row
-// (n_embd floats in host memory), that token, and the static tree to draft: every node of depth
-// l gets its widths[l] best tokens as children (all 1: a chain), at most max_nodes nodes in
-// level order (DraftHead::mtp_propose).
+// (n_embd floats in host memory), that token, and the tree to draft: every node of depth l gets
+// its widths[l] best tokens as children (all 1: a chain), at most max_nodes nodes in level order
+// (DraftHead::mtp_propose); with best_first, the max_nodes nodes of that tree with the highest
+// path probability instead (DraftHead::mtp_propose_best_first).
 struct MtpProposal {
   std::shared_ptr<const DraftHead> head;
   const float* hidden = nullptr;
   int32_t last = 0;
   std::vector<int32_t> widths;
   int32_t max_nodes = 0;
+  bool best_first = false;
 };
 
 class Device {
@@ -119,11 +121,12 @@ class Device {
   // Whether mtp_propose drafts on the device (a GPU); false: the worker drafts mtp heads on its
   // host threads, where it can also split one request's steps over them.
   virtual bool mtp_on_device() const { return false; }
-  // mtp heads' static trees and chains: drafts[i] and parents[i] as DraftHead::mtp_propose gives
-  // them for proposal i (parent −1: the last token), each node's children the best tokens of the
-  // head's draft vocabulary (ties to the lower id). A GPU computes in BF16 where the host reads
-  // the LM head's stored type, so a draft may differ where two logits nearly tie (drafts only
-  // propose: the output is the same). The default drafts on the calling thread. Worker thread.
+  // mtp heads' chains and trees: drafts[i] and parents[i] as DraftHead::mtp_propose (or
+  // mtp_propose_best_first) gives them for proposal i (parent −1: the last token), each node's
+  // children the best tokens of the head's draft vocabulary (ties to the lower id). A GPU computes
+  // in BF16 where the host reads the LM head's stored type, so a draft may differ where two logits
+  // nearly tie (drafts only propose: the output is the same). The default drafts on the calling
+  // thread. Worker thread.
   virtual void mtp_propose(std::span<const MtpProposal> proposals,
                            std::vector<std::vector<int32_t>>& drafts,
                            std::vector<std::vector<int32_t>>& parents);

@@ -847,10 +847,8 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
       continue;
     }
     if (record.head->is_mtp()) {
-      // Chains and static trees go to a device that drafts them itself (a GPU); best-first
-      // trees stay on the host.
-      const bool best_first = !record.request.tree_shape.empty() && record.request.tree_nodes > 0;
-      (device_->mtp_on_device() && !best_first ? on_device : sequential).push_back(&record);
+      // A device that drafts mtp heads itself (a GPU) takes them all.
+      (device_->mtp_on_device() ? on_device : sequential).push_back(&record);
       continue;
     }
     proposing.push_back(&record);
@@ -911,6 +909,10 @@ void Worker::propose_on_device(const std::vector<Engine::Record*>& records) {
     else
       p.widths.assign(shape.begin(), shape.begin() + static_cast<ptrdiff_t>(levels));
     p.max_nodes = record->head_tree_nodes();
+    if (!shape.empty() && record->request.tree_nodes > 0) {
+      p.best_first = true;
+      p.max_nodes = std::min(record->request.tree_nodes, p.max_nodes);
+    }
   }
   std::vector<std::vector<TokenId>> drafts, parents;
   device_->mtp_propose(proposals, drafts, parents);

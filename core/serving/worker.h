@@ -114,8 +114,7 @@ class Worker {
   // it; false when the request proposes nothing this time (a plain step, or no draft at all).
   bool choose_draft_length(Engine::Record& record, int32_t other_rows);
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
-  // mtp chains and static trees drafted by the device itself (Device::mtp_on_device), in one
-  // call.
+  // mtp drafts by the device itself (Device::mtp_on_device), in one call.
   void propose_on_device(const std::vector<Engine::Record*>& records);
   // mtp heads: each request's drafts by its head's sequential steps (one request per thread).
   void propose_sequential(const std::vector<Engine::Record*>& records);

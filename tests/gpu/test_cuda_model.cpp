@@ -389,19 +389,72 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
     QCOMPARE(drafts[1], (std::vector<int32_t>{r2[0], r2[1], r2[2], r2[0], r2[1], r2[0], r2[1]}));
     QCOMPARE(parents[1], (std::vector<int32_t>{-1, -1, -1, 0, 0, 1, 1}));
   }
+  // Best-first trees of the zero head: each node's children come from the same softmax over the
+  // vocabulary, so the whole 3,2 tree (9 nodes) is the static one, and its 4 most probable
+  // nodes follow from the log-probabilities of the ranked tokens (checked unless the 4th and
+  // 5th nearly tie).
+  if (!block_gemv) {
+    const float* row = gpu_logits.data() + 2 * hp.n_vocab;
+    const std::vector<TokenId> r2 = ranked(2);
+    double top = -1e30, sum = 0.0;
+    for (const TokenId t : draft_vocab) top = std::max(top, static_cast<double>(row[t]));
+    for (const TokenId t : draft_vocab) sum += std::exp(static_cast<double>(row[t]) - top);
+    auto lp = [&](int rank) {
+      return static_cast<double>(row[r2[static_cast<size_t>(rank)]]) - top - std::log(sum);
+    };
+    gpu->mtp_propose({{{zero_mtp, z.data() + 2 * hp.n_embd, 13, {3, 2}, 64, true}}}, drafts,
+                     parents);
+    QCOMPARE(drafts[0],
+             (std::vector<int32_t>{r2[0], r2[1], r2[2], r2[0], r2[1], r2[0], r2[1], r2[0], r2[1]}));
+    QCOMPARE(parents[0], (std::vector<int32_t>{-1, -1, -1, 0, 0, 1, 1, 2, 2}));
+    // The 9 nodes by log-probability: (path of ranks, log p).
+    std::vector<std::pair<double, std::vector<int>>> all;
+    for (int a = 0; a < 3; ++a) {
+      all.push_back({lp(a), {a}});
+      for (int b = 0; b < 2; ++b) all.push_back({lp(a) + lp(b), {a, b}});
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    if (all[3].first - all[4].first > 1e-4) {
+      gpu->mtp_propose({{{zero_mtp, z.data() + 2 * hp.n_embd, 13, {3, 2}, 4, true}}}, drafts,
+                       parents);
+      QCOMPARE(drafts[0].size(), size_t{4});
+      // The same 4 paths, whatever their order in the level-ordered tree.
+      std::vector<std::vector<int>> want, got;
+      for (size_t k = 0; k < 4; ++k) want.push_back(all[k].second);
+      std::vector<int> rank_of(drafts[0].size());
+      for (size_t k = 0; k < drafts[0].size(); ++k) {
+        const int rank =
+            static_cast<int>(std::find(r2.begin(), r2.end(), drafts[0][k]) - r2.begin());
+        std::vector<int> path =
+            parents[0][k] < 0 ? std::vector<int>{} : got[static_cast<size_t>(parents[0][k])];
+        path.push_back(rank);
+        got.push_back(path);
+      }
+      std::sort(want.begin(), want.end());
+      std::vector<std::vector<int>> got_sorted = got;
+      std::sort(got_sorted.begin(), got_sorted.end());
+      QCOMPARE(got_sorted, want);
+    }
+  }
   auto random_mtp = std::make_shared<DraftHead>(*zero_mtp);
   std::normal_distribution<float> mtp_noise(0.0f, 0.05f);
   for (float& x : random_mtp->w[0]) x = mtp_noise(rng);
   const std::vector<MtpProposal> random_asked = {
       {random_mtp, z.data(), 7, {1, 1, 1, 1}, 64},
-      {random_mtp, z.data() + 2 * hp.n_embd, 11, {3, 2, 2, 1}, 20}};
+      {random_mtp, z.data() + 2 * hp.n_embd, 11, {3, 2, 2, 1}, 20},
+      {random_mtp, z.data() + hp.n_embd, 17, {4, 4, 4, 4}, 24, true}};
   std::vector<std::vector<int32_t>> host_drafts, host_parents;
   gpu->mtp_propose(random_asked, drafts, parents);
   gpu->Device::mtp_propose(random_asked, host_drafts, host_parents);
   int same = 0, total = 0;
   for (size_t i = 0; i < drafts.size(); ++i) {
-    QCOMPARE(drafts[i].size(), host_drafts[i].size());  // the tree's shape does not depend on them
-    QCOMPARE(parents[i], host_parents[i]);
+    QCOMPARE(drafts[i].size(), host_drafts[i].size());
+    // A static tree's shape does not depend on the tokens; a best-first tree's does, but each
+    // node's parent comes before it.
+    if (!random_asked[i].best_first) QCOMPARE(parents[i], host_parents[i]);
+    for (size_t k = 0; k < parents[i].size(); ++k)
+      QVERIFY(parents[i][k] >= -1 && parents[i][k] < static_cast<int32_t>(k));
     for (size_t k = 0; k < drafts[i].size(); ++k) {
       QVERIFY(std::binary_search(draft_vocab.begin(), draft_vocab.end(), drafts[i][k]));
       same += drafts[i][k] == host_drafts[i][k];

@@ -34,6 +34,7 @@
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/row_logsumexp.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 #include "tests/gpu/cuda_test_support.h"
 
@@ -121,6 +122,7 @@ class TestCudaOps : public QObject {
   void draft_residual_matches_cpu_data();
   void draft_residual_matches_cpu();
   void gather_rows_match_cpu_exactly();
+  void row_logsumexp_matches_cpu();
   void filter_candidates_matches_cpu_exactly_data();
   void filter_candidates_matches_cpu_exactly();
   void kv_pack_unpack_round_trip_data();
@@ -521,6 +523,41 @@ void TestCudaOps::gather_rows_match_cpu_exactly() {
     QVERIFY(std::equal(out.begin() + i * cols, out.begin() + (i + 1) * cols,
                        table.begin() + ids[i] * cols));
     QCOMPARE(gathered[i], values[ids[i]]);
+  }
+}
+
+// Each row's log-sum-exp against a double loop, on rows of a few to 49,152 values with NaNs and
+// -inf (skipped / adding nothing), and a row of NaNs only (-inf). Tolerance: the f32 sum of n
+// terms in [0, 1] is off by at most n·2^-24 relative, and expf/logf by 2 ulp: 1e-6·(|lse| + n/1e3).
+void TestCudaOps::row_logsumexp_matches_cpu() {
+  std::mt19937 rng(9);
+  for (const int64_t n : {int64_t{3}, int64_t{1000}, int64_t{49152}}) {
+    const int64_t rows = 5;
+    std::vector<float> x = random_floats(rng, rows * n, -20.0f, 20.0f);
+    x[1 * n] = std::nanf("");
+    x[2 * n + n - 1] = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) x[4 * n + i] = std::nanf("");
+    DeviceBuffer<float> dx(x.size()), dout(rows);
+    dx.upload(x);
+    launch_row_logsumexp(dx.get(), rows, n, dout.get(), stream_);
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<float> got = dout.download();
+    for (int64_t r = 0; r < rows; ++r) {
+      double top = -std::numeric_limits<double>::infinity(), sum = 0.0;
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isnan(x[r * n + i])) top = std::max(top, static_cast<double>(x[r * n + i]));
+      if (std::isinf(top)) {
+        QCOMPARE(got[r], -std::numeric_limits<float>::infinity());
+        continue;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isnan(x[r * n + i])) sum += std::exp(static_cast<double>(x[r * n + i]) - top);
+      const double want = top + std::log(sum);
+      QVERIFY2(
+          std::abs(got[r] - want) <= 1e-6 * (std::abs(want) + static_cast<double>(n) / 1e3),
+          qPrintable(
+              QStringLiteral("n %1 row %2: gpu %3, cpu %4").arg(n).arg(r).arg(got[r]).arg(want)));
+    }
   }
 }
 
