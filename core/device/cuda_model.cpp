@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -277,6 +278,9 @@ class CudaDevice final : public Device {
   void mtp_step_rows(const DraftWeights& weights, const float* h, float* z, int64_t n);
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
+  // The buffers drafting uses for `rows` rows of `cols` logits: x_ (embeddings), xg_ and xgn_
+  // (states), logits_, argmax_ and act16_ (a GEMM's bf16 input); the pass's other buffers stay.
+  void reserve_draft_rows(int64_t rows, int64_t cols);
   // c (m, n) = a (m, k) · w (n, k)ᵀ, a given in f32 and rounded to bf16 on the way in.
   // With `blocks` (a few rows), the GEMV reads them instead of w.
   void linear(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n, int64_t k,
@@ -469,6 +473,20 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= slots_.reserve(r, name_, "KV slots");
   grew |= att_rows_.reserve(r, name_, "attention rows");
   if (grew) drop_graphs();
+}
+
+void CudaDevice::reserve_draft_rows(int64_t rows, int64_t cols) {
+  const auto r = static_cast<size_t>(std::max<int64_t>(rows, 1));
+  const auto e = static_cast<size_t>(hp_.n_embd);
+  bool grew = false;
+  grew |= x_.reserve(r * e, name_, "draft rows");
+  grew |= xg_.reserve(r * e, name_, "draft rows");
+  grew |= xgn_.reserve(r * e, name_, "draft rows");
+  grew |= act16_.reserve(r * e, name_, "draft rows");
+  grew |=
+      logits_.reserve(r * static_cast<size_t>(std::max<int64_t>(cols, 1)), name_, "draft logits");
+  grew |= argmax_.reserve(r, name_, "draft rows");
+  if (grew) drop_graphs();  // the graphs hold the old addresses
 }
 
 void CudaDevice::drop_graphs() {
@@ -1089,7 +1107,7 @@ void CudaDevice::mtp_chain_group(std::span<const MtpProposal> proposals,
   // Rows: xg_ / xgn_ the states (h, then z: they swap each step), x_ the embeddings of the rows'
   // tokens, logits_ (m, |V|), argmax_ each row's best index into V. The tokens stay on the GPU
   // from step to step; all the drafts come down at the end.
-  reserve_rows(m, m, 1);
+  reserve_draft_rows(m, v);
   mtp_drafts_.reserve(static_cast<size_t>(m * steps), name_, "draft tokens");
   std::vector<int32_t> last, src;
   for (const size_t i : members) {
@@ -1143,9 +1161,23 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
     int32_t index;  // in drafts[proposal]; −1: the root (the last token)
     int32_t token;
   };
-  int64_t most_rows = static_cast<int64_t>(members.size());
-  for (const size_t i : members) most_rows += proposals[i].max_nodes;
-  reserve_rows(most_rows, most_rows, 1);
+  // A level's rows: per proposal at most min(max_nodes, the widths' product above the level).
+  int64_t most_rows = 0;
+  for (size_t level = 0;; ++level) {
+    int64_t level_rows = 0;
+    bool any = false;
+    for (const size_t i : members) {
+      const MtpProposal& p = proposals[i];
+      if (level >= p.widths.size()) continue;
+      any = true;
+      int64_t nodes = 1;
+      for (size_t l = 0; l < level && nodes < p.max_nodes; ++l) nodes *= p.widths[l];
+      level_rows += std::min<int64_t>(nodes, level == 0 ? 1 : p.max_nodes);
+    }
+    if (!any) break;
+    most_rows = std::max(most_rows, level_rows);
+  }
+  reserve_draft_rows(most_rows, v);
   std::vector<Row> frontier;
   std::vector<int32_t> tokens, src;
   for (const size_t i : members) {
@@ -1235,9 +1267,10 @@ void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
     double log_p;
     int32_t depth;
   };
-  int64_t most_rows = static_cast<int64_t>(members.size());
-  for (const size_t i : members) most_rows += proposals[i].max_nodes;
-  reserve_rows(most_rows, most_rows, 1);
+  // A level expands at most max_nodes nodes per proposal (those ranking among its best).
+  int64_t most_rows = 0;
+  for (const size_t i : members) most_rows += std::max(proposals[i].max_nodes, 1);
+  reserve_draft_rows(most_rows, v);
   row_lse_.reserve(static_cast<size_t>(most_rows), name_, "draft normalisers");
   std::vector<Row> rows;
   std::vector<int32_t> tokens, src;
@@ -1281,10 +1314,16 @@ void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
       const int32_t take = static_cast<int32_t>(std::min<int64_t>(filters[j].top_k, v));
       const LogitRow candidates = best.row(static_cast<int64_t>(j));
       std::vector<Node>& nodes = found[row.member];
-      for (const auto& [logit, column] : best_columns(candidates, v, take))
-        nodes.push_back({row.log_p + static_cast<double>(logit) - static_cast<double>(lse[j]),
-                         static_cast<int64_t>(nodes.size()), vocab[static_cast<size_t>(column)],
-                         row.node, row.depth + 1, static_cast<int32_t>(j)});
+      for (const auto& [logit, column] : best_columns(candidates, v, take)) {
+        // A child is never more probable than its parent, also after rounding (the pruning
+        // relies on it); NaN (infinite logits) ranks last.
+        double log_p = std::min(
+            row.log_p, row.log_p + (static_cast<double>(logit) - static_cast<double>(lse[j])));
+        if (std::isnan(log_p)) log_p = -std::numeric_limits<double>::infinity();
+        nodes.push_back({log_p, static_cast<int64_t>(nodes.size()),
+                         vocab[static_cast<size_t>(column)], row.node, row.depth + 1,
+                         static_cast<int32_t>(j)});
+      }
     }
     // The next level: the nodes just found that rank among their proposal's best max_nodes and
     // have children to draft.
