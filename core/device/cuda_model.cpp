@@ -1047,16 +1047,17 @@ void CudaDevice::mtp_propose(std::span<const MtpProposal> proposals,
   }
   for (const auto& [key, all] : by_head) {
     const DraftWeights& weights = draft_weights(proposals[all.front()].head);
-    std::vector<size_t> best_first, members;
-    for (const size_t i : all) (proposals[i].best_first ? best_first : members).push_back(i);
-    const bool chains = std::all_of(members.begin(), members.end(), [&](size_t i) {
-      return std::all_of(proposals[i].widths.begin(), proposals[i].widths.end(),
-                         [](int32_t w) { return w == 1; });
-    });
-    if (!members.empty() && chains)
-      mtp_chain_group(proposals, members, weights, drafts, parents);
-    else if (!members.empty())
-      mtp_tree_group(proposals, members, weights, drafts, parents);
+    // Chains (every width 1; a best-first chain is the chain itself) take the chain path, whose
+    // tokens stay on the GPU; static and best-first trees go a level at a time.
+    std::vector<size_t> chains, trees, best_first;
+    for (const size_t i : all) {
+      const MtpProposal& p = proposals[i];
+      const bool chain =
+          std::all_of(p.widths.begin(), p.widths.end(), [](int32_t w) { return w == 1; });
+      (chain ? chains : p.best_first ? best_first : trees).push_back(i);
+    }
+    if (!chains.empty()) mtp_chain_group(proposals, chains, weights, drafts, parents);
+    if (!trees.empty()) mtp_tree_group(proposals, trees, weights, drafts, parents);
     if (!best_first.empty()) mtp_best_first_group(proposals, best_first, weights, drafts, parents);
   }
   evict_draft_heads();  // every head's drafts have synced

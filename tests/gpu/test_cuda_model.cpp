@@ -378,7 +378,8 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
     QCOMPARE(drafts[0], std::vector<int32_t>(4, best));
     QCOMPARE(parents[0], (std::vector<int32_t>{-1, 0, 1, 2}));
   }
-  // A chain and a tree of 3 then 2 children cut at 7 nodes (the tree path, a level at a time).
+  // A chain and a tree of 3 then 2 children cut at 7 nodes in one call (the tree a level at a
+  // time).
   const std::vector<MtpProposal> mixed = {{zero_mtp, z.data() + hp.n_embd, 11, {1, 1}, 64},
                                           {zero_mtp, z.data() + 2 * hp.n_embd, 13, {3, 2}, 7}};
   gpu->mtp_propose(mixed, drafts, parents);
