@@ -269,6 +269,9 @@ class CudaDevice final : public Device {
                             const std::vector<size_t>& members, const DraftWeights& weights,
                             std::vector<std::vector<int32_t>>& drafts,
                             std::vector<std::vector<int32_t>>& parents);
+  // Row t of xg_: the hidden state of proposals[members[t]] (the drafts' first states).
+  void upload_root_states(std::span<const MtpProposal> proposals,
+                          const std::vector<size_t>& members);
   // The rows of one mtp step: each row's token and the row of the states it reads (src), and
   // the head's W and b for every row, to the GPU.
   void upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
@@ -898,14 +901,9 @@ void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
                 std::to_string(n) + " rows");
   linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n, hp_.n_vocab, hp_.n_embd,
          &w_->lm_head_blocks);
-  // The k best of a row are its candidates under top-k = k with no temperature or min-p (one:
-  // the argmax), best first, ties to the lower id, as top_tokens orders them.
-  std::vector<kernels::CandidateFilter> filters(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) {
-    kernels::CandidateFilter& f = filters[static_cast<size_t>(r)];
-    f.top_k = wanted[static_cast<size_t>(r)];
-    f.greedy = f.top_k == 1 ? 1 : 0;
-  }
+  // The k best of a row, as top_tokens orders them.
+  std::vector<kernels::CandidateFilter> filters;
+  for (const int32_t k : wanted) filters.push_back(kernels::best_of(k));
   FilteredRows rows;
   filter_rows(n, hp_.n_vocab, filters, rows);
   best.assign(static_cast<size_t>(n), {});
@@ -1063,6 +1061,15 @@ void CudaDevice::mtp_propose(std::span<const MtpProposal> proposals,
   evict_draft_heads();  // every head's drafts have synced
 }
 
+void CudaDevice::upload_root_states(std::span<const MtpProposal> proposals,
+                                    const std::vector<size_t>& members) {
+  const auto d = static_cast<size_t>(hp_.n_embd);
+  for (size_t t = 0; t < members.size(); ++t)
+    check(cudaMemcpyAsync(xg_.get() + t * d, proposals[members[t]].hidden, d * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_),
+          name_, "uploading draft states");
+}
+
 void CudaDevice::upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
                                    std::span<const int32_t> src) {
   const auto n = tokens.size();
@@ -1097,7 +1104,6 @@ void CudaDevice::mtp_chain_group(std::span<const MtpProposal> proposals,
                                  const std::vector<size_t>& members, const DraftWeights& weights,
                                  std::vector<std::vector<int32_t>>& drafts,
                                  std::vector<std::vector<int32_t>>& parents) {
-  const int64_t d = hp_.n_embd;
   const auto m = static_cast<int64_t>(members.size());
   const auto v = static_cast<int64_t>(weights.head->vocab.size());
   auto length = [&](size_t i) {
@@ -1110,11 +1116,9 @@ void CudaDevice::mtp_chain_group(std::span<const MtpProposal> proposals,
   // from step to step; all the drafts come down at the end.
   reserve_draft_rows(m, v);
   mtp_drafts_.reserve(static_cast<size_t>(m * steps), name_, "draft tokens");
+  upload_root_states(proposals, members);
   std::vector<int32_t> last, src;
   for (const size_t i : members) {
-    check(cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(last.size()) * d, proposals[i].hidden,
-                          static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
-          name_, "uploading draft states");
     src.push_back(static_cast<int32_t>(last.size()));
     last.push_back(proposals[i].last);
   }
@@ -1151,7 +1155,6 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
                                 const std::vector<size_t>& members, const DraftWeights& weights,
                                 std::vector<std::vector<int32_t>>& drafts,
                                 std::vector<std::vector<int32_t>>& parents) {
-  const int64_t d = hp_.n_embd;
   const auto v = static_cast<int64_t>(weights.head->vocab.size());
   const std::vector<int32_t>& vocab = weights.head->vocab;
   // Level by level: the frontier's rows (one per node whose children are drafted next) step
@@ -1181,11 +1184,8 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
   reserve_draft_rows(most_rows, v);
   std::vector<Row> frontier;
   std::vector<int32_t> tokens, src;
+  upload_root_states(proposals, members);
   for (const size_t i : members) {
-    check(
-        cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(frontier.size()) * d, proposals[i].hidden,
-                        static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
-        name_, "uploading draft states");
     src.push_back(static_cast<int32_t>(frontier.size()));
     frontier.push_back({i, -1, proposals[i].last});
   }
@@ -1197,12 +1197,9 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
     tokens.clear();
     for (const Row& row : frontier) tokens.push_back(row.token);
     upload_draft_rows(weights, tokens, src);
-    std::vector<kernels::CandidateFilter> filters(frontier.size());
-    for (size_t j = 0; j < frontier.size(); ++j) {
-      const int32_t width = proposals[frontier[j].proposal].widths[level];
-      filters[j].top_k = width;
-      filters[j].greedy = width == 1 ? 1 : 0;
-    }
+    std::vector<kernels::CandidateFilter> filters;
+    for (const Row& row : frontier)
+      filters.push_back(kernels::best_of(proposals[row.proposal].widths[level]));
     FilteredRows best;
     launch(name_, "an mtp tree level", [&] { mtp_step_rows(weights, h, z, n); });
     filter_rows(n, v, filters, best);  // ends with the stream's sync
@@ -1241,7 +1238,6 @@ void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
                                       const DraftWeights& weights,
                                       std::vector<std::vector<int32_t>>& drafts,
                                       std::vector<std::vector<int32_t>>& parents) {
-  const int64_t d = hp_.n_embd;
   const auto v = static_cast<int64_t>(weights.head->vocab.size());
   const std::vector<int32_t>& vocab = weights.head->vocab;
   // Level by level, the nodes of the whole `widths` tree that can still be among a proposal's
@@ -1275,11 +1271,9 @@ void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
   row_lse_.reserve(static_cast<size_t>(most_rows), name_, "draft normalisers");
   std::vector<Row> rows;
   std::vector<int32_t> tokens, src;
+  upload_root_states(proposals, members);
   for (size_t t = 0; t < members.size(); ++t) {
     const MtpProposal& p = proposals[members[t]];
-    check(cudaMemcpyAsync(xg_.get() + static_cast<int64_t>(t) * d, p.hidden,
-                          static_cast<size_t>(d) * sizeof(float), cudaMemcpyHostToDevice, stream_),
-          name_, "uploading draft states");
     rows.push_back({t, -1, 0.0, 0});
     tokens.push_back(p.last);
     src.push_back(static_cast<int32_t>(t));
@@ -1291,12 +1285,9 @@ void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
     const auto n = static_cast<int64_t>(rows.size());
     upload_draft_rows(weights, tokens, src);
     std::vector<kernels::CandidateFilter> filters(rows.size());
-    for (size_t j = 0; j < rows.size(); ++j) {
-      const int32_t width =
-          proposals[members[rows[j].member]].widths[static_cast<size_t>(rows[j].depth)];
-      filters[j].top_k = width;
-      filters[j].greedy = width == 1 ? 1 : 0;
-    }
+    for (size_t j = 0; j < rows.size(); ++j)
+      filters[j] = kernels::best_of(
+          proposals[members[rows[j].member]].widths[static_cast<size_t>(rows[j].depth)]);
     lse.resize(rows.size());
     launch(name_, "a best-first mtp tree level", [&] {
       mtp_step_rows(weights, h, z, n);

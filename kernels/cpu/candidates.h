@@ -27,6 +27,15 @@ struct CandidateFilter {
   float min_z = -std::numeric_limits<float>::infinity();
 };
 
+// The filter whose candidates are a row's k best tokens, best first, ties to the lower id (its
+// argmax alone for k = 1): what a draft head proposes from a row.
+inline CandidateFilter best_of(int32_t k) {
+  CandidateFilter f;
+  f.top_k = k;
+  f.greedy = k == 1 ? 1 : 0;
+  return f;
+}
+
 // The most candidates a row may have; a row with more goes whole.
 inline constexpr int32_t kMaxCandidates = 1024;
 
