@@ -59,6 +59,12 @@ std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel&, int
   throw Error(spec.name() + ": this build has no CUDA backend (it is built where nvcc is found)");
 }
 
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions(
+    DeviceSpec prefill, DeviceSpec, const LlamaModel&, int, int, int32_t, int32_t, CudaOptions) {
+  throw Error(prefill.name() +
+              ": this build has no CUDA backend (it is built where nvcc is found)");
+}
+
 #else
 
 bool cuda_backend_built() {
@@ -85,31 +91,43 @@ constexpr int32_t kGraphKeyBucket = 1024;
 // share each key tile); shorter ones are decode rows.
 constexpr int64_t kMinPrefillChunk = 4;
 
-// The paged KV pool in device memory: per layer, K and V as fp16 bits, (n_blocks, n_kv_head,
-// block_size, head_dim) each, the CPU KvStorage's layout.
+// The paged KV storage in device memory: per layer, K and V as fp16 bits, (n_blocks, n_kv_head,
+// block_size, head_dim) each, the CPU KvStorage's layout. The two partitions of one GPU share one
+// (core/kvcache/kv_slots.h), each through a CudaKvPool of its own that queues on its stream.
+struct CudaKvTensors {
+  int32_t n_blocks = 0;
+  std::vector<DeviceArray<uint16_t>> k, v;  // (n_layer)
+};
+
 class CudaKvPool final : public KvPool {
  public:
+  // Over `shared` when given (another partition's), else over tensors of its own of n_blocks.
   CudaKvPool(const HParams& hp, int32_t n_blocks, int32_t block_size, std::string device, int index,
-             cudaStream_t stream)
+             cudaStream_t stream, std::shared_ptr<CudaKvTensors> shared = nullptr)
       : hp_(hp),
         device_(std::move(device)),
         index_(index),
-        n_blocks_(n_blocks),
         block_size_(block_size),
-        stream_(stream) {
+        stream_(stream),
+        tensors_(std::move(shared)) {
+    if (tensors_) return;
+    tensors_ = std::make_shared<CudaKvTensors>();
+    tensors_->n_blocks = n_blocks;
     const size_t halves = block_halves() * static_cast<size_t>(n_blocks);
-    k_.resize(static_cast<size_t>(hp.n_layer));
-    v_.resize(static_cast<size_t>(hp.n_layer));
+    tensors_->k.resize(static_cast<size_t>(hp.n_layer));
+    tensors_->v.resize(static_cast<size_t>(hp.n_layer));
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      k_[static_cast<size_t>(l)].reserve(halves, device_, "the KV pool");
-      v_[static_cast<size_t>(l)].reserve(halves, device_, "the KV pool");
+      tensors_->k[static_cast<size_t>(l)].reserve(halves, device_, "the KV pool");
+      tensors_->v[static_cast<size_t>(l)].reserve(halves, device_, "the KV pool");
     }
   }
 
+  const std::shared_ptr<CudaKvTensors>& tensors() const { return tensors_; }
+  const void* storage_id() const override { return tensors_.get(); }
   std::string_view device() const override { return device_; }
   KvMemory memory() const override { return KvMemory::kCuda; }
   int32_t n_layers() const override { return static_cast<int32_t>(hp_.n_layer); }
-  int32_t n_blocks() const override { return n_blocks_; }
+  int32_t n_blocks() const override { return tensors_->n_blocks; }
   int32_t block_size() const override { return block_size_; }
   size_t block_bytes() const override { return block_halves() * sizeof(uint16_t); }
   std::byte* k_block(int32_t layer, int32_t block) override {
@@ -154,8 +172,15 @@ class CudaKvPool final : public KvPool {
     }
   }
 
-  uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
-  uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
+  // Copies queued here land before this partition's next pass; the storage shared with the other
+  // partition waits for them before a slot changes hands (BlockPool::adopt_slot).
+  void fence() override {
+    check(cudaSetDevice(index_), device_, "selecting the device");
+    check(cudaStreamSynchronize(stream_), device_, "finishing the KV pool's copies");
+  }
+
+  uint16_t* k(int64_t layer) { return tensors_->k[static_cast<size_t>(layer)].get(); }
+  uint16_t* v(int64_t layer) { return tensors_->v[static_cast<size_t>(layer)].get(); }
 
  private:
   size_t block_halves() const {
@@ -166,10 +191,9 @@ class CudaKvPool final : public KvPool {
   const HParams& hp_;
   std::string device_;
   int index_;  // the GPU
-  int32_t n_blocks_;
   int32_t block_size_;
   cudaStream_t stream_;
-  std::vector<DeviceArray<uint16_t>> k_, v_;
+  std::shared_ptr<CudaKvTensors> tensors_;
 };
 
 // The `take` best (logit, column) of a row of n logits as filter_rows returned it (candidates
@@ -191,9 +215,13 @@ std::vector<std::pair<float, int32_t>> best_columns(const LogitRow& row, int64_t
 
 class CudaDevice final : public Device {
  public:
+  // With `shared_kv` (the other partition's storage), kv_blocks is ignored.
   CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
-             int32_t block_size, CudaOptions options);
+             int32_t block_size, CudaOptions options,
+             std::shared_ptr<CudaKvTensors> shared_kv = nullptr);
   ~CudaDevice() override;
+
+  const std::shared_ptr<CudaKvTensors>& kv_tensors() const { return kv_->tensors(); }
 
   const DeviceSpec& spec() const override { return spec_; }
   int threads() const override { return pool_.size(); }
@@ -279,6 +307,7 @@ class CudaDevice final : public Device {
   // One mtp step over n rows: z (n, n_embd) from the states h and the rows' tokens, and the
   // rows' logits over the head's vocabulary in logits_ (n, |V|).
   void mtp_step_rows(const DraftWeights& weights, const float* h, float* z, int64_t n);
+  // kv_blocks: the blocks of KV this device allocates (0: it shares another's).
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
   // The buffers drafting uses for `rows` rows of `cols` logits: x_ (embeddings), xg_ and xgn_
@@ -360,7 +389,8 @@ class CudaDevice final : public Device {
 };
 
 CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
-                       int32_t block_size, CudaOptions options)
+                       int32_t block_size, CudaOptions options,
+                       std::shared_ptr<CudaKvTensors> shared_kv)
     : spec_(spec),
       name_(spec.name()),
       model_(model),
@@ -388,7 +418,7 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                 " and n_embd, q_dim and n_ff multiples of 8; this model has head_dim " +
                 std::to_string(hp_.head_dim) + ", n_embd " + std::to_string(hp_.n_embd) +
                 ", q_dim " + std::to_string(hp_.q_dim()) + ", n_ff " + std::to_string(hp_.n_ff));
-  check_fits(kv_blocks, block_size);
+  check_fits(shared_kv ? 0 : kv_blocks, block_size);
   // Partitions of one GPU: the decode stream's kernels are scheduled ahead of the prefill's, and
   // with decode_sms each partition's stream runs on SMs of its own (green contexts).
   int least = 0, greatest = 0;
@@ -409,7 +439,8 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
   const int gemm_sms = partition_.green() ? partition_.sms() : 0;
   launch(name_, "cuBLASLt",
          [&] { gemm_ = std::make_unique<kernels::CublasGemm>(size_t{32} << 20, gemm_sms); });
-  kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_);
+  kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_,
+                                     std::move(shared_kv));
   w_ = shared_weights(model_, spec.index, block_gemv_, name_, stream_);
 }
 
@@ -1389,6 +1420,17 @@ std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& mode
                                          CudaOptions options) {
   if (spec.kind != DeviceKind::kCuda) throw Error(spec.name() + " is not a CUDA device");
   return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size, options);
+}
+
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions(
+    DeviceSpec prefill, DeviceSpec decode, const LlamaModel& model, int prefill_threads,
+    int decode_threads, int32_t kv_slots, int32_t block_size, CudaOptions options) {
+  check_partition_specs(prefill, decode);
+  auto first =
+      std::make_unique<CudaDevice>(prefill, model, prefill_threads, kv_slots, block_size, options);
+  auto second = std::make_unique<CudaDevice>(decode, model, decode_threads, kv_slots, block_size,
+                                             options, first->kv_tensors());
+  return {std::move(first), std::move(second)};
 }
 
 #endif

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/device/device.h"
 
@@ -70,5 +71,13 @@ struct CudaOptions {
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
                                          int32_t kv_blocks, int32_t block_size,
                                          CudaOptions options = {});
+
+// The two partitions of one GPU (specs of one index, DevicePartition kPrefill and kDecode): CUDA
+// devices with a stream each, one copy of the weights, and one KV storage of kv_slots blocks that
+// their workers' pools divide (core/kvcache/kv_slots.h). Throws as make_cuda_device does, and
+// for specs that are not two partitions of one GPU.
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions(
+    DeviceSpec prefill, DeviceSpec decode, const LlamaModel& model, int prefill_threads,
+    int decode_threads, int32_t kv_slots, int32_t block_size, CudaOptions options = {});
 
 }  // namespace tokenfab

@@ -93,11 +93,36 @@ int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_m
 
 CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
                      int32_t block_size)
+    : CpuDevice(spec, model, threads,
+                std::make_shared<KvStorage>(model.hparams(), kv_blocks, block_size, spec.name())) {}
+
+CpuDevice::CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads,
+                     std::shared_ptr<KvStorage> storage)
     : spec_(spec),
       model_(model),
       pool_(threads),
-      storage_(model.hparams(), kv_blocks, block_size, spec.name()),
-      runner_(model, pool_, storage_) {}
+      storage_(std::move(storage)),
+      runner_(model, pool_, *storage_) {}
+
+void check_partition_specs(const DeviceSpec& prefill, const DeviceSpec& decode) {
+  if (prefill.partition != DevicePartition::kPrefill ||
+      decode.partition != DevicePartition::kDecode || prefill.kind != decode.kind ||
+      prefill.index != decode.index)
+    throw Error(prefill.name() + " and " + decode.name() +
+                " are not the prefill and decode partitions of one device");
+}
+
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cpu_partitions(
+    DeviceSpec prefill, DeviceSpec decode, const LlamaModel& model, int prefill_threads,
+    int decode_threads, int32_t kv_slots, int32_t block_size) {
+  check_partition_specs(prefill, decode);
+  if (prefill.kind != DeviceKind::kCpu) throw Error(prefill.name() + " is not a CPU device");
+  DeviceSpec whole = prefill;
+  whole.partition = DevicePartition::kWhole;
+  auto storage = std::make_shared<KvStorage>(model.hparams(), kv_slots, block_size, whole.name());
+  return {std::make_unique<CpuDevice>(prefill, model, prefill_threads, storage),
+          std::make_unique<CpuDevice>(decode, model, decode_threads, storage)};
+}
 
 void Device::run_greedy(std::span<const BatchSequence> batch, std::vector<int32_t>& argmax,
                         std::vector<float>* hidden) {

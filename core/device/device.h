@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/model/llama_model.h"
@@ -28,9 +29,11 @@ struct DraftHead;  // core/speculative/draft_head.h
 
 enum class DeviceKind : uint8_t { kCpu, kCuda };
 
-// A GPU named in both --prefill and --decode serves as two partitions of itself: two workers,
-// each with its own stream (decode at the higher priority) and KV pool, sharing one copy of the
-// weights (core/device/cuda_model.h).
+// A device named in both --prefill and --decode serves as two partitions of itself: two workers,
+// each with its own pool of blocks over one KV storage (core/kvcache/kv_slots.h: a prompt moves
+// from the prefill partition to the decode partition without a copy) and one copy of the weights.
+// A GPU's partitions have a stream each (decode at the higher priority, and with --decode-sms SMs
+// of their own: core/device/cuda_model.h); a CPU's have a thread team each.
 enum class DevicePartition : uint8_t { kWhole, kPrefill, kDecode };
 
 struct DeviceSpec {
@@ -56,6 +59,9 @@ std::vector<int> divide_threads(int total, int n_devices);
 // Throws Error when the result is below one block.
 int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_mem_mb,
                              int32_t kv_blocks);
+
+// Throws Error unless `prefill` and `decode` are the prefill and decode partitions of one device.
+void check_partition_specs(const DeviceSpec& prefill, const DeviceSpec& decode);
 
 // One request's Medusa proposal: its head (type medusa), the hidden state its drafts start
 // from (n_embd floats in host memory), and how many of the head's levels it drafts.
@@ -159,11 +165,14 @@ class CpuDevice final : public Device {
  public:
   CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
             int32_t block_size);
+  // Over `storage`, which another device (the other partition of this CPU) may also use.
+  CpuDevice(DeviceSpec spec, const LlamaModel& model, int threads,
+            std::shared_ptr<KvStorage> storage);
 
   const DeviceSpec& spec() const override { return spec_; }
   int threads() const override { return pool_.size(); }
   const LlamaModel& model() const override { return model_; }
-  KvStorage& kv_storage() override { return storage_; }
+  KvStorage& kv_storage() override { return *storage_; }
   void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
            std::vector<float>* hidden = nullptr) override {
     runner_.run(batch, logits, hidden);
@@ -182,8 +191,14 @@ class CpuDevice final : public Device {
   DeviceSpec spec_;
   const LlamaModel& model_;
   kernels::ThreadPool pool_;
-  KvStorage storage_;
+  std::shared_ptr<KvStorage> storage_;
   ModelRunner runner_;
 };
+
+// The two partitions of one CPU device (check_partition_specs): two thread teams over one KV
+// storage of kv_slots blocks, which their workers' pools divide (core/kvcache/kv_slots.h).
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cpu_partitions(
+    DeviceSpec prefill, DeviceSpec decode, const LlamaModel& model, int prefill_threads,
+    int decode_threads, int32_t kv_slots, int32_t block_size);
 
 }  // namespace tokenfab

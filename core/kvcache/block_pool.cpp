@@ -1,8 +1,10 @@
 #include "core/kvcache/block_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/common/error.h"
+#include "core/kvcache/kv_slots.h"
 
 namespace tokenfab {
 
@@ -31,7 +33,8 @@ uint64_t kv_bytes_per_block(int32_t n_layer, int32_t n_kv_head, int32_t head_dim
          static_cast<uint64_t>(bytes_per_element);
 }
 
-BlockPool::BlockPool(int32_t n_blocks, int32_t block_size) : block_size_(block_size) {
+BlockPool::BlockPool(int32_t n_blocks, int32_t block_size, std::shared_ptr<KvSlots> shared)
+    : block_size_(block_size), slots_(std::move(shared)) {
   if (n_blocks < 1) {
     throw Error("kv cache: pool needs at least 1 block, got " + std::to_string(n_blocks));
   }
@@ -43,6 +46,29 @@ BlockPool::BlockPool(int32_t n_blocks, int32_t block_size) : block_size_(block_s
   free_list_.reserve(static_cast<size_t>(n_blocks));
   // Pushed in reverse so the first allocations hand out 0, 1, 2, … (easier to read in the map).
   for (BlockId id = n_blocks - 1; id >= 0; --id) push_free(id);
+  if (slots_) slot_of_ = slots_->claim(n_blocks);
+}
+
+BlockPool::~BlockPool() {
+  if (slots_) slots_->release(slot_of_);
+}
+
+bool BlockPool::slot_shared(BlockId id) const {
+  record(id);  // throws for an id outside the pool
+  return slots_ && slots_->refs(slot_of_[static_cast<size_t>(id)]) > 1;
+}
+
+void BlockPool::adopt_slot(BlockId id, int32_t slot) {
+  const BlockRecord& r = record(id);
+  if (!slots_)
+    throw Error("kv cache: block " + std::to_string(id) +
+                " cannot adopt a slot: its pool has storage of its own");
+  if (r.state != BlockState::kOwned)
+    throw Error("kv cache: block " + std::to_string(id) + " adopts a slot while " +
+                block_state_name(r.state));
+  int32_t& mine = slot_of_[static_cast<size_t>(id)];
+  slots_->share(mine, slot);
+  mine = slot;
 }
 
 const BlockRecord& BlockPool::record(BlockId id) const {
@@ -73,6 +99,9 @@ std::optional<BlockId> BlockPool::allocate(SequenceId owner) {
   r.n_tokens = 0;
   r.owners.assign(1, owner);
   ++n_owned_;
+  // New content: never written into a slot another pool's block still reads.
+  if (slots_)
+    slot_of_[static_cast<size_t>(id)] = slots_->make_private(slot_of_[static_cast<size_t>(id)]);
   return id;
 }
 

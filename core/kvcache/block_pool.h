@@ -12,9 +12,16 @@
 // Reference policy: the prefix cache holds no reference of its own. A registered block whose last
 // owner releases it becomes kCached instead of kFree; eviction turns kCached into kFree.
 //
+// Slots: the K/V tensors are addressed by slot(id). A pool of its own storage maps each block to
+// the slot of its id. A pool over storage shared with another pool (KvSlots: one device's prefill
+// and decode partitions) maps its blocks onto the slots it claimed, and a block may adopt a slot
+// that holds KV another pool wrote (adopt_slot); allocate() gives a block a slot of its own again
+// before it takes new content.
+//
 // Not thread-safe: one pool belongs to one worker thread; others read it through KvSnapshot.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,10 +58,17 @@ int32_t blocks_for_budget(uint64_t budget_bytes, uint64_t bytes_per_block);
 uint64_t kv_bytes_per_block(int32_t n_layer, int32_t n_kv_head, int32_t head_dim,
                             int32_t block_size, int32_t bytes_per_element);
 
+class KvSlots;  // core/kvcache/kv_slots.h
+
 class BlockPool {
  public:
-  // n_blocks ≥ 1, block_size ≥ 1; throws tokenfab::Error otherwise.
-  explicit BlockPool(int32_t n_blocks, int32_t block_size = kDefaultBlockSize);
+  // n_blocks ≥ 1, block_size ≥ 1; throws tokenfab::Error otherwise. With `shared`, the blocks map
+  // onto n_blocks slots claimed from it (throws when it has fewer unclaimed).
+  explicit BlockPool(int32_t n_blocks, int32_t block_size = kDefaultBlockSize,
+                     std::shared_ptr<KvSlots> shared = nullptr);
+  ~BlockPool();  // gives its slots back
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
 
   int32_t n_blocks() const { return static_cast<int32_t>(records_.size()); }
   int32_t block_size() const { return block_size_; }
@@ -86,6 +100,15 @@ class BlockPool {
   // kCached → kFree (prefix-cache eviction).
   void evict(BlockId id);
 
+  // Where block `id`'s K/V live in the storage: `id` itself without shared slots.
+  int32_t slot(BlockId id) const { return slots_ ? slot_of_[static_cast<size_t>(id)] : id; }
+  bool shares_slots() const { return slots_ != nullptr; }
+  // Whether another block (of this pool or another) maps onto block `id`'s slot.
+  bool slot_shared(BlockId id) const;
+  // Owned block `id` now maps onto `slot`, which holds the KV it is to hold (written by another
+  // pool over the same KvSlots); its own slot becomes spare. Throws without shared slots.
+  void adopt_slot(BlockId id, int32_t slot);
+
   // First violation of the states described above, or "" when consistent.
   std::string check_invariants() const;
 
@@ -99,6 +122,8 @@ class BlockPool {
   // LIFO stack of free ids; in_free_list_[id] mirrors membership so checks are O(1).
   std::vector<BlockId> free_list_;
   std::vector<uint8_t> in_free_list_;  // (n_blocks) 0/1
+  std::shared_ptr<KvSlots> slots_;     // null: slot(id) == id
+  std::vector<int32_t> slot_of_;       // (n_blocks) with slots_: each block's slot
 };
 
 }  // namespace tokenfab

@@ -28,7 +28,10 @@ void BlockTable::adopt_prefix(std::span<const BlockId> blocks, std::span<const T
 std::optional<BlockId> BlockTable::copy_on_write_block(const BlockPool& pool) const {
   if (tokens_in_last_block() == 0) return std::nullopt;
   const BlockId last = blocks_.back();
-  if (pool.record(last).ref_count > 1) return last;
+  const BlockRecord& r = pool.record(last);
+  if (r.ref_count > 1) return last;
+  // A storage slot that another block (of another pool: kv_slots.h) also maps is never written.
+  if (pool.slot_shared(last)) return last;
   return std::nullopt;
 }
 
@@ -62,7 +65,7 @@ AppendResult BlockTable::append(std::span<const TokenId> tokens, PrefixCache& ca
       pool.set_tokens(copy, in_last);
       cache.release(last, seq_);
       blocks_.back() = copy;
-      result.copy = BlockCopy{last, copy, in_last};
+      result.copy = BlockCopy{last, copy, in_last, pool.slot(last), pool.slot(copy)};
     } else if (pool.record(last).has_hash) {
       cache.unregister(last);
     }

@@ -26,6 +26,10 @@ struct BlockCopy {
   BlockId src = -1;
   BlockId dst = -1;
   int32_t n_tokens = 0;
+  // Where the copy reads and writes in the storage (BlockPool::slot), fixed when it is planned:
+  // the released source block may take another slot before the copy runs (kv_slots.h).
+  int32_t src_slot = -1;
+  int32_t dst_slot = -1;
 };
 
 struct AppendResult {

@@ -2,13 +2,36 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "core/common/error.h"
 
 namespace tokenfab {
 
-KvManager::KvManager(int32_t n_blocks, int32_t block_size)
-    : pool_(n_blocks, block_size), cache_(pool_) {}
+KvManager::KvManager(int32_t n_blocks, int32_t block_size, std::shared_ptr<KvSlots> shared)
+    : pool_(n_blocks, block_size, std::move(shared)), cache_(pool_) {}
+
+void KvManager::storage_slots(SequenceId seq, std::vector<int32_t>& out) const {
+  const std::vector<BlockId>& blocks = table(seq).blocks();
+  out.resize(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) out[i] = pool_.slot(blocks[i]);
+}
+
+void KvManager::adopt_slots(SequenceId seq, int32_t first, std::span<const int32_t> adopted) {
+  const std::vector<BlockId>& blocks = table(seq).blocks();
+  if (first < 0 || static_cast<size_t>(first) + adopted.size() > blocks.size())
+    throw Error("kv cache: sequence " + std::to_string(seq) + " has " +
+                std::to_string(blocks.size()) + " blocks; cannot adopt " +
+                std::to_string(adopted.size()) + " slots from block " + std::to_string(first));
+  // Checked first, so that a bad call changes nothing.
+  for (size_t i = 0; i < adopted.size(); ++i)
+    if (pool_.record(blocks[static_cast<size_t>(first) + i]).state != BlockState::kOwned ||
+        !pool_.shares_slots())
+      throw Error("kv cache: sequence " + std::to_string(seq) +
+                  " cannot adopt slots: its pool has storage of its own, or a block is not owned");
+  for (size_t i = 0; i < adopted.size(); ++i)
+    pool_.adopt_slot(blocks[static_cast<size_t>(first) + i], adopted[i]);
+}
 
 const BlockTable& KvManager::table(SequenceId seq) const {
   const auto it = tables_.find(seq);

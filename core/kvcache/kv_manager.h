@@ -27,7 +27,10 @@ namespace tokenfab {
 
 class KvManager {
  public:
-  explicit KvManager(int32_t n_blocks, int32_t block_size = kDefaultBlockSize);
+  // With `shared`, the pool's blocks map onto slots of storage shared with another pool (see
+  // BlockPool and KvSlots).
+  explicit KvManager(int32_t n_blocks, int32_t block_size = kDefaultBlockSize,
+                     std::shared_ptr<KvSlots> shared = nullptr);
   KvManager(const KvManager&) = delete;  // the cache keeps a reference to the pool
   KvManager& operator=(const KvManager&) = delete;
 
@@ -56,6 +59,12 @@ class KvManager {
   void fork(SequenceId parent, SequenceId child);
   void free_sequence(SequenceId seq);
 
+  // Where the K/V of `seq`'s blocks live in the storage (BlockPool::slot), in table order.
+  void storage_slots(SequenceId seq, std::vector<int32_t>& out) const;
+  // `seq`'s blocks [first, first + adopted.size()) adopt `adopted` (BlockPool::adopt_slot): the
+  // storage's blocks that already hold their KV. Throws unless the pool shares its storage.
+  void adopt_slots(SequenceId seq, int32_t first, std::span<const int32_t> adopted);
+
   // Frees up to `n` unreferenced cached blocks, least recently used first; returns how many.
   int32_t evict(int32_t n);
   int32_t evict_all() { return evict(pool_.n_blocks()); }
@@ -63,6 +72,7 @@ class KvManager {
   bool has_sequence(SequenceId seq) const { return tables_.count(seq) != 0; }
   const BlockTable& table(SequenceId seq) const;
   std::vector<SequenceId> sequences() const;  // ascending
+  int32_t n_sequences() const { return static_cast<int32_t>(tables_.size()); }
   int32_t n_available_blocks() const { return cache_.n_available(); }
 
   const BlockPool& pool() const { return pool_; }

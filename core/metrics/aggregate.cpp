@@ -52,6 +52,7 @@ nlohmann::json to_json(const ServingSummary& s) {
       {"prefix_hit_rate", optional_json(s.prefix_hit_rate)},
       {"transfer",
        {{"count", s.transfer.count},
+        {"handed_over_blocks", s.transfer.handed_over_blocks},
         {"bytes", s.transfer.bytes},
         {"gb_s", optional_json(s.transfer.gb_per_s())},
         {"copy_s", s.transfer.seconds},
@@ -126,15 +127,16 @@ void ServingMetrics::on_prefix_lookup(int64_t lookups, int64_t hits) {
 }
 
 void ServingMetrics::on_transfer(int64_t bytes, double seconds, double waited_s, int32_t layers,
-                                 int32_t layers_overlapped) {
+                                 int32_t layers_overlapped, int32_t handed_over_blocks) {
   if (bytes < 0 || !(seconds >= 0.0) || !(waited_s >= 0.0) || layers < 0 || layers_overlapped < 0 ||
-      layers_overlapped > layers) {
+      layers_overlapped > layers || handed_over_blocks < 0) {
     throw Error(
         "ServingMetrics::on_transfer: bytes, seconds and waits must be >= 0, and the overlapped "
         "layers between 0 and the layers");
   }
   std::lock_guard lock(mutex_);
   ++transfer_.count;
+  transfer_.handed_over_blocks += handed_over_blocks;
   transfer_.bytes += bytes;
   transfer_.seconds += seconds;
   transfer_.waited_s += waited_s;

@@ -31,6 +31,8 @@ namespace tokenfab {
 
 struct TransferTotals {
   int64_t count = 0;
+  // Blocks handed over within one storage shared by two partitions (no bytes, no copy time).
+  int64_t handed_over_blocks = 0;
   int64_t bytes = 0;
   double seconds = 0.0;  // sum of the transfers' copy times (waits for the producer left out)
   // Streamed transfers: the time spent waiting for the producer's layers, and of all layers
@@ -102,9 +104,10 @@ class ServingMetrics {
   // Prefix-cache lookups and hits, in the caller's unit (blocks); hits <= lookups.
   void on_prefix_lookup(int64_t lookups, int64_t hits);
   // One KV transfer of `bytes` that copied for `seconds` (and waited `waited_s` for its producer,
-  // copying `layers_overlapped` of its `layers` layers while the producer was still computing).
+  // copying `layers_overlapped` of its `layers` layers while the producer was still computing), and
+  // handed `handed_over_blocks` blocks over without a copy.
   void on_transfer(int64_t bytes, double seconds, double waited_s = 0.0, int32_t layers = 0,
-                   int32_t layers_overlapped = 0);
+                   int32_t layers_overlapped = 0, int32_t handed_over_blocks = 0);
 
   ServingSummary summary(MetricsTime end) const;
   Goodput goodput(const Slo& slo, MetricsTime end) const;

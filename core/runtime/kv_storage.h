@@ -27,6 +27,10 @@ class KvPool : public KvBlockStore {
   // Copies the K/V of position `from` onto position `to` of the sequence whose block table is
   // `blocks`, in every layer and kv head (a draft tree's accepted rows moved onto the chain).
   virtual void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) = 0;
+  // Returns once the copies above have landed (a GPU queues them on its stream; the host's are
+  // done when they return). Called before a block of this pool gives its storage slot to a pool
+  // on another stream (core/kvcache/kv_slots.h).
+  virtual void fence() {}
 };
 
 class KvStorage final : public KvPool {
@@ -50,14 +54,17 @@ class KvStorage final : public KvPool {
     return reinterpret_cast<std::byte*>(v(layer) + offset(block, 0, 0));
   }
 
-  uint64_t bytes() const { return bytes_per_block(hp_, block_size_) * static_cast<uint64_t>(n_blocks_); }
+  uint64_t bytes() const {
+    return bytes_per_block(hp_, block_size_) * static_cast<uint64_t>(n_blocks_);
+  }
 
   uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
   uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
   kernels::PagedKv layer_view(int64_t layer) const;
   // Element offset of (block, kv head, row within the block) in one layer's K or V.
   int64_t offset(int32_t block, int64_t kv_head, int64_t row) const {
-    return ((static_cast<int64_t>(block) * hp_.n_kv_head + kv_head) * block_size_ + row) * hp_.head_dim;
+    return ((static_cast<int64_t>(block) * hp_.n_kv_head + kv_head) * block_size_ + row) *
+           hp_.head_dim;
   }
   void copy_block(int32_t src, int32_t dst) override;
   void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) override;

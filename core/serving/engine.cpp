@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/device/cuda_model.h"
 #include "core/device/device.h"
+#include "core/kvcache/kv_slots.h"
 #include "core/serving/engine_record.h"
 #include "core/serving/router.h"
 #include "core/serving/worker.h"
@@ -76,18 +77,16 @@ std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
     for (DeviceSpec d : parse_device_list(list, flag)) {
       for (DevicePlan& p : plan) {
         if (p.spec != d) continue;
-        // One GPU as prefill and decode devices: two partitions of it.
-        if (d.kind == DeviceKind::kCuda && p.role == WorkerRole::kPrefill &&
-            role == WorkerRole::kDecode) {
+        // One device as prefill and decode devices: two partitions of it.
+        if (p.role == WorkerRole::kPrefill && role == WorkerRole::kDecode) {
           p.spec.partition = DevicePartition::kPrefill;
           d.partition = DevicePartition::kDecode;
           continue;
         }
         throw Error(std::string(flag) + ": " + d.name() + " is already a " +
-                    worker_role_name(p.role) + " device; the device lists must be disjoint" +
-                    (d.kind == DeviceKind::kCuda
-                         ? " (a GPU may be both a --prefill and a --decode device: two partitions)"
-                         : ""));
+                    worker_role_name(p.role) +
+                    " device; the device lists must be disjoint (a device may be both a "
+                    "--prefill and a --decode device: two partitions of it)");
       }
       plan.push_back({d, role});
     }
@@ -100,7 +99,7 @@ std::vector<DevicePlan> plan_devices(const EngineConfig& c) {
     add(c.devices, "--devices", WorkerRole::kColocated);
   }
   if (c.decode_sms > 0 && std::none_of(plan.begin(), plan.end(), [](const DevicePlan& p) {
-        return p.spec.partition == DevicePartition::kDecode;
+        return p.spec.partition == DevicePartition::kDecode && p.spec.kind == DeviceKind::kCuda;
       }))
     throw Error("--decode-sms " + std::to_string(c.decode_sms) +
                 ": no GPU is named in both --prefill and --decode, so there are no partitions "
@@ -142,17 +141,40 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   const int32_t kv_blocks = kv_blocks_for_budget(model.hparams(), config_.block_size,
                                                  config_.kv_mem_mb, config_.kv_blocks);
   connector_ = make_kv_connector(connector_for(config_, plan));
+  // The two partitions of a device are made together: one KV storage of two pools' blocks, which
+  // their workers' pools divide (a prompt changes partition without a copy).
+  std::vector<std::unique_ptr<Device>> devices(plan.size());
+  std::vector<std::shared_ptr<KvSlots>> shared(plan.size());
+  const CudaOptions cuda{.decode_sms = config_.decode_sms};
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const DeviceSpec& spec = plan[i].spec;
+    if (devices[i]) continue;  // the decode partition of an earlier entry
+    if (spec.partition == DevicePartition::kPrefill) {
+      size_t j = i + 1;
+      while (plan[j].spec.partition != DevicePartition::kDecode || plan[j].spec.kind != spec.kind ||
+             plan[j].spec.index != spec.index)
+        ++j;  // plan_devices made both
+      const int32_t n_slots = 2 * kv_blocks;
+      auto pair = spec.kind == DeviceKind::kCuda
+                      ? make_cuda_partitions(spec, plan[j].spec, model, threads[i], threads[j],
+                                             n_slots, config_.block_size, cuda)
+                      : make_cpu_partitions(spec, plan[j].spec, model, threads[i], threads[j],
+                                            n_slots, config_.block_size);
+      devices[i] = std::move(pair.first);
+      devices[j] = std::move(pair.second);
+      shared[i] = shared[j] = std::make_shared<KvSlots>(n_slots);
+    } else if (spec.kind == DeviceKind::kCuda) {
+      devices[i] = make_cuda_device(spec, model, threads[i], kv_blocks, config_.block_size, cuda);
+    } else {
+      devices[i] =
+          std::make_unique<CpuDevice>(spec, model, threads[i], kv_blocks, config_.block_size);
+    }
+  }
   std::vector<Worker*> prefill, long_prefill, decode;
   for (size_t i = 0; i < plan.size(); ++i) {
-    std::unique_ptr<Device> device;
-    if (plan[i].spec.kind == DeviceKind::kCuda)
-      device = make_cuda_device(plan[i].spec, model, threads[i], kv_blocks, config_.block_size,
-                                {.decode_sms = config_.decode_sms});
-    else
-      device = std::make_unique<CpuDevice>(plan[i].spec, model, threads[i], kv_blocks,
-                                           config_.block_size);
-    workers_.push_back(std::make_unique<Worker>(*this, std::move(device), plan[i].role, config_,
-                                                *connector_, is_end_of_generation_));
+    workers_.push_back(std::make_unique<Worker>(*this, std::move(devices[i]), plan[i].role, config_,
+                                                *connector_, is_end_of_generation_, kv_blocks,
+                                                shared[i]));
     Worker* w = workers_.back().get();
     switch (plan[i].role) {
       case WorkerRole::kColocated:
@@ -313,8 +335,8 @@ void Engine::hand_off(std::shared_ptr<Record> record, Worker&, bool streamed) {
 
 void Engine::on_transfer_ended(const KvTransferStats& stats) {
   if (stats.state == TransferState::kDone)
-    metrics_.on_transfer(stats.bytes, stats.copy_seconds(), stats.waited_s, stats.layers_done,
-                         stats.layers_overlapped);
+    metrics_.on_transfer(stats.bytes, stats.bytes > 0 ? stats.copy_seconds() : 0.0, stats.waited_s,
+                         stats.layers_done, stats.layers_overlapped, stats.handed_over);
   std::lock_guard lock(mutex_);
   transfers_.push_back(stats);
   if (transfers_.size() > kTransferHistory)

@@ -41,8 +41,10 @@ struct Engine::Record {
   RequestTimeline timeline;
   Worker* prefill_worker = nullptr;
   Worker* decode_worker = nullptr;
-  std::vector<TokenId> generated;      // sampled so far (the prefill device's first token, ...)
-  std::vector<int32_t> source_blocks;  // prefill device's blocks holding the prompt's KV
+  std::vector<TokenId> generated;  // sampled so far (the prefill device's first token, ...)
+  // Where the prompt's KV lies in the prefill device's storage (its blocks' slots:
+  // BlockPool::slot).
+  std::vector<int32_t> source_blocks;
   // Streamed hand-off (Worker::step): set by the prefill worker before the step that computes the
   // prompt's last chunk, when it hands the request over; layers_ready counts that step's layers
   // whose KV is written (the transfer copies no further). Read by the decode worker from then on.

@@ -261,8 +261,12 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     SequenceState& s = state(seq);
     const int32_t n_ready = allocate(seq);
     if (n_ready < 0) {
-      if (!running_.empty()) return;  // first come, first served: wait for blocks to free up
       const int32_t bs = kv_.block_size();
+      const bool could_fit = (s.n_tokens() + bs - 1) / bs <= kv_.pool().n_blocks();
+      // First come, first served: wait for blocks to free up, from the running sequences or
+      // from those held outside the batch (a prefill worker's holds, a decode worker's reserved
+      // arrivals), which end soon.
+      if (could_fit && (!running_.empty() || kv_.n_sequences() > 0)) return;
       fail(seq, "request " + std::to_string(seq) + ": " + std::to_string(s.n_tokens()) +
                     " tokens need " + std::to_string((s.n_tokens() + bs - 1) / bs) +
                     " KV blocks, but the pool has " + std::to_string(kv_.pool().n_blocks()) +

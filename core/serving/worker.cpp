@@ -40,7 +40,8 @@ const char* worker_role_name(WorkerRole role) {
 
 Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
                const EngineConfig& config, KvConnector& connector,
-               Scheduler::EndOfGeneration is_end_of_generation)
+               Scheduler::EndOfGeneration is_end_of_generation, int32_t kv_blocks,
+               std::shared_ptr<KvSlots> shared_slots)
     : engine_(engine),
       device_(std::move(device)),
       streamed_transfer_(config.streamed_transfer),
@@ -49,7 +50,7 @@ Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
       n_embd_(device_->model().hparams().n_embd),
       n_vocab_(device_->model().hparams().n_vocab),
       connector_(connector),
-      kv_(device_->kv_storage().n_blocks(), device_->kv_storage().block_size()),
+      kv_(kv_blocks, device_->kv_storage().block_size(), std::move(shared_slots)),
       scheduler_(kv_, config.token_budget, config.max_running, std::move(is_end_of_generation)) {
   scheduler_.set_chunked_prefill(config.chunked_prefill);
   if (role_ == WorkerRole::kColocated && config.chunked_prefill && config.step_target_ms > 0.0)
@@ -312,7 +313,8 @@ void Worker::handle_incoming() {
       }
       in.reserved = true;
       const size_t from = static_cast<size_t>(*n_ready / kv_.block_size());
-      const std::vector<BlockId>& dst = kv_.table(record->id).blocks();
+      std::vector<int32_t> dst;
+      kv_.storage_slots(record->id, dst);
       KvTransferSpec spec;
       spec.request = record->id;
       spec.src = &record->prefill_worker->device().kv_storage();
@@ -320,6 +322,19 @@ void Worker::handle_incoming() {
       spec.src_blocks.assign(record->source_blocks.begin() + static_cast<ptrdiff_t>(from),
                              record->source_blocks.end());
       spec.dst_blocks.assign(dst.begin() + static_cast<ptrdiff_t>(from), dst.end());
+      // One storage for both partitions: the prompt's full blocks change hands instead of being
+      // copied. Its partial last block, which this side writes next, is copied (a slot that two
+      // blocks map is never written: kv_slots.h).
+      in.hand_over = same_storage(*spec.src, *spec.dst);
+      if (in.hand_over) {
+        const size_t n_full = r.prompt.size() / static_cast<size_t>(kv_.block_size());
+        in.first_block = static_cast<int32_t>(from);
+        in.adopted.clear();
+        for (size_t b = from; b < n_full; ++b) {
+          in.adopted.push_back(spec.src_blocks[b - from]);
+          spec.dst_blocks[b - from] = spec.src_blocks[b - from];
+        }
+      }
       spec.n_tokens = static_cast<int32_t>(r.prompt.size()) - *n_ready;
       spec.layers_ready = record->layers_ready.get();  // streamed: copy each layer once written
       try {
@@ -366,10 +381,22 @@ void Worker::finish_transfer(Incoming& in, MetricsTime t) {
   const auto& record = in.record;
   const KvTransferStats stats = connector_.release(in.transfer);
   engine_.on_transfer_ended(stats);
+  // Adopted while the prefill side's hold still references the slots; the slots this pool's
+  // blocks give up go to the other partition, so this stream's copies must have landed first.
+  std::string error = stats.error;
+  if (stats.state == TransferState::kDone && in.hand_over) {
+    try {
+      device_->kv_storage().fence();
+      kv_.adopt_slots(record->id, in.first_block, in.adopted);
+    } catch (const Error& e) {
+      error = std::string("request ") + std::to_string(record->id) +
+              ": handing its KV over failed: " + e.what();
+    }
+  }
   record->prefill_worker->post_release(hold_id(record->id));
-  if (stats.state != TransferState::kDone) {
+  if (stats.state != TransferState::kDone || error != stats.error) {
     scheduler_.cancel(record->id);
-    end(record, RequestState::kFailed, stats.error, {}, steps_, t);
+    end(record, RequestState::kFailed, error, {}, steps_, t);
     return;
   }
   scheduler_.adopt(record->id, record->generated);
@@ -391,15 +418,14 @@ bool Worker::step() {
     return false;
   }
   KvPool& storage = device_->kv_storage();
-  for (const BlockCopy& copy : plan.copies) storage.copy_block(copy.src, copy.dst);
+  for (const BlockCopy& copy : plan.copies) storage.copy_block(copy.src_slot, copy.dst_slot);
   batch_.clear();
   tables_.resize(plan.chunks.size());
   int32_t prompt_tokens = 0;  // of the step's rows, prompt tokens (the rest decode and verify)
   const MetricsTime planned = MetricsClock::now();
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& chunk = plan.chunks[i];
-    const auto& blocks = kv_.table(chunk.seq).blocks();
-    tables_[i].assign(blocks.begin(), blocks.end());
+    kv_.storage_slots(chunk.seq, tables_[i]);
     const SequenceState& s = scheduler_.sequence(chunk.seq);
     BatchSequence& row = batch_.emplace_back();
     row.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(chunk.first_token),
@@ -445,8 +471,7 @@ bool Worker::step() {
       if (!chunk.wants_logits) continue;
       const std::shared_ptr<Engine::Record>& record = requests_.at(chunk.seq);
       kv_.fork(chunk.seq, hold_id(chunk.seq));
-      const auto& blocks = kv_.table(hold_id(chunk.seq)).blocks();
-      record->source_blocks.assign(blocks.begin(), blocks.end());
+      kv_.storage_slots(hold_id(chunk.seq), record->source_blocks);
       if (!streamed_transfer_ || record->request.max_tokens <= 1 || record->cancelled.load())
         continue;  // handed over after the step, if there is anything to decode
       if (!layers_ready) layers_ready = std::make_shared<std::atomic<int32_t>>(0);

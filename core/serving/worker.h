@@ -48,9 +48,13 @@ const char* worker_role_name(WorkerRole role);
 
 class Worker {
  public:
+  // kv_blocks: the blocks of this worker's pool. shared_slots: set for the two partitions of one
+  // device, whose pools map onto one storage (core/kvcache/kv_slots.h); prompts then move from
+  // the prefill partition to the decode partition without a copy (hand-overs).
   Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
          const EngineConfig& config, KvConnector& connector,
-         Scheduler::EndOfGeneration is_end_of_generation);
+         Scheduler::EndOfGeneration is_end_of_generation, int32_t kv_blocks,
+         std::shared_ptr<KvSlots> shared_slots = nullptr);
   ~Worker();  // stop(): ends every request it still holds as cancelled, joins
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -85,6 +89,11 @@ class Worker {
     std::shared_ptr<Engine::Record> record;
     bool reserved = false;
     TransferId transfer = -1;
+    // A hand-over (both pools in one storage): on success the request's full blocks from
+    // `first_block` on adopt `adopted`, the storage blocks its prefill side wrote.
+    bool hand_over = false;
+    int32_t first_block = 0;
+    std::vector<int32_t> adopted;
     // False while a streamed request's prefill step runs: its blocks are reserved and its KV
     // copied, but only its prefill worker may end it. A failure found meanwhile waits in `error`.
     bool owned = true;
@@ -166,7 +175,7 @@ class Worker {
   std::optional<ChunkSizer> chunk_sizer_;
 
   std::vector<BatchSequence> batch_;
-  std::vector<std::vector<int32_t>> tables_;
+  std::vector<std::vector<int32_t>> tables_;  // each chunk's blocks as storage slots
   std::vector<TokenId> sampled_;
   std::vector<Engine::Record*> sampling_;  // the records of the rows with logits, in plan order
   int64_t steps_ = 0;

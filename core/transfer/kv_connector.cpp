@@ -29,7 +29,7 @@ double KvTransferStats::seconds() const {
 
 std::optional<double> KvTransferStats::gb_per_s() const {
   const double s = copy_seconds();
-  if (s <= 0.0) return std::nullopt;
+  if (s <= 0.0 || bytes == 0) return std::nullopt;
   return static_cast<double>(bytes) / s / 1e9;
 }
 

@@ -15,6 +15,12 @@
 // All three see a pool only through KvBlockStore: per (layer, block), where its K and V bytes
 // live and in which memory; a backend refuses stores whose memory it cannot reach.
 //
+// Hand-overs: within one storage (same_storage: the storage a device's prefill and decode
+// partitions share, core/kvcache/kv_slots.h), a pair whose source and destination are the same
+// block is handed over: no byte moves, and the receiving pool adopts the block. The other pairs of
+// such a spec (a prompt's partial last block, which the receiver will write) are copied as usual.
+// Every backend treats hand-overs alike: they wait for the producer's layers as a copy would.
+//
 // Layer by layer: a transfer copies layer 0 of every block, then layer 1, ... It may start
 // before the producer has written the last layers: KvTransferSpec::layers_ready, when set, is
 // advanced by the producer as each layer's KV is complete, and the backend never copies a layer
@@ -64,15 +70,23 @@ class KvBlockStore {
   virtual size_t block_bytes() const = 0;  // bytes of K (or of V) of one block in one layer
   virtual std::byte* k_block(int32_t layer, int32_t block) = 0;
   virtual std::byte* v_block(int32_t layer, int32_t block) = 0;
+  // The tensors behind the store: two stores with the same id are views of one storage (a
+  // device's two partitions, each queueing on its own stream), between which blocks are handed
+  // over rather than copied.
+  virtual const void* storage_id() const { return this; }
 };
+
+inline bool same_storage(const KvBlockStore& a, const KvBlockStore& b) {
+  return a.storage_id() == b.storage_id();
+}
 
 struct KvTransferSpec {
   int64_t request = 0;  // the request whose KV moves (for stats and errors)
   KvBlockStore* src = nullptr;
   KvBlockStore* dst = nullptr;
   std::vector<int32_t> src_blocks;  // copied onto dst_blocks, pairwise; same length
-  std::vector<int32_t> dst_blocks;
-  int32_t n_tokens = 0;  // tokens the blocks hold (for stats)
+  std::vector<int32_t> dst_blocks;  // same_storage: equal to src_blocks[i] for a hand-over
+  int32_t n_tokens = 0;             // tokens the blocks hold (for stats)
   // Layers [0, *layers_ready) of src are complete; nullptr: all of them. Owned by the producer,
   // which keeps it alive until the transfer has ended.
   const std::atomic<int32_t>* layers_ready = nullptr;
@@ -89,12 +103,14 @@ struct KvTransferStats {
   int32_t layers_done = 0;
   // Layers copied while the producer had not yet finished the last layer (streamed transfers).
   int32_t layers_overlapped = 0;
-  int64_t bytes = 0;  // copied so far (K and V)
+  int64_t bytes = 0;        // copied so far (K and V)
+  int32_t handed_over = 0;  // of blocks: those handed over within one storage (no bytes moved)
   MetricsTime queued{}, started{}, ended{};
   double waited_s = 0.0;   // of seconds(), the time spent waiting for the producer's layers
   double seconds() const;  // started → ended (or → now while copying); 0 if not started
   double copy_seconds() const { return seconds() > waited_s ? seconds() - waited_s : 0.0; }
-  // Decimal GB/s over copy_seconds() (the producer's compute time left out); absent when 0.
+  // Decimal GB/s over copy_seconds() (the producer's compute time left out); absent when 0 and
+  // when nothing was copied.
   std::optional<double> gb_per_s() const;
 };
 

@@ -43,8 +43,6 @@ void QueuedConnector::validate(const KvTransferSpec& spec) const {
   if (spec.src == nullptr || spec.dst == nullptr)
     throw Error("KV transfer of request " + std::to_string(spec.request) + ": " +
                 (spec.src == nullptr ? "no source" : "no destination") + " KV store given");
-  if (spec.src == spec.dst)
-    throw Error(describe(spec) + ": source and destination are the same KV store");
   const KvBlockStore& src = *spec.src;
   const KvBlockStore& dst = *spec.dst;
   check_store(src);
@@ -70,6 +68,16 @@ void QueuedConnector::validate(const KvTransferSpec& spec) const {
     if (!seen.insert(b).second)
       throw Error(describe(spec) + ": destination block " + std::to_string(b) +
                   " is listed more than once");
+  }
+  // Within one storage a block is either handed over (the same block on both sides) or copied
+  // onto a block that is no source: a copy must not overwrite KV the transfer still reads.
+  if (same_storage(src, dst)) {
+    const std::unordered_set<int32_t> sources(spec.src_blocks.begin(), spec.src_blocks.end());
+    for (size_t i = 0; i < spec.dst_blocks.size(); ++i)
+      if (spec.dst_blocks[i] != spec.src_blocks[i] && sources.count(spec.dst_blocks[i]))
+        throw Error(describe(spec) + ": destination block " + std::to_string(spec.dst_blocks[i]) +
+                    " is also a source block of this storage (both ends share it: a block is "
+                    "either handed over, the same on both sides, or copied onto another)");
   }
   const int64_t capacity = static_cast<int64_t>(spec.dst_blocks.size()) * dst.block_size();
   if (spec.n_tokens < 0 || spec.n_tokens > capacity)
@@ -113,6 +121,9 @@ TransferId QueuedConnector::send(KvTransferSpec spec) {
   stats.blocks = static_cast<int32_t>(spec.src_blocks.size());
   stats.tokens = spec.n_tokens;
   stats.queued = now;
+  if (same_storage(*spec.src, *spec.dst))
+    for (size_t i = 0; i < spec.src_blocks.size(); ++i)
+      stats.handed_over += spec.src_blocks[i] == spec.dst_blocks[i] ? 1 : 0;
   // Nothing to copy (the destination already holds every block, e.g. through its prefix cache):
   // done at once rather than behind other transfers or waiting on a producer.
   const bool empty = spec.src_blocks.empty();
@@ -291,18 +302,35 @@ bool QueuedConnector::wait_for_layer(Transfer& t, int32_t layer) {
 }
 
 std::string QueuedConnector::copy_layers(Transfer& t) {
-  std::string error = copy_each_layer(t);
-  std::string end = end_transfer(t.spec);
+  // Within one storage the backend copies only the blocks not handed over.
+  KvTransferSpec copied;
+  const bool filtered = same_storage(*t.spec.src, *t.spec.dst);
+  if (filtered) {
+    copied = t.spec;
+    copied.src_blocks.clear();
+    copied.dst_blocks.clear();
+    for (size_t i = 0; i < t.spec.src_blocks.size(); ++i) {
+      if (t.spec.src_blocks[i] == t.spec.dst_blocks[i]) continue;
+      copied.src_blocks.push_back(t.spec.src_blocks[i]);
+      copied.dst_blocks.push_back(t.spec.dst_blocks[i]);
+    }
+  }
+  const KvTransferSpec& spec = filtered ? copied : t.spec;
+  std::string error = copy_each_layer(t, spec);
+  if (spec.src_blocks.empty()) return error;  // the backend was never asked to copy
+  std::string end = end_transfer(spec);
   if (error.empty() && !end.empty()) error = describe(t.spec) + ": " + end;
   return error;
 }
 
-std::string QueuedConnector::copy_each_layer(Transfer& t) {
-  const KvTransferSpec& spec = t.spec;
+std::string QueuedConnector::copy_each_layer(Transfer& t, const KvTransferSpec& spec) {
+  // Nothing to copy (every block handed over): the layers are still awaited.
+  const bool copy = !spec.src_blocks.empty();
   const auto layer_bytes =
       static_cast<int64_t>(2 * spec.src->block_bytes() * spec.src_blocks.size());
-  if (std::string error = begin_transfer(spec); !error.empty())
-    return describe(spec) + ": " + error;
+  if (copy)
+    if (std::string error = begin_transfer(spec); !error.empty())
+      return describe(spec) + ": " + error;
   for (int32_t layer = 0; layer < spec.src->n_layers(); ++layer) {
     if (!wait_for_layer(t, layer)) return kCancelled;
     std::shared_ptr<const FaultInjector> injector;
@@ -316,8 +344,9 @@ std::string QueuedConnector::copy_each_layer(Transfer& t) {
       if (!fault.empty())
         return describe(spec) + " failed at layer " + std::to_string(layer) + ": " + fault;
     }
-    if (std::string error = copy_layer(spec, layer); !error.empty())
-      return describe(spec) + " failed at layer " + std::to_string(layer) + ": " + error;
+    if (copy)
+      if (std::string error = copy_layer(spec, layer); !error.empty())
+        return describe(spec) + " failed at layer " + std::to_string(layer) + ": " + error;
     const bool overlapped =
         spec.layers_ready != nullptr &&
         spec.layers_ready->load(std::memory_order_acquire) < spec.src->n_layers();

@@ -72,7 +72,8 @@ class QueuedConnector : public KvConnector {
   void run();
   // Copies every layer of `t` (state kTransferring), then ends it; "" or the error that stopped it.
   std::string copy_layers(Transfer& t);
-  std::string copy_each_layer(Transfer& t);
+  // The layers of `spec`: t's own, or within one storage the pairs of t not handed over.
+  std::string copy_each_layer(Transfer& t, const KvTransferSpec& spec);
   // Blocks until the producer has finished `layer` or the transfer is to stop; false: stop.
   // Adds the time it waited to t's stats.
   bool wait_for_layer(Transfer& t, int32_t layer);

@@ -185,8 +185,9 @@ void CliTest::generate_json() {
   QVERIFY(j["decode_tok_s"].isDouble());
 }
 
-// --temperature 0 through the engine: one device, two colocated devices, and prefill on cpu:0 with
-// the KV moved to cpu:1 for decode all give the same tokens.
+// --temperature 0 through the engine: one device, two colocated devices, prefill on cpu:0 with
+// the KV moved to cpu:1 for decode, and cpu:0's two partitions handing the KV over without a copy
+// all give the same tokens.
 void CliTest::generate_is_identical_in_every_mode() {
   REQUIRE_MODEL();
   const QStringList base = {"generate", "--chat", "Name three rivers in Europe.", "--temperature",
@@ -194,7 +195,8 @@ void CliTest::generate_is_identical_in_every_mode() {
   QJsonArray first;
   for (const QStringList& mode : {QStringList{"--devices", "cpu:0"},
                                   QStringList{"--devices", "cpu:0,cpu:1"},
-                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:1"}}) {
+                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:1"},
+                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:0"}}) {
     const QJsonObject j = run_json(base + mode);
     RETURN_IF_FAILED();
     QCOMPARE(j["mode"].toString(), QString(mode.first() == "--devices" ? "colocated" : "disaggregated"));
@@ -385,8 +387,9 @@ void CliTest::bad_input_data() {
   QTest::newRow("unknown device kind")
       << QStringList{"generate", "--prompt", "hi", "--devices", "tpu:0"}
       << "unknown device kind \"tpu\"" << true;
-  QTest::newRow("same device for prefill and decode")
-      << QStringList{"serve-bench", "--prefill", "cpu:0", "--decode", "cpu:0"}
+  QTest::newRow("same device for prefill and long prefill")
+      << QStringList{"serve-bench", "--prefill", "cpu:0", "--decode", "cpu:1", "--long-prefill",
+                     "cpu:0", "--long-prompt-tokens", "64"}
       << "the device lists must be disjoint" << true;
   QTest::newRow("fewer threads than devices")
       << QStringList{"generate", "--prompt", "hi", "--devices", "cpu:0,cpu:1", "--threads", "1"}

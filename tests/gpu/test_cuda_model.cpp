@@ -604,8 +604,11 @@ void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
   for (const char* text :
        {"The capital of France is", "Once upon a time, in a small village by the sea, there lived",
         "Water boils at one hundred degrees Celsius at sea level because",
-        "A list of three primary colours:"})
+        "A list of three primary colours:",
+        "The committee met on Tuesday to review the budget for the coming year, the plans for the "
+        "new library on the hill, and the long list of letters that residents had sent about"})
     prompts.push_back(tokenizer->encode(text, true, false));
+  int64_t handed_over = 0;  // blocks the partitions handed over (the last prompt has full blocks)
   // devices: colocated list; prefill/decode: disaggregated lists.
   auto serve = [&](const std::string& devices, const std::string& prefill,
                    const std::string& decode) {
@@ -627,13 +630,16 @@ void TestCudaModel::engine_on_gpu_serves_what_cpu_serves() {
                  info.error.c_str());
       out.push_back(info.output);
     }
+    if (!prefill.empty() && prefill == decode)
+      handed_over = engine.summary().transfer.handed_over_blocks;
     return out;
   };
   const auto cpu = serve("cpu:0", "", "");
   const auto gpu = serve("cuda:0", "", "");
-  // Two partitions of one GPU (KV handed over on the GPU), and CPU prefill → GPU decode (KV
-  // staged through pinned host memory).
+  // Two partitions of one GPU (full blocks handed over in their shared storage, no copy), and CPU
+  // prefill → GPU decode (KV staged through pinned host memory).
   const auto partitions = serve("", "cuda:0", "cuda:0");
+  QVERIFY(handed_over > 0);
   const auto cpu_to_gpu = serve("", "cpu:0", "cuda:0");
   for (size_t i = 0; i < prompts.size(); ++i) {
     QCOMPARE(gpu[i], cpu[i]);

@@ -159,10 +159,12 @@ void GuiDevicesTest::apply_rejects_overlapping_roles_and_applies_valid_ones() {
   QCOMPARE(failed.count(), 0);
   QCOMPARE(page.editor_config().devices, std::string("cpu:0"));
 
-  EngineConfig bad = bridge.config();
+  EngineConfig bad = bridge.config();  // cpu:0 both a prefill and a long-prompt prefill device
   bad.devices = "";
   bad.prefill = "cpu:0";
-  bad.decode = "cpu:0";
+  bad.decode = "cpu:1";
+  bad.long_prefill = "cpu:0";
+  bad.long_prompt_tokens = 64;
   const QString error = page.apply(bad);
   QVERIFY(!error.isEmpty());
   QVERIFY2(error.contains("cpu:0"), qPrintable(error));
@@ -175,6 +177,14 @@ void GuiDevicesTest::apply_rejects_overlapping_roles_and_applies_valid_ones() {
   good.decode = "cpu:1";
   QCOMPARE(page.apply(good), QString());
   QCOMPARE(bridge.config().decode, std::string("cpu:1"));
+  QVERIFY(bridge.ready());
+
+  // One device as both: its two partitions.
+  EngineConfig partitions = good;
+  partitions.decode = "cpu:0";
+  QCOMPARE(page.apply(partitions), QString());
+  QCOMPARE(bridge.config().prefill, std::string("cpu:0"));
+  QCOMPARE(bridge.config().decode, std::string("cpu:0"));
   QVERIFY(bridge.ready());
 }
 

@@ -2,11 +2,13 @@
 // Qt Test suite for core/kvcache. Slots by theme: pool, table, fork and rollback
 // (test_kvcache_units.cpp); prefix reuse, LRU eviction, snapshots (test_kvcache_prefix.cpp);
 // randomized operation sequences checked against the invariants and main
-// (test_kvcache_random.cpp).
+// (test_kvcache_random.cpp); two pools over shared slots, prompts handed over without a copy
+// (test_kvcache_slots.cpp).
 
 #include <QObject>
 #include <QtTest>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,11 @@ class TestKvCache : public QObject {
   // test_kvcache_random.cpp
   void random_operations_keep_invariants_data();
   void random_operations_keep_invariants();
+
+  // test_kvcache_slots.cpp
+  void shared_slots_hand_over_without_copy();
+  void shared_slots_random_hand_overs_data();
+  void shared_slots_random_hand_overs();
 };
 
 // Helpers shared by the suites.
@@ -45,6 +52,22 @@ inline std::vector<tokenfab::TokenId> iota_tokens(int32_t n, tokenfab::TokenId f
   std::iota(tokens.begin(), tokens.end(), first);
   return tokens;
 }
+
+// Seeded draws for the randomized suites. Tokens come from a small vocabulary, so independent
+// sequences also produce equal blocks (and the prefix cache gets hits).
+class RandomDraws {
+ public:
+  explicit RandomDraws(uint32_t seed) : rng_(seed) {}
+  int32_t pick(int32_t lo, int32_t hi) { return std::uniform_int_distribution<>(lo, hi)(rng_); }
+  std::vector<tokenfab::TokenId> tokens(int32_t n) {
+    std::vector<tokenfab::TokenId> out(static_cast<size_t>(n));
+    for (tokenfab::TokenId& t : out) t = pick(0, 3);
+    return out;
+  }
+
+ private:
+  std::mt19937 rng_;
+};
 
 inline void verify_consistent(const tokenfab::KvManager& kv) {
   const std::string violation = kv.check_invariants();

@@ -21,7 +21,7 @@ constexpr TokenId kUnwritten = -1;
 class RandomRun {
  public:
   RandomRun(uint32_t seed, int32_t n_blocks, int32_t block_size)
-      : rng_(seed),
+      : draws_(seed),
         kv_(n_blocks, block_size),
         slots_(static_cast<size_t>(n_blocks) * static_cast<size_t>(block_size), kUnwritten) {
     // A few shared "system prompts" so that prefixes repeat and the cache gets hits.
@@ -64,14 +64,8 @@ class RandomRun {
   int64_t out_of_blocks() const { return out_of_blocks_; }
 
  private:
-  int32_t pick(int32_t lo, int32_t hi) { return std::uniform_int_distribution<>(lo, hi)(rng_); }
-
-  // Tokens from a small vocabulary, so independent sequences also produce equal blocks.
-  std::vector<TokenId> random_tokens(int32_t n) {
-    std::vector<TokenId> tokens(static_cast<size_t>(n));
-    for (TokenId& t : tokens) t = pick(0, 3);
-    return tokens;
-  }
+  int32_t pick(int32_t lo, int32_t hi) { return draws_.pick(lo, hi); }
+  std::vector<TokenId> random_tokens(int32_t n) { return draws_.tokens(n); }
 
   SequenceId random_sequence() {
     auto it = shadow_.begin();
@@ -165,7 +159,7 @@ class RandomRun {
     return {};
   }
 
-  std::mt19937 rng_;
+  RandomDraws draws_;
   KvManager kv_;
   std::vector<TokenId> slots_;  // (n_blocks, block_size): the token whose KV each slot holds
   std::vector<std::vector<TokenId>> prefixes_;

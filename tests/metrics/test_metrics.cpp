@@ -252,7 +252,8 @@ class TestMetrics : public QObject {
             near(*s.tpot_ms.p99, 99.5, t));
     QVERIFY(near(*s.e2e_ms.p50, 300, t) && near(*s.e2e_ms.p99, 300, t));
     QVERIFY(near(*s.prefix_hit_rate, 0.4));
-    QVERIFY(s.transfer.count == 2 && s.transfer.bytes == 1'500'000'000);
+    QVERIFY(s.transfer.count == 3 && s.transfer.bytes == 1'500'000'000);
+    QCOMPARE(s.transfer.handed_over_blocks, int64_t{7});
     QVERIFY(near(*s.transfer.gb_per_s(), 2.0));
     QVERIFY(near(*s.accept_per_step, 1.0));
 
@@ -264,11 +265,12 @@ class TestMetrics : public QObject {
     const std::set<std::string> pct = {"p50", "p95", "p99", "max"};
     for (const char* k : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) QCOMPARE(keys_of(j[k]), pct);
     QCOMPARE(keys_of(j["transfer"]),
-             (std::set<std::string>{"count", "bytes", "gb_s", "copy_s", "waited_s",
-                                    "layers_overlapped_fraction"}));
+             (std::set<std::string>{"count", "handed_over_blocks", "bytes", "gb_s", "copy_s",
+                                    "waited_s", "layers_overlapped_fraction"}));
     QVERIFY(near(j["transfer"]["copy_s"].get<double>(), 0.75));
     QVERIFY(near(j["transfer"]["waited_s"].get<double>(), 0.1));
-    QVERIFY(near(j["transfer"]["layers_overlapped_fraction"].get<double>(), 12.0 / 60.0));
+    QVERIFY(near(j["transfer"]["layers_overlapped_fraction"].get<double>(), 12.0 / 90.0));
+    QCOMPARE(j["transfer"]["handed_over_blocks"].get<int64_t>(), int64_t{7});
     QCOMPARE(j["requests"].get<int64_t>(), int64_t{4});
     QVERIFY(near(j["itl_ms"]["p95"].get<double>(), 97, t));
     QVERIFY(near(j["itl_ms"]["max"].get<double>(), *s.itl_ms.max));
@@ -377,7 +379,8 @@ class TestMetrics : public QObject {
     sm.on_prefix_lookup(4, 3);
     sm.on_transfer(1'000'000'000, 0.5, 0.0, 30, 0);
     sm.on_transfer(500'000'000, 0.25, 0.1, 30,
-                   12);  // streamed: 12 layers copied during the prefill
+                   12);                     // streamed: 12 layers copied during the prefill
+    sm.on_transfer(0, 0.0, 0.0, 30, 0, 7);  // 7 blocks handed over within one shared storage
   }
 };
 

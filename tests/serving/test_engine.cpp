@@ -54,6 +54,7 @@ class EngineTest : public QObject {
   void identical_greedy_outputs_in_every_mode();
   void events_stream_every_token_in_order();
   void tiny_pool_preempts_and_matches_unconstrained();
+  void partitions_share_storage_under_pressure();
   void cancel_in_each_state_frees_everything();
   void injected_transfer_failure_fails_only_its_request();
   void transfer_streams_layers_during_the_last_prefill_step();
@@ -130,7 +131,8 @@ void EngineTest::identical_greedy_outputs_in_every_mode() {
   };
   std::vector<Mode> modes = {{"colocated cpu:0", config("cpu:0")},
                              {"colocated cpu:0,cpu:1", config("cpu:0,cpu:1")},
-                             {"disaggregated cpu:0 -> cpu:1", config("", "cpu:0", "cpu:1")}};
+                             {"disaggregated cpu:0 -> cpu:1", config("", "cpu:0", "cpu:1")},
+                             {"two partitions of cpu:0", config("", "cpu:0", "cpu:0")}};
   modes.push_back({"colocated, small budget", config("cpu:0")});
   modes.back().config.token_budget = 64;  // long prompts read in several chunks
   for (const Mode& m : modes) {
@@ -152,6 +154,20 @@ void EngineTest::identical_greedy_outputs_in_every_mode() {
     if (m.config.disaggregated()) {
       QVERIFY(s.transfer.count >= static_cast<int64_t>(prompts_.size()));
       QVERIFY(s.transfer.bytes > 0);
+    }
+    // One device's two partitions hand every full prompt block over and copy at most each
+    // prompt's partial last block.
+    if (m.config.disaggregated() && m.config.prefill == m.config.decode) {
+      QVERIFY(s.transfer.handed_over_blocks > 0);
+      const HParams& hp = model_->hparams();
+      const int64_t block_bytes =
+          2 * hp.n_layer * hp.n_kv_head * kDefaultBlockSize * hp.head_dim * 2;  // fp16 K and V
+      QVERIFY2(
+          s.transfer.bytes <= s.transfer.count * block_bytes,
+          qPrintable(
+              QString("%1 bytes in %2 transfers").arg(s.transfer.bytes).arg(s.transfer.count)));
+    } else {
+      QCOMPARE(s.transfer.handed_over_blocks, int64_t{0});
     }
   }
 }
@@ -196,6 +212,30 @@ void EngineTest::tiny_pool_preempts_and_matches_unconstrained() {
   }
   expect_all_free(engine);
   QVERIFY2(engine.summary().preemptions > 0, "the tiny pool never preempted");
+}
+
+// Two partitions of one device over one storage, with a pool small enough that both sides evict
+// and preempt, and prompts repeated so that both prefix caches hit blocks whose storage the other
+// side also maps: every output is still the one of the prompt alone.
+void EngineTest::partitions_share_storage_under_pressure() {
+  EngineConfig c = config("", "cpu:0", "cpu:0");
+  c.kv_blocks = 40;
+  Engine engine(*model_, c);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 48; ++i)
+    ids.push_back(engine.submit({prompts_[i % prompts_.size()], kMaxTokens}));
+  for (int i = 0; i < 48; ++i) {
+    const RequestInfo info = engine.wait(ids[i]);
+    QVERIFY2(info.state == RequestState::kFinished, info.error.c_str());
+    QVERIFY2(info.output == alone_[i % prompts_.size()], qPrintable(QString("request %1").arg(i)));
+    QCOMPARE(QString::fromStdString(info.prefill_device), QString("cpu:0/prefill"));
+    QCOMPARE(QString::fromStdString(info.decode_device), QString("cpu:0/decode"));
+  }
+  expect_all_free(engine);
+  const ServingSummary s = engine.summary();
+  QVERIFY(s.transfer.handed_over_blocks > 0);
+  QVERIFY2(s.prefix_hit_rate.value_or(0.0) > 0.0, "no prefix hits");
+  QVERIFY2(s.preemptions > 0, "the small pools never preempted");
 }
 
 void EngineTest::cancel_in_each_state_frees_everything() {
@@ -406,7 +446,11 @@ void EngineTest::bad_requests_and_configurations_throw() {
     return false;
   };
   QVERIFY(throws(config("", "cpu:0", "")));
-  QVERIFY(throws(config("", "cpu:0", "cpu:0")));
+  QVERIFY(throws(config("", "cpu:0", "cpu:0,cpu:0")));  // listed twice
+  EngineConfig overlap = config("", "cpu:0", "cpu:1");  // two prefill roles for cpu:0
+  overlap.long_prefill = "cpu:0";
+  overlap.long_prompt_tokens = 64;
+  QVERIFY(throws(overlap));
   QVERIFY(throws(config("gpu:0")));
   QVERIFY(throws(config("cpu:0,cpu:0")));
   QVERIFY(throws(config("cpu:0,cpu:1,cpu:2")));  // 2 threads for 3 devices

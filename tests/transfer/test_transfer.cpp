@@ -1,6 +1,6 @@
 // The loopback KvConnector between two host pools: it copies exactly the listed blocks, layer by
-// layer and never past the producer's layers_ready, rejects specs it cannot carry out, and a
-// failed or cancelled transfer stops only itself.
+// layer and never past the producer's layers_ready, hands blocks over within one store without
+// copying, rejects specs it cannot carry out, and a failed or cancelled transfer stops only itself.
 
 #include <QtTest>
 
@@ -97,6 +97,7 @@ class TransferTest : public QObject {
   void init();
   void copies_blocks_layer_by_layer();
   void empty_transfer_is_done_at_once();
+  void hand_over_within_one_store_copies_nothing();
   void rejects_bad_specs();
   void unknown_ids_and_backends_throw();
   void injected_fault_fails_only_that_transfer();
@@ -179,6 +180,52 @@ void TransferTest::empty_transfer_is_done_at_once() {
   QVERIFY(!st.gb_per_s().has_value());
 }
 
+// One storage shared by both ends (a device's two partitions): a pair naming the same block hands
+// it over (no byte moves), a pair naming another block copies as usual, and the transfer still
+// ends only once its producer has written every layer.
+void TransferTest::hand_over_within_one_store_copies_nothing() {
+  const auto connector = make_loopback_connector();
+  const auto before = snapshot(*src_);
+  std::atomic<int32_t> ready{1};
+  KvTransferSpec s = spec(9, {7, 2, 5}, {7, 2, 9});  // 7 and 2 handed over, 5 copied onto 9
+  s.dst = src_.get();
+  s.layers_ready = &ready;
+  const TransferId id = connector->send(s);
+  QTRY_COMPARE(connector->stats(id).layers_done, 1);
+  QTest::qSleep(20);
+  QCOMPARE(name(connector->poll(id)), QString("transferring"));
+  ready.store(static_cast<int32_t>(hp_.n_layer), std::memory_order_release);
+  QCOMPARE(name(connector->wait(id)), QString("done"));
+  const KvTransferStats st = connector->release(id);
+  QCOMPARE(st.handed_over, 2);
+  QCOMPARE(st.blocks, 3);
+  QCOMPARE(st.bytes, static_cast<int64_t>(2 * hp_.n_layer * src_->block_bytes()));
+  QCOMPARE(st.layers_done, static_cast<int32_t>(hp_.n_layer));
+  for (int32_t l = 0; l < hp_.n_layer; ++l) {
+    QVERIFY(same_block(*src_, 9, *src_, 5, l));
+    for (int32_t b = 0; b < src_->n_blocks(); ++b)
+      if (b != 9) QVERIFY(block_as_in(*src_, before, b, l));
+  }
+  // Every block handed over: nothing copied at all, and still not done before the producer.
+  std::atomic<int32_t> written{0};
+  KvTransferSpec all = spec(10, {3, 4}, {3, 4});
+  all.dst = src_.get();
+  all.layers_ready = &written;
+  const TransferId whole = connector->send(all);
+  QTest::qSleep(20);
+  QCOMPARE(connector->stats(whole).layers_done, 0);
+  written.store(static_cast<int32_t>(hp_.n_layer), std::memory_order_release);
+  QCOMPARE(name(connector->wait(whole)), QString("done"));
+  const KvTransferStats handed = connector->release(whole);
+  QCOMPARE(handed.handed_over, 2);
+  QCOMPARE(handed.bytes, int64_t{0});
+  QVERIFY(!handed.gb_per_s().has_value());
+  // Between two stores nothing is handed over, even where the ids agree.
+  const TransferId copy = connector->send(spec(11, {1}, {1}));
+  QCOMPARE(name(connector->wait(copy)), QString("done"));
+  QCOMPARE(connector->release(copy).handed_over, 0);
+}
+
 void TransferTest::rejects_bad_specs() {
   const auto connector = make_loopback_connector();
   const auto dst_before = snapshot(*dst_);
@@ -200,7 +247,8 @@ void TransferTest::rejects_bad_specs() {
   s.dst = nullptr;
   QVERIFY(expect_error(s, "no destination"));
   s.dst = src_.get();
-  QVERIFY(expect_error(s, "same KV store"));
+  s.dst_blocks = {1, 3};  // within one storage, block 1 is a source yet also copied onto
+  QVERIFY(expect_error(s, "also a source block"));
 
   const HParams four_layers = tiny_hparams(4);
   KvStorage deeper(four_layers, 12, kBlockSize, "cpu:2");

@@ -98,8 +98,9 @@ QWidget* DevicesPage::make_editor() {
     combo->addItems(kRoles);
     combo->setCurrentIndex(i == 0 ? kBoth : kUnused);
     combo->setToolTip(
-        tr("Colocated: every device not unused is a full worker. Disaggregated: "
-           "prefill and decode devices must be disjoint."));
+        tr("Colocated: every device not unused is a full worker. Disaggregated: a device "
+           "that does both serves as two partitions, a prefill and a decode worker over one KV "
+           "storage (prompts change partition without a copy)."));
     grid->addWidget(new QLabel(QStringLiteral("cpu:%1").arg(i), box), i + 1, 0);
     grid->addWidget(combo, i + 1, 1);
     role_boxes_.push_back(combo);
@@ -145,8 +146,12 @@ void DevicesPage::load_editor(const EngineConfig& config) {
   for (QComboBox* combo : role_boxes_) combo->setCurrentIndex(kUnused);
   auto mark = [this](const std::string& list, int role) {
     for (const DeviceSpec& spec : parse_or_empty(list))
-      if (spec.kind == DeviceKind::kCpu && spec.index < static_cast<int>(role_boxes_.size()))
-        role_boxes_[static_cast<size_t>(spec.index)]->setCurrentIndex(role);
+      if (spec.kind == DeviceKind::kCpu && spec.index < static_cast<int>(role_boxes_.size())) {
+        QComboBox* box = role_boxes_[static_cast<size_t>(spec.index)];
+        // A device in both lists: its two partitions.
+        const bool other = (role == kDecode && box->currentIndex() == kPrefill);
+        box->setCurrentIndex(other ? kBoth : role);
+      }
   };
   if (config.disaggregated()) {
     mark(config.prefill, kPrefill);

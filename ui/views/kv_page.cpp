@@ -316,7 +316,10 @@ void KvPage::update_transfers() {
     set_cell(transfers_, row, 0, QString("#%1").arg(t.request));
     set_cell(transfers_, row, 1,
              QString("%1 → %2").arg(QString::fromStdString(t.src), QString::fromStdString(t.dst)));
-    set_cell(transfers_, row, 2, QString::number(t.blocks));
+    // Between a device's two partitions full blocks change hands: no byte moves for them.
+    set_cell(transfers_, row, 2,
+             t.handed_over > 0 ? QString("%1 (%2 handed over)").arg(t.blocks).arg(t.handed_over)
+                               : QString::number(t.blocks));
     set_cell(transfers_, row, 3, bytes_text(t.bytes));
     set_cell(transfers_, row, 4, QString::number(t.copy_seconds() * 1e3, 'f', 2));
     set_cell(transfers_, row, 5, QString::number(t.waited_s * 1e3, 'f', 1));
