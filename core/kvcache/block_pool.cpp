@@ -58,6 +58,14 @@ bool BlockPool::slot_shared(BlockId id) const {
   return slots_ && slots_->refs(slot_of_[static_cast<size_t>(id)]) > 1;
 }
 
+void BlockPool::slot_view(std::vector<int32_t>& block_slots, std::vector<int32_t>& refs) const {
+  block_slots.clear();
+  refs.clear();
+  if (!slots_) return;
+  block_slots = slot_of_;
+  refs = slots_->refs_of(slot_of_);
+}
+
 void BlockPool::adopt_slot(BlockId id, int32_t slot) {
   const BlockRecord& r = record(id);
   if (!slots_)

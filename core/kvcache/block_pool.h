@@ -105,6 +105,9 @@ class BlockPool {
   bool shares_slots() const { return slots_ != nullptr; }
   // Whether another block (of this pool or another) maps onto block `id`'s slot.
   bool slot_shared(BlockId id) const;
+  // With shared slots: every block's slot, and how many blocks of all pools map each of them
+  // ((n_blocks) each). Without: both empty.
+  void slot_view(std::vector<int32_t>& block_slots, std::vector<int32_t>& refs) const;
   // Owned block `id` now maps onto `slot`, which holds the KV it is to hold (written by another
   // pool over the same KvSlots); its own slot becomes spare. Throws without shared slots.
   void adopt_slot(BlockId id, int32_t slot);

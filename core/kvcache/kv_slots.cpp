@@ -82,6 +82,16 @@ int32_t KvSlots::refs(int32_t slot) const {
   return refs_[static_cast<size_t>(slot)];
 }
 
+std::vector<int32_t> KvSlots::refs_of(const std::vector<int32_t>& of) const {
+  std::lock_guard lock(mu_);
+  std::vector<int32_t> out(of.size());
+  for (size_t i = 0; i < of.size(); ++i) {
+    check_slot(of[i], "refs");
+    out[i] = refs_[static_cast<size_t>(of[i])];
+  }
+  return out;
+}
+
 int32_t KvSlots::n_spare() const {
   std::lock_guard lock(mu_);
   return static_cast<int32_t>(spare_.size());

@@ -47,6 +47,8 @@ class KvSlots {
   void share(int32_t own, int32_t shared);
 
   int32_t refs(int32_t slot) const;  // blocks referencing `slot`
+  // refs(of[i]) for every i, under one lock (a pool's snapshot).
+  std::vector<int32_t> refs_of(const std::vector<int32_t>& of) const;
   int32_t n_spare() const;
   int32_t n_shared() const;  // slots referenced by more than one block
 

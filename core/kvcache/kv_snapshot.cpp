@@ -13,6 +13,7 @@ KvSnapshot KvSnapshot::capture(const BlockPool& pool, const PrefixCache& cache,
   s.n_sequences = n_sequences;
   s.prefix = cache.stats();
   s.blocks = pool.records();
+  pool.slot_view(s.block_slots, s.slot_refs);
   return s;
 }
 

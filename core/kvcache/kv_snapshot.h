@@ -20,6 +20,10 @@ struct KvSnapshot {
   int32_t n_sequences = 0;
   PrefixCacheStats prefix;          // cumulative since the pool was made
   std::vector<BlockRecord> blocks;  // (n_blocks), indexed by BlockId
+  // A pool over storage shared with another pool (a device's two partitions, kv_slots.h): each
+  // block's storage slot and how many blocks of both pools map it ((n_blocks) each; 2: the KV is
+  // shared with the other partition). Empty for a pool with storage of its own.
+  std::vector<int32_t> block_slots, slot_refs;
 
   double prefix_hit_rate() const { return prefix.hit_rate(); }
 

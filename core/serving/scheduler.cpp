@@ -230,6 +230,11 @@ bool Scheduler::reserve_last_token(SequenceId seq, StepPlan& plan) {
     } else if (running_.size() > 1) {
       preempt(seq);  // the newest yields to the older ones
       return false;
+    } else if (kv_.n_sequences() > 1) {
+      // Alone, short of blocks that others hold outside the batch for a while (a decode
+      // worker's reserved arrivals): it sits this step out and keeps its blocks. Once they
+      // run, the newest of them yields to it.
+      return false;
     } else {
       const int32_t bs = kv_.block_size();
       fail(seq, "request " + std::to_string(seq) + ": " + std::to_string(s.n_tokens()) +

@@ -15,13 +15,16 @@
 //      the newest running sequence is preempted — its blocks freed, itself put back at the front
 //      of the waiting queue with its tokens so far, to be recomputed later (outputs unchanged:
 //      the same tokens are recomputed; full blocks still in the prefix cache are reused) — and
-//      the reservation is retried. If the sequence is the only one left running, the pool cannot
-//      hold it even alone: it fails (status kFailed, error set) instead of looping.
+//      the reservation is retried. If the sequence is the only one left running while blocks
+//      are held outside the batch (received requests whose KV is still arriving, holds), it sits
+//      the step out and keeps its blocks; otherwise the pool cannot hold it even alone: it fails
+//      (status kFailed, error set) instead of looping.
 //   2. The remaining budget goes to prefill chunks: running sequences mid-prefill first, oldest
 //      first, then waiting sequences in queue order (preempted ones at the front), admitted while
 //      fewer than max_running run and KvManager::allocate_sequence finds blocks for all their
 //      tokens. A waiting sequence that does not fit blocks those behind it (first come, first
-//      served); one that does not fit an otherwise empty pool fails. Tokens found in the prefix
+//      served) while anything else holds blocks; one that needs more blocks than the pool has, or
+//      does not fit a pool holding nothing else, fails. Tokens found in the prefix
 //      cache need no compute. A chunk is min(pending tokens, remaining budget).
 //
 // With a prefill limit (set_prefill_limit_with_decodes), a step that has decodes gives its prefill

@@ -279,7 +279,9 @@ void Worker::handle_incoming() {
       continue;
     }
     if (!in.reserved) {
-      if (!reserving) {
+      // First come, first served: a preempted sequence waiting for blocks comes before arrivals
+      // that have not reserved yet.
+      if (!reserving || !scheduler_.waiting().empty()) {
         ++it;
         continue;
       }

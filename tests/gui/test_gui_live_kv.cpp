@@ -312,6 +312,17 @@ void GuiLiveKvTest::block_map_paints_100k_blocks_from_one_image_per_snapshot() {
   QVERIFY(QColor(BlockMap::cell_color(shared)).value() >
           QColor(BlockMap::cell_color(owned)).value());
   QVERIFY(BlockMap::describe(shared, 1, 16).contains("ref count 2"));
+  // A pool of its own says nothing of slots; a partition's pool names each block's slot and
+  // whether the other partition maps it too.
+  QVERIFY(!BlockMap::describe(kv, 1).contains("storage slot"));
+  KvSnapshot partition = kv;
+  partition.block_slots.assign(partition.blocks.size(), 0);
+  partition.slot_refs.assign(partition.blocks.size(), 1);
+  partition.block_slots[1] = 37;
+  partition.slot_refs[1] = 2;
+  QVERIFY(BlockMap::describe(partition, 1).contains("storage slot 37"));
+  QVERIFY(BlockMap::describe(partition, 1).contains("shared between the partitions"));
+  QVERIFY(BlockMap::describe(partition, 4).contains("its own"));
 }
 
 void GuiLiveKvTest::pause_keeps_the_window_and_reset_empties_it() {

@@ -239,6 +239,13 @@ void TestKvCache::shared_slots_hand_over_without_copy() {
   verify_consistent(prefill);
   verify_consistent(decode);
   QVERIFY(shared->check_invariants().empty());
+  // Snapshots (the inspector) show each block's slot and how many blocks map it.
+  const KvSnapshot snap = decode.snapshot();
+  const BlockId first = decode.table(1).blocks()[0];
+  QCOMPARE(snap.block_slots.size(), snap.blocks.size());
+  QCOMPARE(snap.block_slots[static_cast<size_t>(first)], a[0]);
+  QCOMPARE(snap.slot_refs[static_cast<size_t>(first)], 2);
+  QVERIFY(KvManager(4, 4).snapshot().block_slots.empty());
 
   // A full block whose slot is shared is copied before it is written (after a rollback).
   decode.truncate(1, 6);

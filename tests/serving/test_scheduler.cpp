@@ -141,6 +141,7 @@ class TestScheduler : public QObject {
   void chunk_sizer_floor_and_budget_bound_the_limit();
   void received_requests_resume_where_the_prefill_device_stopped();
   void receive_reuses_written_blocks_and_waits_for_room();
+  void lone_decode_short_of_reserved_blocks_sits_out();
   void drafts_are_verified_and_rejected_ones_rolled_back();
 };
 
@@ -585,6 +586,32 @@ void TestScheduler::receive_reuses_written_blocks_and_waits_for_room() {
   scheduler.cancel(2);
   scheduler.cancel(1);
   scheduler.take_finished();
+  verify_all_free(kv);
+}
+
+// A decode worker's only running sequence needs a block that a received request holds while its
+// KV arrives: it neither fails nor gives its blocks up, but sits the step out. Once the arrival
+// runs, the newest yields (preempted) and the older one goes on.
+void TestScheduler::lone_decode_short_of_reserved_blocks_sits_out() {
+  KvManager kv(4);  // 64 tokens
+  Scheduler scheduler(kv, 64, 4);
+  std::mt19937 rng(7);
+  Request old_one{1, random_tokens(rng, 32), 8};  // 2 full blocks
+  QCOMPARE(scheduler.receive(old_one), std::optional<int32_t>(0));
+  scheduler.adopt(1, std::vector<TokenId>{fake_next(old_one.prompt)});
+  Request arrival{2, random_tokens(rng, 20), 8};
+  QCOMPARE(scheduler.receive(arrival), std::optional<int32_t>(0));  // the other 2 blocks
+  const StepPlan idle = scheduler.schedule();  // token 33 needs a third block: none is free
+  QVERIFY(idle.chunks.empty());
+  QCOMPARE(scheduler.running(), (std::vector<SequenceId>{1}));
+  QVERIFY(scheduler.take_finished().empty());  // not failed
+  scheduler.adopt(2, std::vector<TokenId>{fake_next(arrival.prompt)});
+  const StepPlan plan = scheduler.schedule();
+  QCOMPARE(static_cast<int>(plan.chunks.size()), 1);
+  QCOMPARE(plan.chunks[0].seq, SequenceId{1});
+  QCOMPARE(scheduler.waiting(), (std::deque<SequenceId>{2}));  // preempted, to be recomputed
+  scheduler.cancel(1);
+  scheduler.cancel(2);
   verify_all_free(kv);
 }
 

@@ -251,10 +251,9 @@ void KvPage::update_details() {
     tokens_->clear();
     return;
   }
-  const BlockRecord& record = d->kv.blocks[static_cast<size_t>(block_)];
   details_->setText(QString("%1 · %2\n")
                         .arg(QString::fromStdString(d->name))
-                        .arg(BlockMap::describe(record, block_, d->kv.block_size)));
+                        .arg(BlockMap::describe(d->kv, block_)));
   const BlockTokens found = tokenfab::ui::block_tokens(d->kv, block_, snapshot_->requests);
   QString text;
   if (found.tokens.empty()) {

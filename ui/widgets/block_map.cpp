@@ -84,6 +84,19 @@ QString BlockMap::describe(const BlockRecord& record, int block, int block_size)
   return text;
 }
 
+QString BlockMap::describe(const KvSnapshot& snapshot, int block) {
+  const auto b = static_cast<size_t>(block);
+  QString text = describe(snapshot.blocks[b], block, snapshot.block_size);
+  if (b < snapshot.block_slots.size()) {
+    const int32_t refs = snapshot.slot_refs[b];
+    text += QString("\nstorage slot %1").arg(snapshot.block_slots[b]);
+    text += refs > 1
+                ? QString(" · mapped by %1 blocks (KV shared between the partitions)").arg(refs)
+                : QString(" · its own");
+  }
+  return text;
+}
+
 QRect BlockMap::cells_area() const {
   return QRect(0, 0, width(), std::max(0, height() - kLegendHeight));
 }
@@ -218,9 +231,7 @@ bool BlockMap::event(QEvent* event) {
       QToolTip::hideText();
       event->ignore();
     } else {
-      QToolTip::showText(
-          help->globalPos(),
-          describe(snapshot_.blocks[static_cast<size_t>(b)], b, snapshot_.block_size), this);
+      QToolTip::showText(help->globalPos(), describe(snapshot_, b), this);
     }
     return true;
   }

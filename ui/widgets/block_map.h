@@ -41,6 +41,9 @@ class BlockMap : public QWidget {
   static QRgb cell_color(const BlockRecord& record);
   // Multi-line description of one block (the tooltip text).
   static QString describe(const BlockRecord& record, int block, int block_size);
+  // As above for block `block` of `snapshot`, with its storage slot where the pool shares its
+  // storage with another (a device's two partitions).
+  static QString describe(const KvSnapshot& snapshot, int block);
 
   QSize sizeHint() const override { return {480, 360}; }
   QSize minimumSizeHint() const override { return {160, 120}; }
