@@ -385,18 +385,20 @@ void Worker::finish_transfer(Incoming& in, MetricsTime t) {
   engine_.on_transfer_ended(stats);
   // Adopted while the prefill side's hold still references the slots; the slots this pool's
   // blocks give up go to the other partition, so this stream's copies must have landed first.
+  bool done = stats.state == TransferState::kDone;
   std::string error = stats.error;
-  if (stats.state == TransferState::kDone && in.hand_over) {
+  if (done && in.hand_over) {
     try {
       device_->kv_storage().fence();
       kv_.adopt_slots(record->id, in.first_block, in.adopted);
     } catch (const Error& e) {
+      done = false;
       error = std::string("request ") + std::to_string(record->id) +
               ": handing its KV over failed: " + e.what();
     }
   }
   record->prefill_worker->post_release(hold_id(record->id));
-  if (stats.state != TransferState::kDone || error != stats.error) {
+  if (!done) {
     scheduler_.cancel(record->id);
     end(record, RequestState::kFailed, error, {}, steps_, t);
     return;
