@@ -21,7 +21,8 @@
 // labels, top-1 and simulated ACCEPT/STEP use the full-vocabulary argmax, as inference does.
 // Evaluations run at step 0 (the untrained head), every `eval_every` steps and at the end, on at
 // most kMaxEvalPositions validation positions (evenly spaced). With early stopping the head
-// returned is the one of the best evaluation (lowest validation loss), not the last.
+// returned is the one of the best evaluation (lowest validation loss), not the last; it stops
+// only in the second half of the steps, once the learning rate has decayed.
 
 #include <cstdint>
 #include <functional>
@@ -36,7 +37,7 @@
 namespace tokenfab {
 
 struct TrainOptions {
-  int32_t steps = 600;
+  int32_t steps = 2000;
   int32_t batch = 256;  // positions per mini-batch
   float lr = 3e-3f, weight_decay = 0.0f, warmup = 0.05f /* fraction of steps */, clip = 1.0f;
   float kl_weight = 0.0f;      // 0: CE against the pred labels; in (0, 1]: mixes in KL to the top-k
@@ -44,7 +45,9 @@ struct TrainOptions {
   // mtp: rows per position that continue from the block's own predictions; −1: K − 1.
   int32_t rollout = -1;
   float validation = 0.1f;  // fraction of sequences held out, in (0, 1); at least one each side
-  int32_t patience = 5;     // evaluations without improvement before stopping; 0: never stop early
+  // Evaluations without improvement before stopping, counted in the second half of the steps
+  // only; 0: never stop early.
+  int32_t patience = 5;
   int32_t eval_every = 50;
   int threads = 0;  // 0: all hardware threads
   uint64_t seed = 0;
@@ -89,8 +92,12 @@ TrainResult train_head(const LlamaModel& target, DraftHead head, const TraceSet&
                        const TrainOptions& options,
                        const std::function<bool(const TrainProgress&)>& progress);
 
-// The draft vocabulary of an mtp head trained on `traces` with `options`: every pred and top-k id
-// of the sequences on the training side of the split train_head will make (sorted, unique).
+// The draft vocabulary of an mtp head trained on `traces` with `options`: every pred id of the
+// sequences on the training side of the split train_head will make, and with kl_weight > 0 every
+// top-k id there too (sorted, unique). Code traces of SmolLM2-135M: 3,258 pred ids against 10,718
+// with the top-8, covering about 96 % and 99.5 % of the held-out sequences' preds; the code head of
+// 600 steps trained in 89 s instead of 219 s and accepted as much on the held-out prompts (a chain
+// of 4: 1.750 tokens per step against 1.734).
 std::vector<TokenId> draft_vocabulary(const TraceSet& traces, const TrainOptions& options);
 
 // Simulated ACCEPT/STEP of the chain of all K heads: for each of `positions` whose K labels are

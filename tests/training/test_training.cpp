@@ -24,6 +24,7 @@
 #include "core/speculative/head_switch.h"
 #include "core/training/head_loss.h"
 #include "core/training/trace.h"
+#include "core/training/trainer.h"
 
 using namespace tokenfab;
 
@@ -185,6 +186,7 @@ class TrainingTest : public QObject {
   void check_head_matches_refuses_other_models();
   void trace_roundtrip();
   void malformed_trace_files_rejected();
+  void mtp_draft_vocabulary_holds_the_labels();
 
  private:
   QTemporaryDir dir_;
@@ -466,8 +468,8 @@ void TrainingTest::draft_length_policy() {
   QVERIFY(!costs.estimate(3));
   costs.record(1, 1.0);
   costs.record(5, 3.0);
-  QCOMPARE(*costs.estimate(3), 2.0);    // halfway between 1 and 5
-  QCOMPARE(*costs.estimate(8), 4.8);    // beyond: in proportion to the rows
+  QCOMPARE(*costs.estimate(3), 2.0);        // halfway between 1 and 5
+  QCOMPARE(*costs.estimate(8), 4.8);        // beyond: in proportion to the rows
   QCOMPARE(*costs.floor_estimate(3), 1.0);  // the nearest measured count below
   QVERIFY(!costs.floor_estimate(0));
   {
@@ -476,7 +478,7 @@ void TrainingTest::draft_length_policy() {
     QCOMPARE(*proposals.linear_estimate(1), 0.5);  // below the smallest: in proportion
     QCOMPARE(*proposals.linear_estimate(6), 3.0);
   }
-  costs.record(5, 5.0);                 // the average moves a quarter of the way
+  costs.record(5, 5.0);  // the average moves a quarter of the way
   QCOMPARE(*costs.measured(5), 3.5);
 
   // A table with these (rows, seconds) measured.
@@ -852,6 +854,40 @@ void TrainingTest::malformed_trace_files_rejected() {
   write_bytes(f, magic);
   expect_error([&] { TraceSet::load(f); }, {f, "not a trace file"});
   expect_error([&] { TraceSet::load(path("missing.trace")); }, {"missing.trace"});
+}
+
+// An mtp head's draft vocabulary is the training side's pred ids — every label its softmax can
+// meet — sorted and unique; only with the KL term, whose targets are the top-k ids, does it take
+// those too.
+void TrainingTest::mtp_draft_vocabulary_holds_the_labels() {
+  std::mt19937 rng(5);
+  const TraceSet t = random_trace(rng);
+  TrainOptions o;
+  o.validation = 0.3f;  // one of the three sequences held out
+  const std::vector<TokenId> plain = draft_vocabulary(t, o);
+  QVERIFY(!plain.empty());
+  QVERIFY(std::is_sorted(plain.begin(), plain.end()));
+  QVERIFY(std::adjacent_find(plain.begin(), plain.end()) == plain.end());
+  // Exactly the preds of the two training sequences: of all but one of the three.
+  bool matches_a_split = false;
+  for (int64_t held_out = 0; held_out < t.n_sequences(); ++held_out) {
+    std::vector<TokenId> preds;
+    for (int64_t q = 0; q < t.n_sequences(); ++q)
+      if (q != held_out)
+        preds.insert(preds.end(), t.pred.begin() + t.seq_begin[size_t(q)],
+                     t.pred.begin() + t.seq_begin[size_t(q) + 1]);
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    matches_a_split = matches_a_split || preds == plain;
+  }
+  QVERIFY(matches_a_split);
+
+  o.kl_weight = 0.5f;
+  const std::vector<TokenId> with_kl = draft_vocabulary(t, o);
+  QVERIFY(std::includes(with_kl.begin(), with_kl.end(), plain.begin(), plain.end()));
+  QVERIFY(std::any_of(with_kl.begin(), with_kl.end(), [&](TokenId id) {
+    return std::find(t.pred.begin(), t.pred.end(), id) == t.pred.end();
+  }));
 }
 
 QTEST_GUILESS_MAIN(TrainingTest)

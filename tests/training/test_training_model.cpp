@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -123,6 +124,7 @@ class TrainingModelTest : public QObject {
   void training_improves_acceptance_data();
   void training_improves_acceptance();
   void rollout_rows_train_later_steps();
+  void early_stopping_waits_for_the_second_half();
   void generation_eval_on_a_requantized_target();
 
  private:
@@ -426,6 +428,44 @@ void TrainingModelTest::rollout_rows_train_later_steps() {
     later.push_back(e.top1[2] + e.top1[3]);
   }
   QVERIFY2(later[1] > later[0], "three rollout rows did not raise steps 3 and 4");
+}
+
+// With a patience of one evaluation, evaluations that do not improve in the first half of the
+// steps (at a high learning rate the validation loss wanders; here, every 5 steps, it does) do
+// not stop the run; the first one after the half does, and the best head evaluated is returned.
+void TrainingModelTest::early_stopping_waits_for_the_second_half() {
+  const TraceSet& traces = this->traces();
+  TrainOptions o = small_run_options();
+  o.steps = 200;
+  o.lr = TrainOptions{}.lr;
+  o.eval_every = 5;
+  o.patience = 1;
+  const DraftHead zero =
+      make_mtp_head(head_info(QStringLiteral("mtp")), draft_vocabulary(traces, o));
+  int32_t best_step = 0, last_eval = 0, first_half_misses = 0;
+  double best = std::numeric_limits<double>::infinity();
+  const TrainResult r = train_head(*model_, zero, traces, o, [&](const TrainProgress& p) {
+    if (!p.val_loss) return true;
+    last_eval = p.step;
+    if (*p.val_loss < best) {
+      best = *p.val_loss;
+      best_step = p.step;
+    } else if (2 * p.step <= o.steps) {
+      ++first_half_misses;
+    }
+    return true;
+  });
+  qInfo(
+      "%d evaluations without improvement in the first half; stopped at step %d (early: %d), "
+      "best evaluation at step %d",
+      first_half_misses, r.steps_run, int(r.stopped_early), best_step);
+  QVERIFY2(first_half_misses > 0, "the test needs a first half that does not always improve");
+  QVERIFY(r.steps_run > o.steps / 2);
+  QCOMPARE(r.final_val_loss, best);
+  if (r.stopped_early) {
+    QCOMPARE(r.steps_run, last_eval);
+    QVERIFY(best_step < last_eval);
+  }
 }
 
 // The quantization study's measurement (generation_eval.h) with context lookup drafts, which need

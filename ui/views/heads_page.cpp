@@ -112,10 +112,10 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
                    [samples, files_only] { samples->setEnabled(!files_only()); });
   auto* steps = new QSpinBox;
   steps->setRange(10, 100000);
-  steps->setValue(600);
+  steps->setValue(HeadTrainingRequest{}.steps);
   auto* heads = new QSpinBox;
   heads->setRange(1, 16);
-  heads->setValue(4);
+  heads->setValue(HeadTrainingRequest{}.heads);
   auto* picks = new QHBoxLayout;
   picks->addWidget(add_files);
   picks->addWidget(add_folder);
@@ -128,6 +128,7 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   auto* type = new QComboBox;
   type->addItem(QStringLiteral("medusa — K parallel heads"), QStringLiteral("medusa"));
   type->addItem(QStringLiteral("mtp — one sequential block, K steps"), QStringLiteral("mtp"));
+  type->setCurrentIndex(type->findData(QString::fromStdString(HeadTrainingRequest{}.type)));
   form->addRow(QStringLiteral("Type"), type);
   form->addRow(QStringLiteral("Steps"), steps);
   form->addRow(QStringLiteral("Heads"), heads);
