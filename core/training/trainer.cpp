@@ -62,15 +62,16 @@ std::vector<int64_t> evenly_capped(const std::vector<int64_t>& v, int64_t cap) {
   return out;
 }
 
-// V': every pred id — and, with `top_k`, every top-k id — at the positions of the training
+// V': every pred id — and, with_top_k, every top-k id — at the positions of the training
 // sequences.
-std::vector<TokenId> shortlist_ids(const TraceSet& t, const Split& split, bool top_k = true) {
+std::vector<TokenId> shortlist_ids(const TraceSet& t, const Split& split, bool with_top_k) {
+  const int32_t k = with_top_k ? t.top_k : 0;
   std::vector<TokenId> ids;
   for (int64_t q = 0; q < t.n_sequences(); ++q) {
     if (split.is_val_sequence[static_cast<size_t>(q)]) continue;
     for (int64_t i = t.seq_begin[q]; i < t.seq_begin[q + 1]; ++i) {
       ids.push_back(t.pred[static_cast<size_t>(i)]);
-      for (int32_t j = 0; j < (top_k ? t.top_k : 0); ++j)
+      for (int32_t j = 0; j < k; ++j)
         ids.push_back(t.topk_ids[static_cast<size_t>(i * t.top_k + j)]);
     }
   }
@@ -336,8 +337,8 @@ TrainResult train_head(const LlamaModel& target, DraftHead head, const TraceSet&
     throw Error("training: the traces have no labelled positions on one side of the split");
   const std::vector<int64_t> val = evenly_capped(split.val, kMaxEvalPositions);
   // mtp: the softmax runs over the head's own draft vocabulary, exactly as in inference.
-  const Shortlist shortlist =
-      Shortlist::from_model(target, head.is_mtp() ? head.vocab : shortlist_ids(traces, split));
+  const Shortlist shortlist = Shortlist::from_model(
+      target, head.is_mtp() ? head.vocab : shortlist_ids(traces, split, true));
 
   kernels::ThreadPool pool(resolve_threads(o.threads));
   TransformerPass pass(target, pool);

@@ -468,8 +468,8 @@ void TrainingTest::draft_length_policy() {
   QVERIFY(!costs.estimate(3));
   costs.record(1, 1.0);
   costs.record(5, 3.0);
-  QCOMPARE(*costs.estimate(3), 2.0);        // halfway between 1 and 5
-  QCOMPARE(*costs.estimate(8), 4.8);        // beyond: in proportion to the rows
+  QCOMPARE(*costs.estimate(3), 2.0);    // halfway between 1 and 5
+  QCOMPARE(*costs.estimate(8), 4.8);    // beyond: in proportion to the rows
   QCOMPARE(*costs.floor_estimate(3), 1.0);  // the nearest measured count below
   QVERIFY(!costs.floor_estimate(0));
   {
@@ -478,7 +478,7 @@ void TrainingTest::draft_length_policy() {
     QCOMPARE(*proposals.linear_estimate(1), 0.5);  // below the smallest: in proportion
     QCOMPARE(*proposals.linear_estimate(6), 3.0);
   }
-  costs.record(5, 5.0);  // the average moves a quarter of the way
+  costs.record(5, 5.0);                 // the average moves a quarter of the way
   QCOMPARE(*costs.measured(5), 3.5);
 
   // A table with these (rows, seconds) measured.
