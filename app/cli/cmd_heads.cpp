@@ -101,6 +101,7 @@ struct TrainCommand {
   int batch = HeadTrainingRequest{}.batch;
   float lr = HeadTrainingRequest{}.lr;
   int rollout = -1;
+  std::string taps = HeadTrainingRequest{}.taps ? "on" : "off";
   int samples = 0;
   float sample_temperature = HeadTrainingRequest{}.sample_temperature;
   bool no_cache = false;
@@ -121,6 +122,7 @@ void run_train(const TrainCommand& c) {
   r.batch = c.batch;
   r.lr = c.lr;
   r.rollout = c.rollout;
+  r.taps = c.taps == "on";
   r.samples = c.samples;
   r.sample_temperature = c.sample_temperature;
   r.seed = c.seed;
@@ -321,6 +323,12 @@ void register_heads(CLI::App& app) {
                    "mtp: training rows per position that continue from the head's own "
                    "predicted hidden states (default: heads - 1, every step of a chain)")
       ->check(CLI::Range(0, 16));
+  train
+      ->add_option("--taps", t->taps,
+                   "mtp: the first draft step also reads the target's inner layers (such a head "
+                   "drafts on CPU devices only, for now)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   train->add_option("--seed", t->seed, "seed")->capture_default_str();
   train->add_flag("--no-cache", t->no_cache, "record traces again even when cached");
   train->callback([t] { run_train(*t); });

@@ -96,6 +96,15 @@ class Device {
   // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
   virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
                    std::vector<float>* hidden = nullptr) = 0;
+  // Draft taps: with `on`, the hidden rows of later runs are each row's draft features
+  // (ModelRunner::run: the final-norm hidden state, then the residual stream after each of
+  // draft_tap_layers), hidden_width() floats a row. Returns whether they are on; a device that
+  // cannot tap the layers (a GPU, for now) returns false and keeps n_embd-wide rows.
+  virtual bool set_draft_taps(bool on) {
+    (void)on;
+    return false;
+  }
+  virtual int64_t hidden_width() const { return model().hparams().n_embd; }
   // Whether run_greedy computes the rows' argmax on the device (a GPU: only n_logit ids cross
   // back instead of n_logit · n_vocab logits). False: the caller samples host logits.
   virtual bool greedy_on_device() const { return false; }
@@ -177,6 +186,11 @@ class CpuDevice final : public Device {
            std::vector<float>* hidden = nullptr) override {
     runner_.run(batch, logits, hidden);
   }
+  bool set_draft_taps(bool on) override {
+    runner_.set_draft_taps(on);
+    return on;
+  }
+  int64_t hidden_width() const override { return runner_.hidden_width(); }
   void lm_head(const float* z, int64_t n, std::vector<float>& logits) override {
     runner_.lm_head(z, n, logits);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/common/error.h"
 #include "kernels/cpu/ops.h"
 
 namespace tokenfab {
@@ -41,7 +42,8 @@ void TransformerPass::for_rows(int64_t n, Fn&& fn) {
   });
 }
 
-void TransformerPass::norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n) {
+void TransformerPass::norm_rows(const float* in, const std::vector<float>& w, float* out,
+                                int64_t n) {
   for_rows(n, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       kernels::rms_norm(in + r * hp_.n_embd, w.data(), out + r * hp_.n_embd, hp_.n_embd,
@@ -65,20 +67,48 @@ void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64
     kernels::rope_table(positions[static_cast<size_t>(i)], hp_.rot_dim, hp_.rope_base,
                         rope_cos_.data() + i * half, rope_sin_.data() + i * half);
   }
+  const auto rows = static_cast<int64_t>(logit_rows.size());
+  const auto n_taps = static_cast<int64_t>(taps_.size());
+  tap_rows_.resize(static_cast<size_t>(rows * n_taps * hp_.n_embd));
+  size_t tap = 0;
   for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
     attention_block(layer, n, kv);
     ffn_block(layer, n);
+    if (tap < taps_.size() && taps_[tap] == layer) {
+      for (int64_t j = 0; j < rows; ++j)
+        kernels::rms_norm(x_.data() + logit_rows[static_cast<size_t>(j)] * hp_.n_embd, ones_.data(),
+                          tap_rows_.data() + (j * n_taps + static_cast<int64_t>(tap)) * hp_.n_embd,
+                          hp_.n_embd, hp_.rms_eps);
+      ++tap;
+    }
   }
   if (logit_rows.empty()) return;
 
   // Final norm and the LM head, only for the rows whose logits are wanted (gathered in order).
-  const auto rows = static_cast<int64_t>(logit_rows.size());
   for (int64_t j = 0; j < rows; ++j)
     kernels::rms_norm(x_.data() + logit_rows[static_cast<size_t>(j)] * hp_.n_embd,
                       model_.output_norm().data(), xb_.data() + j * hp_.n_embd, hp_.n_embd,
                       hp_.rms_eps);
   const MatmulJob job = matmul_job(model_.output(), logits, hp_.n_vocab);
   kernels::matmul(pool_, {&job, 1}, xb_.data(), hp_.n_embd, hp_.n_embd, rows, scratch_);
+}
+
+std::vector<int32_t> draft_tap_layers(int64_t n_layer) {
+  std::vector<int32_t> layers;
+  for (const int64_t tenths : {5, 9}) {
+    const auto layer = static_cast<int32_t>(
+        std::clamp<int64_t>((n_layer * tenths + 5) / 10 - 1, 0, std::max<int64_t>(n_layer - 1, 0)));
+    if (layers.empty() || layers.back() != layer) layers.push_back(layer);
+  }
+  return layers;
+}
+
+void TransformerPass::set_taps(std::vector<int32_t> layers) {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i] < 0 || layers[i] >= hp_.n_layer || (i > 0 && layers[i] <= layers[i - 1]))
+      throw Error("transformer pass: tap layers must be ascending layers of the model");
+  taps_ = std::move(layers);
+  ones_.assign(static_cast<size_t>(hp_.n_embd), 1.0f);
 }
 
 void TransformerPass::lm_head(const float* z, int64_t n, float* logits) {

@@ -23,6 +23,11 @@ class KvBackend {
   virtual void attend(int64_t layer, const float* q, float* out, int64_t n_rows) = 0;
 };
 
+// The layers whose outputs an mtp draft head may read besides the final hidden state (its "taps",
+// as EAGLE-3 fuses low, middle and high features): the residual stream after the layer at half
+// the depth and after the one at nine tenths, 0-based and distinct (14 and 26 of SmolLM2's 30).
+std::vector<int32_t> draft_tap_layers(int64_t n_layer);
+
 class TransformerPass {
  public:
   TransformerPass(const LlamaModel& model, kernels::ThreadPool& pool);
@@ -35,6 +40,13 @@ class TransformerPass {
   // The final-norm hidden states (the LM head's input) of the logit rows of the last run():
   // (logit_rows.size(), n_embd), valid until the next call. Draft heads start from these.
   const float* final_hidden() const { return xb_.data(); }
+  // From the next run() on, also keep the residual stream after each of `layers` (0-based,
+  // ascending) for the logit rows, RMS-normalised without a weight: x / sqrt(mean(x²) + eps).
+  // Empty: none (the default).
+  void set_taps(std::vector<int32_t> layers);
+  const std::vector<int32_t>& taps() const { return taps_; }
+  // (logit_rows.size(), taps().size() · n_embd) of the last run(), valid until the next call.
+  const float* tap_rows() const { return tap_rows_.data(); }
   // logits (n, n_vocab) = the model's LM head applied to z (n, n_embd) (draft heads share it).
   void lm_head(const float* z, int64_t n, float* logits);
 
@@ -68,6 +80,9 @@ class TransformerPass {
   std::vector<float> up_;        // (rows, n_ff)
   std::vector<float> rope_cos_;  // (rows, rot_dim/2)
   std::vector<float> rope_sin_;  // (rows, rot_dim/2)
+  std::vector<int32_t> taps_;
+  std::vector<float> tap_rows_;  // (logit rows, taps · n_embd)
+  std::vector<float> ones_;      // (n_embd) the taps' norm weight
 };
 
 }  // namespace tokenfab

@@ -75,11 +75,21 @@ void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& 
   validate_batch(batch, hp_, storage_.n_blocks(), storage_.block_size());
   rows_.assign(batch);
   logits.resize(rows_.logit_rows.size() * static_cast<size_t>(hp_.n_vocab));
-  if (hidden) hidden->resize(rows_.logit_rows.size() * static_cast<size_t>(hp_.n_embd));
+  const int64_t width = hidden_width(), d = hp_.n_embd;
+  if (hidden) hidden->resize(rows_.logit_rows.size() * static_cast<size_t>(width));
   if (rows_.tokens.empty()) return;
   kv_.bind(batch, rows_.seqs);
   pass_.run(rows_.tokens, rows_.positions, kv_, rows_.logit_rows, logits.data());
-  if (hidden) std::copy_n(pass_.final_hidden(), hidden->size(), hidden->data());
+  if (!hidden) return;
+  const auto rows = static_cast<int64_t>(rows_.logit_rows.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(pass_.final_hidden() + r * d, d, hidden->data() + r * width);
+    std::copy_n(pass_.tap_rows() + r * (width - d), width - d, hidden->data() + r * width + d);
+  }
+}
+
+void ModelRunner::set_draft_taps(bool on) {
+  pass_.set_taps(on ? draft_tap_layers(hp_.n_layer) : std::vector<int32_t>{});
 }
 
 void ModelRunner::lm_head(const float* z, int64_t n, std::vector<float>& logits) {

@@ -52,10 +52,17 @@ class ModelRunner {
 
   // Writes logits (rows wanting them, n_vocab) in batch order: the last token of each sequence
   // with want_logits, every token of one with all_logits. With `hidden`, also the final-norm
-  // hidden states of the same rows (rows, n_embd). Throws Error for an empty sequence, a token
-  // outside the vocabulary or a block table that does not cover the positions.
+  // hidden states of the same rows (rows, n_embd), or with draft taps on, each row's draft
+  // features (rows, hidden_width()): the final-norm hidden state, then the normalised residual
+  // stream after each of draft_tap_layers (TransformerPass::set_taps). Throws Error for an empty
+  // sequence, a token outside the vocabulary or a block table that does not cover the positions.
   void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
            std::vector<float>* hidden = nullptr);
+  // Draft taps (off by default): see run().
+  void set_draft_taps(bool on);
+  int64_t hidden_width() const {
+    return hp_.n_embd * (1 + static_cast<int64_t>(pass_.taps().size()));
+  }
   // logits (n, n_vocab) of the model's LM head over z (n, n_embd): draft heads use it.
   void lm_head(const float* z, int64_t n, std::vector<float>& logits);
   // From the next run() on, each layer's KV, once written to the pool for every row, is announced

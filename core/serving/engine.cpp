@@ -176,6 +176,11 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
                                                 *connector_, is_end_of_generation_, kv_blocks,
                                                 shared[i]));
     Worker* w = workers_.back().get();
+    const auto tapped =
+        model_.hparams().n_embd *
+        (1 + static_cast<int64_t>(draft_tap_layers(model_.hparams().n_layer).size()));
+    if (w->hidden_width() != tapped && untapped_device_.empty())
+      untapped_device_ = w->device().name();
     switch (plan[i].role) {
       case WorkerRole::kColocated:
       case WorkerRole::kPrefill:
@@ -233,6 +238,13 @@ RequestId Engine::submit(GenerationRequest request) {
       throw Error("request: draft head '" + h.name + "' is for a model with n_embd " +
                   std::to_string(h.n_embd) + " and " + std::to_string(h.n_vocab) + " tokens, not " +
                   std::to_string(hp.n_embd) + " and " + std::to_string(hp.n_vocab));
+    if (!h.taps.empty() && h.taps != draft_tap_layers(hp.n_layer))
+      throw Error("request: draft head '" + h.name +
+                  "' reads other inner layers of the target than this version taps");
+    if (!h.taps.empty() && !untapped_device_.empty())
+      throw Error("request: draft head '" + h.name + "' reads the target's inner layers, which " +
+                  untapped_device_ +
+                  " does not hand to draft heads yet; use a head trained with --taps off there");
     if (!request.tree_shape.empty()) {
       if (request.sampling.temperature > 0.0f)
         throw Error("request: tree speculation verifies greedily; use temperature 0 or a chain");
@@ -253,6 +265,8 @@ RequestId Engine::submit(GenerationRequest request) {
     // dropped: switching never makes a request invalid.
     std::erase_if(request.head_candidates, [&](const HeadCandidate& c) {
       return !c.head || c.head->info.n_embd != hp.n_embd || c.head->info.n_vocab != hp.n_vocab ||
+             (!c.head->info.taps.empty() &&
+              (!untapped_device_.empty() || c.head->info.taps != draft_tap_layers(hp.n_layer))) ||
              static_cast<int32_t>(request.tree_shape.size()) > c.head->n_heads();
     });
   }

@@ -290,6 +290,7 @@ class Engine {
   ServingMetrics metrics_;
   std::unique_ptr<KvConnector> connector_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::string untapped_device_;  // a worker's device without draft taps, or empty
   std::unique_ptr<Router> router_;
 
   mutable std::mutex mutex_;  // requests_, transfers_, next_id_

@@ -53,6 +53,9 @@ Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
       kv_(kv_blocks, device_->kv_storage().block_size(), std::move(shared_slots)),
       scheduler_(kv_, config.token_budget, config.max_running, std::move(is_end_of_generation)) {
   scheduler_.set_chunked_prefill(config.chunked_prefill);
+  // Draft heads that read the target's layer taps need them where their hidden rows come from.
+  device_->set_draft_taps(true);
+  hidden_width_ = device_->hidden_width();
   if (role_ == WorkerRole::kColocated && config.chunked_prefill && config.step_target_ms > 0.0)
     chunk_sizer_.emplace(config.step_target_ms / 1000.0, config.token_budget);
   free_blocks_ = kv_.n_available_blocks();
@@ -851,8 +854,8 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     row += static_cast<size_t>(1 + chunk.n_draft);
     const auto it = requests_.find(chunk.seq);
     if (it == requests_.end() || !it->second->head) continue;
-    const float* h = hidden_.data() + (chunk_row + last_row) * n_embd_;
-    it->second->draft_hidden.assign(h, h + n_embd_);
+    const float* h = hidden_.data() + (chunk_row + last_row) * hidden_width_;
+    it->second->draft_hidden.assign(h, h + hidden_width_);
   }
   if (prefill_role()) return;  // the decode worker proposes, from the hidden state handed over
   // Every running request with a head and a fresh hidden state. Medusa heads: K residual rows

@@ -36,6 +36,10 @@ std::string bias_name(int k) {
 constexpr const char* kMtpWeight = "mtp.weight";
 constexpr const char* kMtpBias = "mtp.bias";
 constexpr const char* kMtpVocab = "mtp.vocab";
+constexpr const char* kMtpTaps = "mtp.taps";
+constexpr const char* kMtpFuseWeight = "mtp.fuse.weight";
+constexpr const char* kMtpFuseBias = "mtp.fuse.bias";
+constexpr size_t kMaxTaps = 16;
 
 bool is_sha256_hex(std::string_view s) {
   if (s.size() != 64) return false;
@@ -61,6 +65,14 @@ void check_info(const DraftHeadInfo& info, const std::string& where) {
   if (info.n_vocab < 1 || info.n_vocab > kMaxVocab)
     throw Error(where + ": n_vocab " + std::to_string(info.n_vocab) + " is outside [1, " +
                 std::to_string(kMaxVocab) + "]");
+  if (!info.taps.empty() && info.type != "mtp")
+    throw Error(where + ": only an mtp head reads layer taps");
+  if (info.taps.size() > kMaxTaps)
+    throw Error(where + ": " + std::to_string(info.taps.size()) + " layer taps (at most " +
+                std::to_string(kMaxTaps) + ")");
+  for (size_t i = 0; i < info.taps.size(); ++i)
+    if (info.taps[i] < 0 || (i > 0 && info.taps[i] <= info.taps[i - 1]))
+      throw Error(where + ": the layer taps must be ascending layer indices");
 }
 
 void check_json_object(const std::string& text, const std::string& where) {
@@ -248,6 +260,17 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
       std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);
 }
 
+void DraftHead::mtp_root(const float* f, int64_t n, float* g) const {
+  const int64_t d = info.n_embd, width = feature_width(), t = width - d;
+  for (int64_t r = 0; r < n; ++r) std::copy_n(f + r * width, d, g + r * d);
+  if (t == 0) return;
+  std::vector<float> fused(static_cast<size_t>(n * d));
+  dense::gemm_nt(n, d, t, f + d, width, fuse_w.data(), t, fused.data(), d, false);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < d; ++j)
+      g[r * d + j] += fused[static_cast<size_t>(r * d + j)] + fuse_b[static_cast<size_t>(j)];
+}
+
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                             std::span<const int32_t> widths, int32_t max_nodes,
                             std::vector<TokenId>& draft, std::vector<int32_t>& parent,
@@ -256,7 +279,8 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
   draft.clear();
   parent.clear();
   // The frontier: per node its hidden state, token and index in `draft` (−1: the root).
-  std::vector<float> z(h, h + d), e, next, logits;
+  std::vector<float> z(static_cast<size_t>(d)), e, next, logits;
+  mtp_root(h, 1, z.data());
   std::vector<TokenId> tokens = {last};
   std::vector<int32_t> index = {-1};
   std::vector<int64_t> order(static_cast<size_t>(v));
@@ -348,7 +372,9 @@ void DraftHead::mtp_propose_best_first(const LlamaModel& model, const float* h, 
     }
   };
   states.resize(static_cast<size_t>(std::max(nodes, 0)) * d);
-  expand(-1, h, last, 0, 0.0);
+  std::vector<float> root(static_cast<size_t>(d));
+  mtp_root(h, 1, root.data());
+  expand(-1, root.data(), last, 0, 0.0);
   while (static_cast<int32_t>(tree.size()) < nodes && !frontier.empty()) {
     const Candidate c = frontier.top();
     frontier.pop();
@@ -400,6 +426,8 @@ DraftHead make_mtp_head(DraftHeadInfo info, std::vector<TokenId> vocab) {
   head.w.assign(1, std::vector<float>(2 * d * d, 0.0f));
   head.b.assign(1, std::vector<float>(d, 0.0f));
   head.vocab = checked_vocab(std::move(vocab), info.n_vocab, where);
+  head.fuse_w.assign(info.taps.size() * d * d, 0.0f);
+  head.fuse_b.assign(info.taps.empty() ? 0 : d, 0.0f);
   head.info = std::move(info);
   return head;
 }
@@ -453,6 +481,14 @@ void save_draft_head(const DraftHead& head, const std::filesystem::path& path) {
     writer.add_tensor(kMtpWeight, gguf::TensorType::F32, {2 * d, d}, bytes(head.w[0]));
     writer.add_tensor(kMtpBias, gguf::TensorType::F32, {d}, bytes(head.b[0]));
     writer.add_tensor(kMtpVocab, gguf::TensorType::I32, {vocab.size()}, bytes(vocab));
+    if (!info.taps.empty()) {
+      const uint64_t t = info.taps.size() * d;
+      if (head.fuse_w.size() != t * d || head.fuse_b.size() != d)
+        throw Error(where + ": the mtp taps' fusion has the wrong number of weights");
+      writer.add_tensor(kMtpTaps, gguf::TensorType::I32, {info.taps.size()}, bytes(info.taps));
+      writer.add_tensor(kMtpFuseWeight, gguf::TensorType::F32, {t, d}, bytes(head.fuse_w));
+      writer.add_tensor(kMtpFuseBias, gguf::TensorType::F32, {d}, bytes(head.fuse_b));
+    }
   }
   for (size_t i = 0; i < (head.is_mtp() ? 0 : blocks); ++i) {
     const auto& w = head.w[i];
@@ -506,6 +542,15 @@ DraftHead load_draft_head(const std::filesystem::path& path) {
     if (head.vocab.size() != ids.size())
       throw Error(where + ": " + kMtpVocab + " is not sorted and unique");
     expected = {kMtpWeight, kMtpBias, kMtpVocab};
+    if (file.find_tensor(kMtpTaps) != nullptr) {
+      info.taps = r.int32_tensor(kMtpTaps);
+      check_info(info, where + ": " + kMtpTaps);
+      if (info.taps.empty()) throw Error(where + ": " + kMtpTaps + " is empty");
+      const uint64_t t = info.taps.size() * d;
+      head.fuse_w = r.tensor(kMtpFuseWeight, {t, d});
+      head.fuse_b = r.tensor(kMtpFuseBias, {d});
+      expected.insert({kMtpTaps, kMtpFuseWeight, kMtpFuseBias});
+    }
   }
   for (int32_t k = 1; k <= (info.type == "mtp" ? 0 : info.n_heads); ++k) {
     head.w.push_back(r.tensor(weight_name(k), {d, d}));

@@ -24,7 +24,16 @@
 //   medusa: per head k = 1..K medusa.<k>.weight {n_embd, n_embd} (row-major out × in) and
 //           medusa.<k>.bias {n_embd};
 //   mtp:    mtp.weight {2·n_embd, n_embd} (out × [h; e]), mtp.bias {n_embd}, and the I32 tensor
-//           mtp.vocab {|V|} (sorted, unique token ids < n_vocab).
+//           mtp.vocab {|V|} (sorted, unique token ids < n_vocab); a head with taps (below) also
+//           has the I32 tensor mtp.taps {T} (the layers, ascending) and mtp.fuse.weight
+//           {T·n_embd, n_embd} (out × taps), mtp.fuse.bias {n_embd}.
+//
+// Taps (mtp, optional; EAGLE-3 style): besides h_t the chain's first step reads the target's
+// residual stream after some inner layers at t (draft_tap_layers: the target's own features of
+// the context, which the final hidden state has narrowed to its next token), RMS-normalised, and
+// starts from g = h_t + W_f [t_1; …; t_T] + b_f instead of h_t; the steps after it are as
+// without taps. Such a head's hidden rows are draft features: n_embd · (1 + T) floats, h_t first
+// (ModelRunner::run with draft taps on).
 
 #include <cstdint>
 #include <filesystem>
@@ -47,6 +56,7 @@ struct DraftHeadInfo {
   std::string
       base_model_sha256;  // sha256 (lowercase hex) of the target GGUF file it was trained on
   int32_t n_heads = 4, n_embd = 0, n_vocab = 0;
+  std::vector<int32_t> taps;  // mtp: the target layers its first step reads (empty: none)
   std::string training_config_json = "{}", summary_json = "{}";
 };
 
@@ -62,8 +72,17 @@ struct DraftHead {
   std::vector<std::vector<float>> w;
   std::vector<std::vector<float>> b;
   std::vector<TokenId> vocab;  // mtp: the draft vocabulary, sorted and unique; empty for medusa
+  std::vector<float> fuse_w;   // mtp with taps: (n_embd, T·n_embd) row-major out × taps
+  std::vector<float> fuse_b;   // mtp with taps: (n_embd)
 
   bool is_mtp() const { return info.type == "mtp"; }
+  // Floats of the hidden row a proposal starts from: n_embd, or n_embd · (1 + T) with taps.
+  int64_t feature_width() const {
+    return static_cast<int64_t>(info.n_embd) * (1 + static_cast<int64_t>(info.taps.size()));
+  }
+  // mtp: the chain's first state g (n, n_embd) from the feature rows f (n, feature_width()):
+  // g = h + W_f [t_1; …; t_T] + b_f, or h itself without taps. Single-threaded.
+  void mtp_root(const float* f, int64_t n, float* g) const;
   int32_t n_heads() const { return info.n_heads; }  // K: the longest chain it drafts
 
   // medusa: z (n, n_embd) = h + SiLU(W h + b) of head index `head` (0-based) for the rows h
@@ -83,10 +102,10 @@ struct DraftHead {
   // vocabulary (whole x8 row groups: the same values); safe from several threads at once.
   void vocab_logits(const LlamaModel& model, const float* z, int64_t n, float* logits,
                     const DraftSplit* split = nullptr, int64_t parts = 1) const;
-  // mtp: the drafts after the token `last`, whose hidden state is h (n_embd) — the row whose
-  // logits gave `last`. Level l expands every node of level l − 1 (the root: `last` itself) into
-  // its widths[l] best tokens (a chain when every width is 1), ties to the lower token id; at
-  // most max_nodes nodes, in level order. draft[i] follows node parent[i] (−1: `last`).
+  // mtp: the drafts after the token `last`, whose draft features are h (feature_width()) — the
+  // row whose logits gave `last`. Level l expands every node of level l − 1 (the root: `last`
+  // itself) into its widths[l] best tokens (a chain when every width is 1), ties to the lower token
+  // id; at most max_nodes nodes, in level order. draft[i] follows node parent[i] (−1: `last`).
   // Single-threaded, or its steps split as mtp_step and vocab_logits split them (same drafts).
   void mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                    std::span<const int32_t> widths, int32_t max_nodes, std::vector<TokenId>& draft,
@@ -125,8 +144,9 @@ void embed_tokens(const LlamaModel& model, std::span<const TokenId> tokens, floa
 // Throws Error when n_heads, n_embd or n_vocab are not positive or the type is not "medusa".
 DraftHead make_medusa_head(DraftHeadInfo info);
 // An mtp head with W and b zero (ĥ = h: step 1 starts out predicting what the LM head at t
-// predicts, restricted to `vocab`). `vocab` is sorted and deduplicated here; throws Error when
-// it is empty or holds an id outside [0, n_vocab), or when the info is invalid or not "mtp".
+// predicts, restricted to `vocab`), and W_f and b_f zero where info.taps names layers. `vocab` is
+// sorted and deduplicated here; throws Error when it is empty or holds an id outside [0, n_vocab),
+// or when the info is invalid or not "mtp".
 DraftHead make_mtp_head(DraftHeadInfo info, std::vector<TokenId> vocab);
 
 // Writes `head` (temporary file + rename). Throws Error naming the file on failure.

@@ -1,5 +1,7 @@
 #include "core/training/head_eval.h"
 
+#include "core/common/error.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -61,6 +63,9 @@ HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const 
   const LlamaModel& model = pass.model();
   const int64_t d = traces.n_embd, v = static_cast<int64_t>(head.vocab.size());
   const int n_steps = head.n_heads();
+  if (!head.info.taps.empty() && traces.n_taps != static_cast<int32_t>(head.info.taps.size()))
+    throw Error("head '" + head.info.name + "' reads " + std::to_string(head.info.taps.size()) +
+                " layer taps, the traces hold " + std::to_string(traces.n_taps));
   kernels::ThreadPool& pool = pass.pool();
   std::vector<double> loss_sum(static_cast<size_t>(n_steps), 0.0);
   std::vector<int64_t> hits(static_cast<size_t>(n_steps), 0),
@@ -73,10 +78,17 @@ HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const 
   std::vector<TokenId> best(static_cast<size_t>(kChunk * n_steps));
   std::vector<double> row_loss(static_cast<size_t>(kChunk));
   std::vector<TokenId> inputs(static_cast<size_t>(kChunk));
+  std::vector<float> features;
   for (size_t c0 = 0; c0 < positions.size(); c0 += kChunk) {
     const auto rows = static_cast<int64_t>(std::min<size_t>(kChunk, positions.size() - c0));
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(traces.hidden.data() + positions[c0 + r] * d, d, z.data() + r * d);
+    // The chains' first states: h_i, or with taps the fused g_i (DraftHead::mtp_root).
+    const int64_t width = head.feature_width(), tw = width - d;
+    features.resize(static_cast<size_t>(rows * width));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(traces.hidden.data() + positions[c0 + r] * d, d, features.data() + r * width);
+      std::copy_n(traces.taps.data() + positions[c0 + r] * tw, tw, features.data() + r * width + d);
+    }
+    head.mtp_root(features.data(), rows, z.data());
     for (int k = 0; k < n_steps; ++k) {
       // Rows whose step-k label lies past their sequence keep computing on a token of their own
       // sequence; their results are not counted.

@@ -43,7 +43,7 @@ namespace {
 // Rows [r0, r1): forward, softmax and the backward pass down to dloss/du (in scratch.dz).
 double rows_forward_backward(const float* w, const float* b, const Shortlist& sl, const float* x,
                              int64_t in_cols, int64_t r0, int64_t r1, const HeadTargets& t,
-                             HeadLossScratch& s) {
+                             HeadLossScratch& s, float* dx_h, int64_t dx_rows) {
   const int64_t d = sl.n_embd, n = sl.size(), rows = r1 - r0;
   float* u = s.u.data() + r0 * d;
   float* z = s.z.data() + r0 * d;
@@ -97,7 +97,13 @@ double rows_forward_backward(const float* w, const float* b, const Shortlist& sl
     }
     loss += double(t.hidden_weight) * sq / double(d);
   }
+  // The residual path's share of dloss/dx[:, :n_embd] is dz itself.
+  if (dx_h != nullptr && r0 < dx_rows)
+    std::copy_n(dz, (std::min(r1, dx_rows) - r0) * d, dx_h + r0 * d);
   for (int64_t i = 0; i < rows * d; ++i) dz[i] *= u[i];
+  // … and the block's is du · W[:, :n_embd].
+  if (dx_h != nullptr && r0 < dx_rows)
+    dense::gemm_nn(std::min(r1, dx_rows) - r0, d, d, dz, d, w, in_cols, dx_h + r0 * d, d, true);
   return loss;
 }
 
@@ -105,7 +111,8 @@ double rows_forward_backward(const float* w, const float* b, const Shortlist& sl
 
 double head_loss_and_grad(const float* w, const float* b, const Shortlist& sl, const float* x,
                           int64_t in_cols, int64_t m, const HeadTargets& t, float* dw, float* db,
-                          kernels::ThreadPool& pool, HeadLossScratch& s) {
+                          kernels::ThreadPool& pool, HeadLossScratch& s, float* dx_h,
+                          int64_t dx_rows) {
   const int64_t d = sl.n_embd, n = sl.size();
   if (m <= 0) return 0.0;
   if (in_cols < d) throw Error("head loss: the input has fewer columns than n_embd");
@@ -123,7 +130,8 @@ double head_loss_and_grad(const float* w, const float* b, const Shortlist& sl, c
     int64_t r0 = 0, r1 = 0;
     kernels::ThreadPool::split(m, 4, ti, nt, r0, r1);
     if (r1 > r0)
-      s.loss[static_cast<size_t>(ti)] = rows_forward_backward(w, b, sl, x, in_cols, r0, r1, t, s);
+      s.loss[static_cast<size_t>(ti)] =
+          rows_forward_backward(w, b, sl, x, in_cols, r0, r1, t, s, dx_h, dx_rows);
   });
   // dW = duᵀ x and db = Σ du, split by output rows of W.
   pool.run([&](int ti, int nt) {

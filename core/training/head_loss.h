@@ -66,9 +66,11 @@ struct HeadLossScratch {
 // x = [h; e]). The residual path carries no parameters, so it adds nothing to them:
 //   dlogits = p − target, dz = dlogits · E' (+ the regression's 2·hidden_weight/n_embd·(z −
 //   hidden)), du = dz ⊙ SiLU'(u), dW = duᵀ x, db = Σ_rows du.
+// With dx_h, also writes dloss/dx[:, :n_embd] = dz + du · W[:, :n_embd] of the first dx_rows rows
+// into dx_h (dx_rows, n_embd): what an mtp head's taps fusion, which makes those columns, needs.
 double head_loss_and_grad(const float* w, const float* b, const Shortlist& shortlist,
                           const float* x, int64_t in_cols, int64_t m, const HeadTargets& targets,
-                          float* dw, float* db, kernels::ThreadPool& pool,
-                          HeadLossScratch& scratch);
+                          float* dw, float* db, kernels::ThreadPool& pool, HeadLossScratch& scratch,
+                          float* dx_h = nullptr, int64_t dx_rows = 0);
 
 }  // namespace tokenfab

@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/common/sha256.h"
+#include "core/model/transformer_pass.h"
 #include "core/serving/prompt_sets.h"
 #include "core/speculative/draft_head.h"
 #include "core/storage/database.h"
@@ -139,8 +140,15 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
   TraceOptions options;
   options.continuation_tokens = r.continuation;
   options.threads = r.threads;
-  const std::string model_key = "model=" + sha + ";continuation=" + std::to_string(r.continuation) +
-                                ";top_k=" + std::to_string(options.top_k) + ";";
+  options.taps = r.taps && r.type == "mtp";
+  std::string model_key = "model=" + sha + ";continuation=" + std::to_string(r.continuation) +
+                          ";top_k=" + std::to_string(options.top_k) + ";";
+  if (options.taps) {
+    model_key += "taps=";
+    for (const int32_t layer : draft_tap_layers(model.hparams().n_layer))
+      model_key += std::to_string(layer) + ",";
+    model_key += ";";
+  }
   struct Part {
     std::string key;
     int sampled_pass = 0;  // prompts: 0 greedy, p > 0 the p-th sampled pass
@@ -351,7 +359,11 @@ HeadTrainingResult run_head_training(
                            {"type", r.type},
                            {"trace_positions", traces.set.n_pos()},
                            {"seed", r.seed}};
-  if (r.type == "mtp") config["rollout"] = r.rollout < 0 ? r.heads - 1 : r.rollout;
+  if (r.type == "mtp") {
+    config["rollout"] = r.rollout < 0 ? r.heads - 1 : r.rollout;
+    if (r.taps) info.taps = draft_tap_layers(hp.n_layer);
+    config["taps"] = info.taps;
+  }
   info.training_config_json = config.dump();
   DraftHead initial = r.type == "mtp" ? make_mtp_head(info, draft_vocabulary(traces.set, options))
                                       : make_medusa_head(info);

@@ -17,7 +17,8 @@ namespace tokenfab {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'F', 'T', 'R', 'A', 'C', 'E', '\0'};
-constexpr uint32_t kVersion = 2;  // version 1: no next array
+constexpr uint32_t kVersion = 3;  // version 1: no next array; 2: no taps
+constexpr uint32_t kMaxTaps = 16;
 constexpr int32_t kMaxEmbd = 1 << 16;
 constexpr int32_t kMaxTopK = 1024;
 constexpr int64_t kMaxPositions = int64_t{1} << 36;
@@ -27,7 +28,7 @@ struct Header {
   uint32_t version;
   int32_t n_embd;
   int32_t top_k;
-  uint32_t reserved;
+  uint32_t n_taps;  // version 3; 0 before
   int64_t n_pos;
   int64_t n_seq;
 };
@@ -38,7 +39,8 @@ uint64_t payload_bytes(const Header& h) {
   const auto n_pos = static_cast<uint64_t>(h.n_pos), k = static_cast<uint64_t>(h.top_k);
   const uint64_t token_arrays = h.version >= 2 ? 2 : 1;  // pred (and next)
   return (static_cast<uint64_t>(h.n_seq) + 1) * 8 + n_pos * static_cast<uint64_t>(h.n_embd) * 4 +
-         n_pos * 4 * token_arrays + n_pos * k * 8;
+         n_pos * 4 * token_arrays + n_pos * k * 8 +
+         n_pos * static_cast<uint64_t>(h.n_taps) * static_cast<uint64_t>(h.n_embd) * 4;
 }
 
 template <typename T>
@@ -62,12 +64,15 @@ void TraceSet::append(const TraceSet& other) {
   if (n_pos() == 0) {
     n_embd = other.n_embd;
     top_k = other.top_k;
+    n_taps = other.n_taps;
     seq_begin = {0};
-  } else if (n_embd != other.n_embd || top_k != other.top_k) {
+  } else if (n_embd != other.n_embd || top_k != other.top_k || n_taps != other.n_taps) {
     throw Error("trace set: cannot append traces of n_embd " + std::to_string(other.n_embd) +
-                " and top_k " + std::to_string(other.top_k) + " to traces of n_embd " +
-                std::to_string(n_embd) + " and top_k " + std::to_string(top_k));
+                ", top_k " + std::to_string(other.top_k) + " and " + std::to_string(other.n_taps) +
+                " layer taps to traces of n_embd " + std::to_string(n_embd) + ", top_k " +
+                std::to_string(top_k) + " and " + std::to_string(n_taps));
   }
+  taps.insert(taps.end(), other.taps.begin(), other.taps.end());
   const int64_t offset = n_pos();
   hidden.insert(hidden.end(), other.hidden.begin(), other.hidden.end());
   pred.insert(pred.end(), other.pred.begin(), other.pred.end());
@@ -86,7 +91,11 @@ void TraceSet::validate(const std::string& where) const {
   if (top_k < 0 || top_k > kMaxTopK)
     throw Error(where + ": top_k " + std::to_string(top_k) + " is outside [0, " +
                 std::to_string(kMaxTopK) + "]");
+  if (n_taps < 0 || n_taps > static_cast<int32_t>(kMaxTaps))
+    throw Error(where + ": " + std::to_string(n_taps) + " layer taps (at most " +
+                std::to_string(kMaxTaps) + ")");
   if (hidden.size() != n * static_cast<size_t>(n_embd) || next.size() != n ||
+      taps.size() != n * static_cast<size_t>(n_taps) * static_cast<size_t>(n_embd) ||
       topk_ids.size() != n * top_k || topk_probs.size() != n * top_k)
     throw Error(where + ": the hidden/next/top-k arrays do not match " + std::to_string(n) +
                 " positions");
@@ -107,6 +116,8 @@ void TraceSet::validate(const std::string& where) const {
     if (!(p >= 0.0f && p <= 1.0f)) throw Error(where + ": a top-k probability is outside [0, 1]");
   for (float x : hidden)
     if (!std::isfinite(x)) throw Error(where + ": a hidden state holds a non-finite value");
+  for (float x : taps)
+    if (!std::isfinite(x)) throw Error(where + ": a layer tap holds a non-finite value");
 }
 
 void TraceSet::save(const std::filesystem::path& path) const {
@@ -117,6 +128,7 @@ void TraceSet::save(const std::filesystem::path& path) const {
   h.version = kVersion;
   h.n_embd = n_embd;
   h.top_k = top_k;
+  h.n_taps = static_cast<uint32_t>(n_taps);
   h.n_pos = n_pos();
   h.n_seq = n_sequences();
   const std::vector<int64_t> bounds = seq_begin.empty() ? std::vector<int64_t>{0} : seq_begin;
@@ -141,6 +153,7 @@ void TraceSet::save(const std::filesystem::path& path) const {
     put(as_bytes(next));
     put(as_bytes(topk_ids));
     put(as_bytes(topk_probs));
+    put(as_bytes(taps));
     const uint64_t sum = XXH64_digest(state.get());
     out.write(reinterpret_cast<const char*>(&sum), sizeof sum);
     out.flush();
@@ -174,6 +187,12 @@ TraceSet TraceSet::load(const std::filesystem::path& path) {
   if (h.version < 1 || h.version > kVersion)
     throw Error(where + ": version " + std::to_string(h.version) + " is not supported (expected " +
                 "1 to " + std::to_string(kVersion) + ")");
+  if (h.version < 3 && h.n_taps != 0)
+    throw Error(where + ": a version " + std::to_string(h.version) +
+                " file with a non-zero reserved field");
+  if (h.n_taps > kMaxTaps)
+    throw Error(where + ": " + std::to_string(h.n_taps) + " layer taps (at most " +
+                std::to_string(kMaxTaps) + ")");
   if (h.n_embd < 1 || h.n_embd > kMaxEmbd || h.top_k < 0 || h.top_k > kMaxTopK)
     throw Error(where + ": n_embd " + std::to_string(h.n_embd) + " or top_k " +
                 std::to_string(h.top_k) + " is out of range");
@@ -190,7 +209,9 @@ TraceSet TraceSet::load(const std::filesystem::path& path) {
   TraceSet t;
   t.n_embd = h.n_embd;
   t.top_k = h.top_k;
+  t.n_taps = static_cast<int32_t>(h.n_taps);
   const auto n = static_cast<size_t>(h.n_pos), k = static_cast<size_t>(h.top_k);
+  t.taps.resize(n * h.n_taps * static_cast<size_t>(h.n_embd));
   t.seq_begin.resize(static_cast<size_t>(h.n_seq) + 1);
   t.hidden.resize(n * static_cast<size_t>(h.n_embd));
   t.pred.resize(n);
@@ -216,6 +237,7 @@ TraceSet TraceSet::load(const std::filesystem::path& path) {
   }
   get(t.topk_ids);
   get(t.topk_probs);
+  get(t.taps);
   uint64_t sum = 0;
   in.read(reinterpret_cast<char*>(&sum), sizeof sum);
   if (!in) throw Error(where + ": read failed");

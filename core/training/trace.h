@@ -16,11 +16,15 @@
 // none otherwise (a label never crosses a sequence end). An mtp head reads the token itself: its
 // step from position j takes next[j] and predicts pred[j + 1] and hidden[j + 1].
 //
-// File format (little-endian): magic "TFTRACE\0", u32 version (2), i32 n_embd, i32 top_k,
-// u32 reserved (0), i64 n_pos, i64 n_seq, i64 seq_begin[n_seq + 1], f32 hidden[n_pos·n_embd],
-// i32 pred[n_pos], i32 next[n_pos], i32 topk_ids[n_pos·top_k], f32 topk_probs[n_pos·top_k], then
-// the XXH64 (seed 0) of every byte before it. Version 1 files (no next: greedy continuations, or
-// corpus traces recorded before next existed) load with next = pred.
+// Layer taps (optional): the target's residual stream after its draft_tap_layers at each
+// position, RMS-normalised (what an mtp head with taps reads; draft_head.h).
+//
+// File format (little-endian): magic "TFTRACE\0", u32 version (3), i32 n_embd, i32 top_k,
+// u32 n_taps, i64 n_pos, i64 n_seq, i64 seq_begin[n_seq + 1], f32 hidden[n_pos·n_embd],
+// i32 pred[n_pos], i32 next[n_pos], i32 topk_ids[n_pos·top_k], f32 topk_probs[n_pos·top_k],
+// f32 taps[n_pos·n_taps·n_embd], then the XXH64 (seed 0) of every byte before it. Version 1
+// files (no next: greedy continuations, or corpus traces recorded before next existed) load with
+// next = pred; versions 1 and 2 have no taps (their n_taps field is 0).
 
 #include <cstdint>
 #include <filesystem>
@@ -32,13 +36,14 @@
 namespace tokenfab {
 
 struct TraceSet {
-  int32_t n_embd = 0, top_k = 0;
+  int32_t n_embd = 0, top_k = 0, n_taps = 0;
   std::vector<float> hidden;       // (n_pos, n_embd) final-norm hidden state at each position
   std::vector<TokenId> pred;       // (n_pos) the target's argmax at each position (its next token)
   std::vector<TokenId> next;       // (n_pos) the token that followed each position in the text read
                                    // (at a sequence's last position: the following one, or pred)
   std::vector<TokenId> topk_ids;   // (n_pos, top_k) its top-k next tokens, most probable first …
   std::vector<float> topk_probs;   // (n_pos, top_k) … and their probabilities (softmax, T = 1)
+  std::vector<float> taps;         // (n_pos, n_taps · n_embd) the layer taps at each position
   std::vector<int64_t> seq_begin;  // (n_seq + 1): sequence s spans [seq_begin[s], seq_begin[s+1]);
                                    // seq_begin[0] = 0, seq_begin[n_seq] = n_pos; {} or {0} if empty
 

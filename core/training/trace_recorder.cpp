@@ -27,6 +27,7 @@ int resolve_threads(int threads) {
 // What was recorded for one sequence so far.
 struct SequenceRecord {
   std::vector<float> hidden;  // (n, n_embd)
+  std::vector<float> taps;    // (n, n_taps · n_embd)
   std::vector<TokenId> pred;  // (n)
   std::vector<TokenId> next;  // (n)
   std::vector<TokenId> topk_ids;
@@ -37,7 +38,7 @@ struct SequenceRecord {
 // The rows of one pass, analysed: argmax, top-k ids and their softmax probabilities.
 struct PassRows {
   std::vector<float> logits;  // (rows, n_vocab), clobbered by the analysis
-  std::vector<float> hidden;  // (rows, n_embd)
+  std::vector<float> hidden;  // (rows, width): final-norm hidden state, then the layer taps
   std::vector<TokenId> pred;  // (rows)
   std::vector<TokenId> topk_ids;
   std::vector<float> topk_probs;
@@ -81,9 +82,11 @@ void analyse_rows(PassRows& p, int64_t rows, int64_t n_vocab, int32_t top_k,
   });
 }
 
-void take_row(const PassRows& p, int64_t r, int64_t d, int32_t top_k, TokenId next,
+void take_row(const PassRows& p, int64_t r, int64_t d, int64_t width, int32_t top_k, TokenId next,
               SequenceRecord& rec) {
-  rec.hidden.insert(rec.hidden.end(), p.hidden.begin() + r * d, p.hidden.begin() + (r + 1) * d);
+  const auto row = p.hidden.begin() + r * width;
+  rec.hidden.insert(rec.hidden.end(), row, row + d);
+  rec.taps.insert(rec.taps.end(), row + d, row + width);
   rec.pred.push_back(p.pred[static_cast<size_t>(r)]);
   rec.next.push_back(next);
   rec.topk_ids.insert(rec.topk_ids.end(), p.topk_ids.begin() + r * top_k,
@@ -95,6 +98,7 @@ void take_row(const PassRows& p, int64_t r, int64_t d, int32_t top_k, TokenId ne
 void append_sequence(TraceSet& out, const SequenceRecord& rec) {
   if (rec.n() == 0) return;
   out.hidden.insert(out.hidden.end(), rec.hidden.begin(), rec.hidden.end());
+  out.taps.insert(out.taps.end(), rec.taps.begin(), rec.taps.end());
   out.pred.insert(out.pred.end(), rec.pred.begin(), rec.pred.end());
   out.next.insert(out.next.end(), rec.next.begin(), rec.next.end());
   out.topk_ids.insert(out.topk_ids.end(), rec.topk_ids.begin(), rec.topk_ids.end());
@@ -129,10 +133,11 @@ void check_tokens(std::span<const TokenId> tokens, int64_t n_vocab, const std::s
       throw Error(where + ": token id " + std::to_string(t) + " is outside the vocabulary");
 }
 
-TraceSet empty_trace(const HParams& hp, int32_t top_k) {
+TraceSet empty_trace(const HParams& hp, const TraceOptions& o) {
   TraceSet t;
   t.n_embd = static_cast<int32_t>(hp.n_embd);
-  t.top_k = top_k;
+  t.top_k = o.top_k;
+  t.n_taps = o.taps ? static_cast<int32_t>(draft_tap_layers(hp.n_layer).size()) : 0;
   t.seq_begin = {0};
   return t;
 }
@@ -166,7 +171,7 @@ TraceSet record_continuations(const LlamaModel& model,
                   std::to_string(hp.n_ctx_train));
   }
   kernels::ThreadPool pool(resolve_threads(o.threads));
-  TraceSet out = empty_trace(hp, o.top_k);
+  TraceSet out = empty_trace(hp, o);
   const int64_t total = static_cast<int64_t>(prompts.size()) * c;
   int64_t done = 0;
   bool cancelled = false;
@@ -179,6 +184,8 @@ TraceSet record_continuations(const LlamaModel& model,
     KvStorage storage(hp, n_blocks, kBlockSize);
     KvManager kv(n_blocks, kBlockSize);
     ModelRunner runner(model, pool, storage);
+    runner.set_draft_taps(o.taps);
+    const int64_t width = runner.hidden_width();
     struct Live {
       std::vector<TokenId> tokens;  // prompt, then the tokens generated so far
       int64_t computed = 0;         // tokens whose KV is in the pool
@@ -221,7 +228,7 @@ TraceSet record_continuations(const LlamaModel& model,
         Live& s = live[who[r]];
         const auto id = static_cast<SequenceId>(who[r]);
         const TokenId next = chosen[r] >= 0 ? chosen[r] : rows.pred[r];
-        take_row(rows, static_cast<int64_t>(r), hp.n_embd, o.top_k, next, s.rec);
+        take_row(rows, static_cast<int64_t>(r), hp.n_embd, width, o.top_k, next, s.rec);
         s.computed = static_cast<int64_t>(s.tokens.size());
         ++done;
         if (s.rec.n() == c || (is_end_of_generation && is_end_of_generation(next))) {
@@ -258,7 +265,7 @@ TraceSet record_corpus(const LlamaModel& model, std::span<const TokenId> tokens,
         tokens.subspan(s, std::min<size_t>(static_cast<size_t>(window), tokens.size() - s)));
 
   kernels::ThreadPool pool(resolve_threads(o.threads));
-  TraceSet out = empty_trace(hp, o.top_k);
+  TraceSet out = empty_trace(hp, o);
   int64_t total = 0, done = 0;
   for (const auto& w : windows) total += static_cast<int64_t>(w.size());
   bool cancelled = false;
@@ -271,6 +278,8 @@ TraceSet record_corpus(const LlamaModel& model, std::span<const TokenId> tokens,
     KvStorage storage(hp, n_blocks, kBlockSize);
     KvManager kv(n_blocks, kBlockSize);
     ModelRunner runner(model, pool, storage);
+    runner.set_draft_taps(o.taps);
+    const int64_t width = runner.hidden_width();
     std::vector<int64_t> computed(b1 - b0, 0);
     std::vector<SequenceRecord> recs(b1 - b0);
     for (size_t j = 0; j < recs.size(); ++j)
@@ -303,7 +312,7 @@ TraceSet record_corpus(const LlamaModel& model, std::span<const TokenId> tokens,
         const size_t at = w * static_cast<size_t>(window) + static_cast<size_t>(computed[who[i]]);
         for (size_t q = 0; q < items[i].tokens.size(); ++q, ++r)
           take_row(
-              rows, r, hp.n_embd, o.top_k,
+              rows, r, hp.n_embd, width, o.top_k,
               at + q + 1 < tokens.size() ? tokens[at + q + 1] : rows.pred[static_cast<size_t>(r)],
               recs[who[i]]);
         computed[who[i]] += static_cast<int64_t>(items[i].tokens.size());

@@ -21,7 +21,8 @@ struct TraceOptions {
   // Continuations: 0 continues greedily; above 0 draws each token with these sampling settings
   // (the seed of prompt j is seed + j), so that the traces leave the greedy path.
   SamplingParams sampling{.temperature = 0.0f};
-  void validate() const;             // throws Error naming the option
+  bool taps = false;      // also record the layer taps (draft_tap_layers) of every position
+  void validate() const;  // throws Error naming the option
 };
 
 // Called after each pass; return false to cancel. Units are recorded positions.

@@ -9,6 +9,7 @@
 
 #include "core/common/error.h"
 #include "core/model/transformer_pass.h"
+#include "core/speculative/dense_math.h"
 #include "core/training/head_eval.h"
 #include "core/training/head_loss.h"
 
@@ -109,8 +110,14 @@ struct HeadBatch {
   std::vector<float> soft_prob;
   std::vector<float> hidden;  // mtp: (m, n_embd)
   int64_t m = 0;
+  // mtp with taps: the first n_roots rows are teacher-forced, their block input g made by the
+  // taps fusion from these taps (n_roots, T · n_embd).
+  int64_t n_roots = 0;
+  std::vector<float> root_taps;
 
   void clear() {
+    n_roots = 0;
+    root_taps.clear();
     x.clear();
     label.clear();
     soft_index.clear();
@@ -185,10 +192,25 @@ void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const Trac
     hs.insert(hs.end(), row, row + d);
     es.insert(es.end(), row + d, row + 2 * d);
   };
-  for (int64_t i : batch) {
-    if (i + 1 >= ends[static_cast<size_t>(i)]) continue;
-    if (add_row(t.hidden.data() + i * d, i, i + 1)) continue_chain(i, 0);
+  // Teacher-forced rows first: from the target's own state h_i, or with taps from the fused
+  // g_i = h_i + W_f t_i + b_f (DraftHead::mtp_root).
+  std::vector<int64_t> roots;
+  for (int64_t i : batch)
+    if (i + 1 < ends[static_cast<size_t>(i)] &&
+        sl.index_of(t.pred[static_cast<size_t>(i + 1)]) >= 0)
+      roots.push_back(i);
+  const int64_t width = head.feature_width(), tw = width - d;
+  std::vector<float> f(roots.size() * static_cast<size_t>(width)), g(roots.size() * d);
+  for (size_t r = 0; r < roots.size(); ++r) {
+    std::copy_n(t.hidden.data() + roots[r] * d, d, f.data() + r * width);
+    std::copy_n(t.taps.data() + roots[r] * tw, tw, f.data() + r * width + d);
+    out.root_taps.insert(out.root_taps.end(), t.taps.begin() + roots[r] * tw,
+                         t.taps.begin() + (roots[r] + 1) * tw);
   }
+  head.mtp_root(f.data(), static_cast<int64_t>(roots.size()), g.data());
+  for (size_t r = 0; r < roots.size(); ++r)
+    if (add_row(g.data() + r * d, roots[r], roots[r] + 1)) continue_chain(roots[r], 0);
+  out.n_roots = out.m;
   for (int32_t depth = 1; depth <= rollout && !next_chains.empty(); ++depth) {
     chains.swap(next_chains);
     next_chains.clear();
@@ -216,6 +238,10 @@ class HeadOptimizer {
       dw_.emplace_back(head.w[k].size());
       db_.emplace_back(head.b[k].size());
     }
+    adam_fw_ = Adam(head.fuse_w.size());
+    adam_fb_ = Adam(head.fuse_b.size());
+    dfw_.resize(head.fuse_w.size());
+    dfb_.resize(head.fuse_b.size());
   }
 
   // Returns the step's loss: the mean over blocks of each block's mean loss.
@@ -239,12 +265,16 @@ class HeadOptimizer {
         targets.hidden = hb_.hidden.data();
         targets.hidden_weight = o_.hidden_weight;
       }
-      loss +=
-          head_loss_and_grad(head.w[k].data(), head.b[k].data(), shortlist_, hb_.x.data(), in_cols,
-                             hb_.m, targets, dw_[k].data(), db_[k].data(), pool, scratch_) /
-          double(hb_.m);
+      const bool fused = !head.fuse_w.empty();
+      if (fused) dg_.assign(static_cast<size_t>(hb_.n_roots * d), 0.0f);
+      loss += head_loss_and_grad(head.w[k].data(), head.b[k].data(), shortlist_, hb_.x.data(),
+                                 in_cols, hb_.m, targets, dw_[k].data(), db_[k].data(), pool,
+                                 scratch_, fused ? dg_.data() : nullptr, hb_.n_roots) /
+              double(hb_.m);
       ++blocks_with_rows;
+      if (fused) fuse_grads(hb_.n_roots, d, pool);
       norm2 += scale(k, 1.0f / float(hb_.m));
+      if (fused) norm2 += scale_fuse(1.0f / float(hb_.m));
     }
     const double norm = std::sqrt(norm2);
     const float lr = learning_rate(o_, step);
@@ -252,6 +282,11 @@ class HeadOptimizer {
       if (norm > o_.clip) scale(k, static_cast<float>(o_.clip / norm));
       adam_w_[k].update(head.w[k].data(), dw_[k].data(), lr, o_.weight_decay, step);
       adam_b_[k].update(head.b[k].data(), db_[k].data(), lr, 0.0f, step);
+    }
+    if (!head.fuse_w.empty()) {
+      if (norm > o_.clip) scale_fuse(static_cast<float>(o_.clip / norm));
+      adam_fw_.update(head.fuse_w.data(), dfw_.data(), lr, o_.weight_decay, step);
+      adam_fb_.update(head.fuse_b.data(), dfb_.data(), lr, 0.0f, step);
     }
     return loss / std::max(1, blocks_with_rows);
   }
@@ -268,6 +303,39 @@ class HeadOptimizer {
     }
     return norm2;
   }
+  // The taps fusion's gradients from dloss/dg of the n teacher-forced rows (dg_): dW_f = dgᵀ T
+  // and db_f = Σ dg, T the rows' taps; split by output rows of W_f.
+  void fuse_grads(int64_t n, int64_t d, kernels::ThreadPool& pool) {
+    std::fill(dfw_.begin(), dfw_.end(), 0.0f);
+    std::fill(dfb_.begin(), dfb_.end(), 0.0f);
+    if (n == 0) return;
+    const int64_t tw = static_cast<int64_t>(dfw_.size()) / d;
+    dg_t_.resize(static_cast<size_t>(n * d));
+    pool.run([&](int ti, int nt) {
+      int64_t o0 = 0, o1 = 0;
+      kernels::ThreadPool::split(d, 4, ti, nt, o0, o1);
+      if (o1 <= o0) return;
+      float* dg_t = dg_t_.data() + o0 * n;
+      dense::transpose(dg_.data() + o0, n, o1 - o0, d, dg_t, n);
+      dense::gemm_nn(o1 - o0, tw, n, dg_t, n, hb_.root_taps.data(), tw, dfw_.data() + o0 * tw, tw,
+                     false);
+      for (int64_t o = 0; o < o1 - o0; ++o) {
+        double sum = 0.0;
+        for (int64_t r = 0; r < n; ++r) sum += dg_t[o * n + r];
+        dfb_[static_cast<size_t>(o0 + o)] = static_cast<float>(sum);
+      }
+    });
+  }
+  double scale_fuse(float f) {
+    double norm2 = 0.0;
+    for (auto* grads : {&dfw_, &dfb_}) {
+      for (float& g : *grads) {
+        g *= f;
+        norm2 += double(g) * g;
+      }
+    }
+    return norm2;
+  }
 
   const LlamaModel& model_;
   const TraceSet& traces_;
@@ -276,6 +344,8 @@ class HeadOptimizer {
   const TrainOptions& o_;
   std::vector<Adam> adam_w_, adam_b_;
   std::vector<std::vector<float>> dw_, db_;  // per block: W, b
+  Adam adam_fw_{0}, adam_fb_{0};             // the taps fusion (mtp with taps)
+  std::vector<float> dfw_, dfb_, dg_, dg_t_;
   HeadLossScratch scratch_;
   HeadBatch hb_;
 };
@@ -293,6 +363,13 @@ void check_inputs(const LlamaModel& target, const DraftHead& head, const TraceSe
   if (traces.n_embd != hp.n_embd)
     throw Error("training: the traces have n_embd " + std::to_string(traces.n_embd) +
                 ", the model " + std::to_string(hp.n_embd));
+  if (!head.info.taps.empty() && traces.n_taps != static_cast<int32_t>(head.info.taps.size()))
+    throw Error("training: head '" + head.info.name + "' reads " +
+                std::to_string(head.info.taps.size()) + " layer taps, the traces hold " +
+                std::to_string(traces.n_taps) + " (record them with the taps)");
+  if (!head.info.taps.empty() && head.info.taps != draft_tap_layers(hp.n_layer))
+    throw Error("training: head '" + head.info.name +
+                "' reads other layers than the model's draft taps");
   const auto d = static_cast<size_t>(hp.n_embd);
   const size_t blocks = head.is_mtp() ? 1 : static_cast<size_t>(head.n_heads());
   const size_t in_cols = head.is_mtp() ? 2 * d : d;

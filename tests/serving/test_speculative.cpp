@@ -67,6 +67,8 @@ class SpeculativeTest : public QObject {
   void initTestCase();
   void greedy_output_is_unchanged_by_any_head();
   void greedy_output_is_unchanged_by_mtp_heads();
+  void greedy_output_is_unchanged_by_heads_with_taps();
+  void taps_with_zero_fusion_draft_as_without_taps();
   void greedy_output_is_unchanged_by_dynamic_trees();
   void greedy_output_is_unchanged_by_context_lookup();
   void dynamic_tree_holds_the_most_probable_nodes();
@@ -86,7 +88,10 @@ class SpeculativeTest : public QObject {
   std::shared_ptr<const DraftHead> random_head(unsigned seed) const;
   // mtp heads over the draft vocabulary `vocab`: zero weights (each step proposes what the LM
   // head predicts from the hidden state it was given) or random ones.
-  std::shared_ptr<const DraftHead> mtp_head(std::vector<TokenId> vocab, unsigned seed) const;
+  // With `taps`, the head also reads the target's layer taps (draft_tap_layers), its fusion
+  // zero (seed 0) or random.
+  std::shared_ptr<const DraftHead> mtp_head(std::vector<TokenId> vocab, unsigned seed,
+                                            bool taps = false) const;
 
   // Each prompt's greedy output without speculation (computed once).
   const std::vector<std::vector<TokenId>>& plain_outputs();
@@ -126,10 +131,11 @@ std::shared_ptr<const DraftHead> SpeculativeTest::random_head(unsigned seed) con
 }
 
 std::shared_ptr<const DraftHead> SpeculativeTest::mtp_head(std::vector<TokenId> vocab,
-                                                           unsigned seed) const {
+                                                           unsigned seed, bool taps) const {
   DraftHeadInfo info;
   info.type = "mtp";
-  info.name = seed == 0 ? "zero-mtp" : "random-mtp";
+  info.name = std::string(seed == 0 ? "zero-mtp" : "random-mtp") + (taps ? "-taps" : "");
+  if (taps) info.taps = draft_tap_layers(model_->hparams().n_layer);
   info.n_heads = 4;
   info.n_embd = static_cast<int32_t>(model_->hparams().n_embd);
   info.n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
@@ -138,6 +144,8 @@ std::shared_ptr<const DraftHead> SpeculativeTest::mtp_head(std::vector<TokenId> 
     std::mt19937 rng(seed);
     std::normal_distribution<float> noise(0.0f, 0.05f);
     for (float& x : head.w[0]) x = noise(rng);
+    for (float& x : head.fuse_w) x = noise(rng);
+    for (float& x : head.fuse_b) x = noise(rng);
   }
   return std::make_shared<const DraftHead>(std::move(head));
 }
@@ -214,6 +222,59 @@ void SpeculativeTest::greedy_output_is_unchanged_by_any_head() {
       {"colocated, random head, tree 2,2,2", false, random_head(1), 3, {2, 2, 2}},
       {"disaggregated, zero head, tree 4,2,2", true, zero_head(), 4, {4, 2, 2}}};
   check_lossless(cases);
+}
+
+// mtp heads that also read the target's layer taps: the workers' hidden rows are then draft
+// features (the final hidden state and the taps), handed over with the KV in disaggregated mode.
+void SpeculativeTest::greedy_output_is_unchanged_by_heads_with_taps() {
+  const std::vector<TokenId> vocab = prompt_and_output_tokens();
+  const LosslessCase cases[] = {
+      {"colocated, random mtp head with taps", false, mtp_head(vocab, 4, true), 4, {}},
+      {"colocated, random mtp head with taps, tree 3,2,2,1",
+       false,
+       mtp_head(vocab, 5, true),
+       4,
+       {3, 2, 2, 1}},
+      {"disaggregated, random mtp head with taps", true, mtp_head(vocab, 6, true), 3, {}},
+      {"colocated, random mtp head with taps, dynamic tree",
+       false,
+       mtp_head(vocab, 7, true),
+       4,
+       {4, 4, 4, 4},
+       false,
+       16}};
+  check_lossless(cases);
+}
+
+// A head whose taps fusion is zero starts each chain from h_t as a head without taps does, so
+// both draft the same tokens: what the engine hands the head as the final hidden state is the
+// same with the taps behind it. And a fusion that is not zero changes what is drafted.
+void SpeculativeTest::taps_with_zero_fusion_draft_as_without_taps() {
+  const std::vector<TokenId> vocab = prompt_and_output_tokens();
+  const auto drafts = [&](std::shared_ptr<const DraftHead> head) {
+    Engine engine(*model_, lossless_config(false));
+    std::vector<RequestId> ids;
+    for (const auto& p : prompts_) {
+      GenerationRequest r{p, kMaxTokens};
+      r.head = head;
+      r.draft_len = 4;
+      ids.push_back(engine.submit(std::move(r)));
+    }
+    std::vector<std::vector<int64_t>> accepted;
+    for (const RequestId id : ids) accepted.push_back(engine.wait(id).speculation.accepted_at);
+    return accepted;
+  };
+  DraftHead plain = *mtp_head(vocab, 8);
+  DraftHead tapped = plain;
+  tapped.info.taps = draft_tap_layers(model_->hparams().n_layer);
+  tapped.fuse_w.assign(tapped.info.taps.size() * plain.w[0].size() / 2, 0.0f);
+  tapped.fuse_b.assign(plain.b[0].size(), 0.0f);
+  const auto without = drafts(std::make_shared<const DraftHead>(plain));
+  QCOMPARE(drafts(std::make_shared<const DraftHead>(tapped)), without);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> noise(0.0f, 0.5f);
+  for (float& x : tapped.fuse_w) x = noise(rng);
+  QVERIFY(drafts(std::make_shared<const DraftHead>(tapped)) != without);
 }
 
 // The same for mtp heads (their own sequential drafting path in the worker), chain and tree,

@@ -176,6 +176,8 @@ class TrainingTest : public QObject {
   void dense_kernels_match_reference();
   void gradient_check_data();
   void gradient_check();
+  void input_gradient_check();
+  void mtp_taps_file_roundtrip_and_root();
   void draft_head_file_roundtrip();
   void mtp_head_file_roundtrip();
   void head_switch_policy();
@@ -824,6 +826,118 @@ void TrainingTest::trace_roundtrip() {
 
   QVERIFY(t.greedy_path(1, 3));  // positions 1 and 2 continue greedily, 0 and 3 were drawn
   QCOMPARE(t.greedy_path(0, 3), t.greedy_at(0));
+
+  // Layer taps (version 3): two taps of n_embd at each position travel with the rest.
+  TraceSet tapped = t;
+  tapped.n_taps = 2;
+  tapped.taps = random_vector(rng, size_t(t.n_pos()) * 2 * 4, 1.0f);
+  tapped.save(path("taps.trace"));
+  const TraceSet tapped_back = TraceSet::load(path("taps.trace"));
+  QCOMPARE(tapped_back.n_taps, 2);
+  QVERIFY(tapped_back.taps == tapped.taps);
+  QVERIFY(tapped_back.hidden == t.hidden && tapped_back.next == t.next);
+  expect_error([&] { joined.append(tapped); }, {"layer taps"});
+  TraceSet short_taps = tapped;
+  short_taps.taps.pop_back();
+  expect_error([&] { short_taps.validate("taps"); }, {"taps", "do not match"});
+  std::string v2 = read_bytes(path("taps.trace"));  // a version 2 file cannot hold taps
+  const uint32_t two = 2;
+  std::memcpy(v2.data() + 8, &two, 4);
+  write_bytes(path("v2.trace"), v2);
+  expect_error([&] { TraceSet::load(path("v2.trace")); }, {"v2.trace", "version 2"});
+}
+
+// dloss/dx[:, :n_embd] of head_loss_and_grad (what an mtp head's taps fusion backpropagates
+// through) against central differences of the reference loss, for the first rows only; the
+// tolerances are gradient_check's.
+void TrainingTest::input_gradient_check() {
+  constexpr int64_t d = 8, v = 20, m = 6, in_cols = 2 * d, dx_rows = 4;
+  std::mt19937 rng(13);
+  const std::vector<float> w = random_vector(rng, d * in_cols, 0.4f),
+                           b = random_vector(rng, d, 0.4f);
+  std::vector<float> x = random_vector(rng, m * in_cols, 1.0f);
+  const std::vector<float> e = random_vector(rng, v * d, 1.0f),
+                           hidden = random_vector(rng, m * d, 1.0f);
+  std::vector<TokenId> ids(v);
+  for (int j = 0; j < v; ++j) ids[j] = 2 * j;
+  const Shortlist sl = Shortlist::from_rows(ids, e, d);
+  std::vector<int32_t> label;
+  for (int64_t r = 0; r < m; ++r) label.push_back(int32_t((r * 7 + 3) % v));
+  const HeadTargets t{label, {}, {}, 0, 0.0f, hidden.data(), 0.9f};
+  kernels::ThreadPool pool(2);
+  HeadLossScratch scratch;
+  std::vector<float> dw(d * in_cols, 0.0f), db(d, 0.0f), dx(dx_rows * d, 0.0f);
+  head_loss_and_grad(w.data(), b.data(), sl, x.data(), in_cols, m, t, dw.data(), db.data(), pool,
+                     scratch, dx.data(), dx_rows);
+  const std::vector<double> wd(w.begin(), w.end()), bd(b.begin(), b.end());
+  constexpr double eps = 1e-3;  // x is f32: the step must stay far above its roundoff
+  double diff2 = 0.0, norm2 = 0.0;
+  for (int64_t r = 0; r < dx_rows; ++r) {
+    for (int64_t j = 0; j < d; ++j) {
+      float& xi = x[size_t(r * in_cols + j)];
+      const float keep = xi;
+      xi = keep + float(eps);
+      const double up = reference_loss(wd, bd, e, x, d, in_cols, v, t);
+      xi = keep - float(eps);
+      const double down = reference_loss(wd, bd, e, x, d, in_cols, v, t);
+      xi = keep;
+      const double n = (up - down) / (2 * eps);
+      diff2 += (dx[size_t(r * d + j)] - n) * (dx[size_t(r * d + j)] - n);
+      norm2 += n * n;
+    }
+  }
+  const double rel = std::sqrt(diff2 / norm2);
+  qInfo("input gradient check: relative error %.3g", rel);
+  QVERIFY(rel < 1e-3);
+}
+
+// An mtp head with layer taps: the fusion's tensors and the tapped layers survive a round trip,
+// and mtp_root is h + W_f [t_1; t_2] + b_f (computed here plainly in double); a Medusa head or
+// unordered layers are refused.
+void TrainingTest::mtp_taps_file_roundtrip_and_root() {
+  constexpr int d = 8;
+  DraftHeadInfo info;
+  info.type = "mtp";
+  info.name = "tapped";
+  info.base_model_sha256 = kSha;
+  info.n_heads = 3;
+  info.n_embd = d;
+  info.n_vocab = 50;
+  info.taps = {1, 3};
+  DraftHead head = make_mtp_head(info, {1, 2, 3});
+  QCOMPARE(head.feature_width(), int64_t(3 * d));
+  QCOMPARE(head.fuse_w.size(), size_t(2 * d * d));
+  std::mt19937 rng(17);
+  head.w[0] = random_vector(rng, 2 * d * d, 0.2f);
+  head.fuse_w = random_vector(rng, 2 * d * d, 0.3f);
+  head.fuse_b = random_vector(rng, d, 0.3f);
+  save_draft_head(head, path("tapped.gguf"));
+  const DraftHead back = load_draft_head(path("tapped.gguf"));
+  QVERIFY(back.info.taps == info.taps);
+  QVERIFY(back.fuse_w == head.fuse_w && back.fuse_b == head.fuse_b && back.w == head.w);
+
+  const std::vector<float> f = random_vector(rng, 2 * 3 * d, 1.0f);  // two feature rows
+  std::vector<float> g(2 * d);
+  back.mtp_root(f.data(), 2, g.data());
+  for (int r = 0; r < 2; ++r) {
+    for (int o = 0; o < d; ++o) {
+      double want = f[r * 3 * d + o] + back.fuse_b[o];
+      for (int i = 0; i < 2 * d; ++i)
+        want += double(back.fuse_w[o * 2 * d + i]) * f[r * 3 * d + d + i];
+      QVERIFY(std::abs(g[r * d + o] - want) < 1e-5);
+    }
+  }
+  // Without taps the root is h itself.
+  info.taps.clear();
+  const DraftHead untapped = make_mtp_head(info, {1});
+  untapped.mtp_root(f.data(), 1, g.data());
+  QVERIFY(std::equal(g.begin(), g.begin() + d, f.begin()));
+
+  info.taps = {3, 1};
+  expect_error([&] { make_mtp_head(info, {1}); }, {"tapped", "ascending"});
+  info.taps = {1};
+  info.type = "medusa";
+  expect_error([&] { make_medusa_head(info); }, {"tapped", "only an mtp head"});
 }
 
 void TrainingTest::malformed_trace_files_rejected() {
@@ -843,9 +957,9 @@ void TrainingTest::malformed_trace_files_rejected() {
   write_bytes(f, corrupt);
   expect_error([&] { TraceSet::load(f); }, {f, "checksum"});
   std::string version = good;
-  version[8] = 3;  // a later format
+  version[8] = 4;  // a later format
   write_bytes(f, version);
-  expect_error([&] { TraceSet::load(f); }, {f, "version 3"});
+  expect_error([&] { TraceSet::load(f); }, {f, "version 4"});
   TraceSet short_next = random_trace(rng);
   short_next.next.pop_back();
   expect_error([&] { short_next.save(path("short.trace")); }, {"next"});

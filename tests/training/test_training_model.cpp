@@ -119,6 +119,7 @@ class TrainingModelTest : public QObject {
   void initTestCase();
   void recorder_matches_model();
   void recorder_keeps_the_text_s_next_tokens();
+  void recorder_taps_leave_the_rest_unchanged();
   void simulated_chains_stay_on_the_greedy_path();
   void training_data_parts_are_cached_apart();
   void training_improves_acceptance_data();
@@ -132,9 +133,11 @@ class TrainingModelTest : public QObject {
     if (!traces_) {
       QElapsedTimer timer;
       timer.start();
-      traces_ = record_continuations(
-          *model_, encode_prompts(std::size(kPrompts)), TraceOptions{8, 64, 2, 12},
-          [&](TokenId t) { return tokenizer_->is_end_of_generation(t); }, {});
+      TraceOptions o{8, 64, 2, 12};
+      o.taps = true;  // heads with taps read them, the others ignore them
+      traces_ =
+          record_continuations(*model_, encode_prompts(std::size(kPrompts)), o,
+                               [&](TokenId t) { return tokenizer_->is_end_of_generation(t); }, {});
       qInfo("recorded %lld positions in %lld sequences in %.1f s", (long long)traces_->n_pos(),
             (long long)traces_->n_sequences(), timer.elapsed() / 1000.0);
     }
@@ -157,7 +160,8 @@ class TrainingModelTest : public QObject {
   }
   DraftHeadInfo head_info(const QString& type) const {
     DraftHeadInfo info;
-    info.type = type.toStdString();
+    info.type = type == QStringLiteral("mtp-taps") ? "mtp" : type.toStdString();
+    if (type == QStringLiteral("mtp-taps")) info.taps = draft_tap_layers(model_->hparams().n_layer);
     info.name = "test-head";
     info.domain = "mixed";
     info.base_model_sha256 = EmbeddedModel::kSha256;
@@ -356,10 +360,38 @@ void TrainingModelTest::training_data_parts_are_cached_apart() {
   qunsetenv("TOKENFAB_HOME");
 }
 
+// Recording the layer taps changes nothing else a trace holds, bit for bit; each tap row is the
+// residual stream RMS-normalised (mean square 1 up to eps, which is far below the stream's).
+void TrainingModelTest::recorder_taps_leave_the_rest_unchanged() {
+  const auto prompts = encode_prompts(2);
+  TraceOptions o{8, 12, 2, 2};
+  const TraceSet plain = record_continuations(*model_, prompts, o, {}, {});
+  o.taps = true;
+  const TraceSet tapped = record_continuations(*model_, prompts, o, {}, {});
+  QCOMPARE(plain.n_taps, 0);
+  QCOMPARE(tapped.n_taps, int32_t(draft_tap_layers(model_->hparams().n_layer).size()));
+  QVERIFY(tapped.hidden == plain.hidden && tapped.pred == plain.pred && tapped.next == plain.next);
+  QVERIFY(tapped.topk_ids == plain.topk_ids && tapped.topk_probs == plain.topk_probs);
+  const auto d = size_t(model_->hparams().n_embd);
+  QCOMPARE(tapped.taps.size(), size_t(tapped.n_pos()) * size_t(tapped.n_taps) * d);
+  bool taps_differ = false;
+  for (size_t row = 0; row < tapped.taps.size() / d; ++row) {
+    double sq = 0.0;
+    for (size_t j = 0; j < d; ++j)
+      sq += double(tapped.taps[row * d + j]) * tapped.taps[row * d + j];
+    QVERIFY2(std::abs(sq / double(d) - 1.0) < 1e-3, qPrintable(QString::number(sq / double(d))));
+    if (row % 2 == 1 && !std::equal(tapped.taps.begin() + (row - 1) * d,
+                                    tapped.taps.begin() + row * d, tapped.taps.begin() + row * d))
+      taps_differ = true;  // the two layers' streams are not the same
+  }
+  QVERIFY(taps_differ);
+}
+
 void TrainingModelTest::training_improves_acceptance_data() {
   QTest::addColumn<QString>("type");
   QTest::newRow("medusa") << QStringLiteral("medusa");
   QTest::newRow("mtp") << QStringLiteral("mtp");
+  QTest::newRow("mtp with layer taps") << QStringLiteral("mtp-taps");
 }
 
 void TrainingModelTest::training_improves_acceptance() {
@@ -368,7 +400,7 @@ void TrainingModelTest::training_improves_acceptance() {
   const DraftHeadInfo info = head_info(type);
 
   const TrainOptions o = small_run_options();
-  const DraftHead zero = type == QStringLiteral("mtp")
+  const DraftHead zero = type != QStringLiteral("medusa")
                              ? make_mtp_head(info, draft_vocabulary(traces, o))
                              : make_medusa_head(info);
   int evaluations = 0;
