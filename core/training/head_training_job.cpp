@@ -92,6 +92,7 @@ void validate_head_training(const HeadTrainingRequest& r) {
     throw Error("--sample-temperature must be in (0, 2]");
   if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
   if (r.rollout < -1 || r.rollout > 16) throw Error("--rollout must be 0..16 (or −1: heads − 1)");
+  if (r.taps && r.type != "mtp") throw Error("--taps on is for mtp heads (--type mtp)");
 }
 
 void DecodeTotals::add(const RequestInfo& info) {

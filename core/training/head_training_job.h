@@ -65,7 +65,8 @@ struct HeadTrainingResult {
 };
 
 // Throws Error for a bad request (all-digit or empty name, both or neither of prompt_set /
-// corpus, heads outside 1..16, rollout outside −1..16, type not medusa or mtp);
+// corpus, heads outside 1..16, rollout outside −1..16, type not medusa or mtp, taps on a
+// medusa head);
 // run_head_training checks it too.
 void validate_head_training(const HeadTrainingRequest& request);
 

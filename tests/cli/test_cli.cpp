@@ -377,6 +377,10 @@ void CliTest::bad_input_data() {
       << QStringList{"heads", "train",    "--name", "h",         "--domain",
                      "code",  "--corpus", "notes",  "--samples", "2"}
       << "--samples continues the prompts of --prompt-set" << false;
+  QTest::newRow("layer taps on a medusa head")
+      << QStringList{"heads",  "train",  "--name",  "h",      "--domain", "code",
+                     "--type", "medusa", "--taps",  "on",     "--prompt-set", "code"}
+      << "--taps on is for mtp heads (--type mtp)" << false;
   QTest::newRow("unknown target quantization")
       << QStringList{"heads", "eval",         "--head", "none",           "--lookup",
                      "3",     "--prompt-set", "code",   "--target-quant", "q2_k"}
