@@ -58,7 +58,8 @@ void TransformerPass::add_rows(float* x, const float* y, int64_t n) {
 }
 
 void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64_t> positions,
-                          KvBackend& kv, std::span<const int64_t> logit_rows, float* logits) {
+                          KvBackend& kv, std::span<const int64_t> logit_rows, float* logits,
+                          bool keep_taps) {
   const auto n = static_cast<int64_t>(tokens.size());
   reserve_rows(n);
   const int half = hp_.rot_dim / 2;
@@ -68,13 +69,13 @@ void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64
                         rope_cos_.data() + i * half, rope_sin_.data() + i * half);
   }
   const auto rows = static_cast<int64_t>(logit_rows.size());
-  const auto n_taps = static_cast<int64_t>(taps_.size());
+  const auto n_taps = keep_taps ? static_cast<int64_t>(taps_.size()) : 0;
   tap_rows_.resize(static_cast<size_t>(rows * n_taps * hp_.n_embd));
   size_t tap = 0;
   for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
     attention_block(layer, n, kv);
     ffn_block(layer, n);
-    if (tap < taps_.size() && taps_[tap] == layer) {
+    if (tap < static_cast<size_t>(n_taps) && taps_[tap] == layer) {
       for (int64_t j = 0; j < rows; ++j)
         kernels::rms_norm(x_.data() + logit_rows[static_cast<size_t>(j)] * hp_.n_embd, ones_.data(),
                           tap_rows_.data() + (j * n_taps + static_cast<int64_t>(tap)) * hp_.n_embd,

@@ -33,19 +33,21 @@ class TransformerPass {
   TransformerPass(const LlamaModel& model, kernels::ThreadPool& pool);
 
   // tokens, positions: (n_rows). Writes logits (logit_rows.size(), n_vocab) for the listed rows,
-  // in that order. Token ids must already be validated against the vocabulary.
+  // in that order. Token ids must already be validated against the vocabulary. With keep_taps,
+  // also the logit rows' layer taps (set_taps; tap_rows()).
   void run(std::span<const int32_t> tokens, std::span<const int64_t> positions, KvBackend& kv,
-           std::span<const int64_t> logit_rows, float* logits);
+           std::span<const int64_t> logit_rows, float* logits, bool keep_taps = false);
 
   // The final-norm hidden states (the LM head's input) of the logit rows of the last run():
   // (logit_rows.size(), n_embd), valid until the next call. Draft heads start from these.
   const float* final_hidden() const { return xb_.data(); }
-  // From the next run() on, also keep the residual stream after each of `layers` (0-based,
-  // ascending) for the logit rows, RMS-normalised without a weight: x / sqrt(mean(x²) + eps).
-  // Empty: none (the default).
+  // The layers whose residual stream a run() with keep_taps keeps for the logit rows (0-based,
+  // ascending), RMS-normalised without a weight: x / sqrt(mean(x²) + eps). Empty: none (the
+  // default).
   void set_taps(std::vector<int32_t> layers);
   const std::vector<int32_t>& taps() const { return taps_; }
-  // (logit_rows.size(), taps().size() · n_embd) of the last run(), valid until the next call.
+  // (logit_rows.size(), taps().size() · n_embd) of the last run() with keep_taps, valid until
+  // the next call.
   const float* tap_rows() const { return tap_rows_.data(); }
   // logits (n, n_vocab) = the model's LM head applied to z (n, n_embd) (draft heads share it).
   void lm_head(const float* z, int64_t n, float* logits);

@@ -79,7 +79,7 @@ void ModelRunner::run(std::span<const BatchSequence> batch, std::vector<float>& 
   if (hidden) hidden->resize(rows_.logit_rows.size() * static_cast<size_t>(width));
   if (rows_.tokens.empty()) return;
   kv_.bind(batch, rows_.seqs);
-  pass_.run(rows_.tokens, rows_.positions, kv_, rows_.logit_rows, logits.data());
+  pass_.run(rows_.tokens, rows_.positions, kv_, rows_.logit_rows, logits.data(), hidden != nullptr);
   if (!hidden) return;
   const auto rows = static_cast<int64_t>(rows_.logit_rows.size());
   for (int64_t r = 0; r < rows; ++r) {

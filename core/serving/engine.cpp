@@ -176,11 +176,7 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
                                                 *connector_, is_end_of_generation_, kv_blocks,
                                                 shared[i]));
     Worker* w = workers_.back().get();
-    const auto tapped =
-        model_.hparams().n_embd *
-        (1 + static_cast<int64_t>(draft_tap_layers(model_.hparams().n_layer).size()));
-    if (w->hidden_width() != tapped && untapped_device_.empty())
-      untapped_device_ = w->device().name();
+    if (!w->draft_taps() && untapped_device_.empty()) untapped_device_ = w->device().name();
     switch (plan[i].role) {
       case WorkerRole::kColocated:
       case WorkerRole::kPrefill:
@@ -234,17 +230,22 @@ RequestId Engine::submit(GenerationRequest request) {
                 std::to_string(request.draft_len) + ")");
   if (request.head) {
     const DraftHeadInfo& h = request.head->info;
+    // Why a head that reads layer taps cannot draft here, or empty.
+    const std::vector<int32_t> taps = draft_tap_layers(hp.n_layer);
+    const auto taps_problem = [&](const DraftHeadInfo& info) -> std::string {
+      if (info.taps.empty()) return {};
+      if (info.taps != taps) return "reads other inner layers of the target than this version taps";
+      if (!untapped_device_.empty())
+        return "reads the target's inner layers, which " + untapped_device_ +
+               " does not hand to draft heads yet; use a head trained with --taps off there";
+      return {};
+    };
     if (h.n_embd != hp.n_embd || h.n_vocab != hp.n_vocab)
       throw Error("request: draft head '" + h.name + "' is for a model with n_embd " +
                   std::to_string(h.n_embd) + " and " + std::to_string(h.n_vocab) + " tokens, not " +
                   std::to_string(hp.n_embd) + " and " + std::to_string(hp.n_vocab));
-    if (!h.taps.empty() && h.taps != draft_tap_layers(hp.n_layer))
-      throw Error("request: draft head '" + h.name +
-                  "' reads other inner layers of the target than this version taps");
-    if (!h.taps.empty() && !untapped_device_.empty())
-      throw Error("request: draft head '" + h.name + "' reads the target's inner layers, which " +
-                  untapped_device_ +
-                  " does not hand to draft heads yet; use a head trained with --taps off there");
+    if (const std::string problem = taps_problem(h); !problem.empty())
+      throw Error("request: draft head '" + h.name + "' " + problem);
     if (!request.tree_shape.empty()) {
       if (request.sampling.temperature > 0.0f)
         throw Error("request: tree speculation verifies greedily; use temperature 0 or a chain");
@@ -265,8 +266,7 @@ RequestId Engine::submit(GenerationRequest request) {
     // dropped: switching never makes a request invalid.
     std::erase_if(request.head_candidates, [&](const HeadCandidate& c) {
       return !c.head || c.head->info.n_embd != hp.n_embd || c.head->info.n_vocab != hp.n_vocab ||
-             (!c.head->info.taps.empty() &&
-              (!untapped_device_.empty() || c.head->info.taps != draft_tap_layers(hp.n_layer))) ||
+             !taps_problem(c.head->info).empty() ||
              static_cast<int32_t>(request.tree_shape.size()) > c.head->n_heads();
     });
   }

@@ -54,7 +54,7 @@ Worker::Worker(Engine& engine, std::unique_ptr<Device> device, WorkerRole role,
       scheduler_(kv_, config.token_budget, config.max_running, std::move(is_end_of_generation)) {
   scheduler_.set_chunked_prefill(config.chunked_prefill);
   // Draft heads that read the target's layer taps need them where their hidden rows come from.
-  device_->set_draft_taps(true);
+  draft_taps_ = device_->set_draft_taps(true);
   hidden_width_ = device_->hidden_width();
   if (role_ == WorkerRole::kColocated && config.chunked_prefill && config.step_target_ms > 0.0)
     chunk_sizer_.emplace(config.step_target_ms / 1000.0, config.token_budget);

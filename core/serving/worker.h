@@ -77,8 +77,8 @@ class Worker {
   WorkerRole role() const { return role_; }
   const std::string& name() const { return name_; }
   Device& device() { return *device_; }
-  // Floats of the hidden rows this worker's device gives draft heads (draft features).
-  int64_t hidden_width() const { return hidden_width_; }
+  // Whether this worker's device hands draft heads the layer taps (Device::set_draft_taps).
+  bool draft_taps() const { return draft_taps_; }
   int64_t queued_prefill_tokens() const { return queued_prefill_tokens_.load(); }
   int32_t free_blocks() const { return free_blocks_.load(); }
   // Leading prompt tokens this worker's pool holds in its prefix cache (per the last published
@@ -152,6 +152,7 @@ class Worker {
   const WorkerRole role_;
   const std::string name_;
   const int64_t n_embd_, n_vocab_;
+  bool draft_taps_ = false;
   int64_t hidden_width_ = 0;  // floats of a hidden_ row: the device's draft features
   KvConnector& connector_;
   KvManager kv_;

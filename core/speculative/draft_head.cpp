@@ -264,11 +264,9 @@ void DraftHead::mtp_root(const float* f, int64_t n, float* g) const {
   const int64_t d = info.n_embd, width = feature_width(), t = width - d;
   for (int64_t r = 0; r < n; ++r) std::copy_n(f + r * width, d, g + r * d);
   if (t == 0) return;
-  std::vector<float> fused(static_cast<size_t>(n * d));
-  dense::gemm_nt(n, d, t, f + d, width, fuse_w.data(), t, fused.data(), d, false);
+  dense::gemm_nt(n, d, t, f + d, width, fuse_w.data(), t, g, d, true);  // g += W_f taps
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < d; ++j)
-      g[r * d + j] += fused[static_cast<size_t>(r * d + j)] + fuse_b[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < d; ++j) g[r * d + j] += fuse_b[static_cast<size_t>(j)];
 }
 
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,

@@ -82,12 +82,10 @@ HeadEvaluation evaluate_mtp(TransformerPass& pass, const DraftHead& head, const 
   for (size_t c0 = 0; c0 < positions.size(); c0 += kChunk) {
     const auto rows = static_cast<int64_t>(std::min<size_t>(kChunk, positions.size() - c0));
     // The chains' first states: h_i, or with taps the fused g_i (DraftHead::mtp_root).
-    const int64_t width = head.feature_width(), tw = width - d;
+    const int64_t width = head.feature_width();
     features.resize(static_cast<size_t>(rows * width));
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(traces.hidden.data() + positions[c0 + r] * d, d, features.data() + r * width);
-      std::copy_n(traces.taps.data() + positions[c0 + r] * tw, tw, features.data() + r * width + d);
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      traces.copy_features(positions[c0 + r], width > d, features.data() + r * width);
     head.mtp_root(features.data(), rows, z.data());
     for (int k = 0; k < n_steps; ++k) {
       // Rows whose step-k label lies past their sequence keep computing on a token of their own

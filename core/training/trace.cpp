@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +58,12 @@ std::vector<int64_t> TraceSet::sequence_ends() const {
          ++i)
       ends[static_cast<size_t>(i)] = seq_begin[static_cast<size_t>(s) + 1];
   return ends;
+}
+
+void TraceSet::copy_features(int64_t i, bool with_taps, float* out) const {
+  const auto d = static_cast<size_t>(n_embd), tw = with_taps ? d * static_cast<size_t>(n_taps) : 0;
+  std::copy_n(hidden.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * d), d, out);
+  std::copy_n(taps.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * tw), tw, out + d);
 }
 
 void TraceSet::append(const TraceSet& other) {

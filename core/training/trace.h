@@ -64,6 +64,9 @@ struct TraceSet {
       if (!greedy_at(j)) return false;
     return true;
   }
+  // The draft features of position i into out: its hidden state, then with `with_taps` its
+  // layer taps (n_embd · (1 + n_taps) floats; DraftHead::mtp_root reads them).
+  void copy_features(int64_t i, bool with_taps, float* out) const;
   // Appends `other`'s sequences after ours. n_embd and top_k must agree (or ours be empty).
   void append(const TraceSet& other);
   // Throws Error (prefixed by `where`) unless the sizes and the sequence bounds are consistent.

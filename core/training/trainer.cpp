@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -110,14 +111,14 @@ struct HeadBatch {
   std::vector<float> soft_prob;
   std::vector<float> hidden;  // mtp: (m, n_embd)
   int64_t m = 0;
-  // mtp with taps: the first n_roots rows are teacher-forced, their block input g made by the
-  // taps fusion from these taps (n_roots, T · n_embd).
+  // mtp: the first n_roots rows are teacher-forced, their block input g made by
+  // DraftHead::mtp_root from these draft features (n_roots, head.feature_width()).
   int64_t n_roots = 0;
-  std::vector<float> root_taps;
+  std::vector<float> root_features;
 
   void clear() {
     n_roots = 0;
-    root_taps.clear();
+    root_features.clear();
     x.clear();
     label.clear();
     soft_index.clear();
@@ -199,14 +200,12 @@ void gather_mtp_batch(const LlamaModel& model, const DraftHead& head, const Trac
     if (i + 1 < ends[static_cast<size_t>(i)] &&
         sl.index_of(t.pred[static_cast<size_t>(i + 1)]) >= 0)
       roots.push_back(i);
-  const int64_t width = head.feature_width(), tw = width - d;
-  std::vector<float> f(roots.size() * static_cast<size_t>(width)), g(roots.size() * d);
-  for (size_t r = 0; r < roots.size(); ++r) {
-    std::copy_n(t.hidden.data() + roots[r] * d, d, f.data() + r * width);
-    std::copy_n(t.taps.data() + roots[r] * tw, tw, f.data() + r * width + d);
-    out.root_taps.insert(out.root_taps.end(), t.taps.begin() + roots[r] * tw,
-                         t.taps.begin() + (roots[r] + 1) * tw);
-  }
+  const int64_t width = head.feature_width();
+  std::vector<float>& f = out.root_features;
+  f.resize(roots.size() * static_cast<size_t>(width));
+  for (size_t r = 0; r < roots.size(); ++r)
+    t.copy_features(roots[r], width > d, f.data() + r * width);
+  std::vector<float> g(roots.size() * d);
   head.mtp_root(f.data(), static_cast<int64_t>(roots.size()), g.data());
   for (size_t r = 0; r < roots.size(); ++r)
     if (add_row(g.data() + r * d, roots[r], roots[r] + 1)) continue_chain(roots[r], 0);
@@ -292,19 +291,22 @@ class HeadOptimizer {
   }
 
  private:
-  // Scales block k's gradients by `f`; returns their squared norm afterwards.
-  double scale(size_t k, float f) {
+  // Scales block k's (or the taps fusion's) gradients by `f`; returns their squared norm after.
+  double scale(size_t k, float f) { return scale_grads({&dw_[k], &db_[k]}, f); }
+  double scale_fuse(float f) { return scale_grads({&dfw_, &dfb_}, f); }
+  static double scale_grads(std::initializer_list<std::vector<float>*> grads, float f) {
     double norm2 = 0.0;
-    for (auto* grads : {&dw_[k], &db_[k]}) {
-      for (float& g : *grads) {
-        g *= f;
-        norm2 += double(g) * g;
+    for (std::vector<float>* g : grads) {
+      for (float& x : *g) {
+        x *= f;
+        norm2 += double(x) * x;
       }
     }
     return norm2;
   }
   // The taps fusion's gradients from dloss/dg of the n teacher-forced rows (dg_): dW_f = dgᵀ T
-  // and db_f = Σ dg, T the rows' taps; split by output rows of W_f.
+  // and db_f = Σ dg, T the rows' taps (their features after the hidden state); split by output
+  // rows of W_f.
   void fuse_grads(int64_t n, int64_t d, kernels::ThreadPool& pool) {
     std::fill(dfw_.begin(), dfw_.end(), 0.0f);
     std::fill(dfb_.begin(), dfb_.end(), 0.0f);
@@ -317,24 +319,14 @@ class HeadOptimizer {
       if (o1 <= o0) return;
       float* dg_t = dg_t_.data() + o0 * n;
       dense::transpose(dg_.data() + o0, n, o1 - o0, d, dg_t, n);
-      dense::gemm_nn(o1 - o0, tw, n, dg_t, n, hb_.root_taps.data(), tw, dfw_.data() + o0 * tw, tw,
-                     false);
+      dense::gemm_nn(o1 - o0, tw, n, dg_t, n, hb_.root_features.data() + d, d + tw,
+                     dfw_.data() + o0 * tw, tw, false);
       for (int64_t o = 0; o < o1 - o0; ++o) {
         double sum = 0.0;
         for (int64_t r = 0; r < n; ++r) sum += dg_t[o * n + r];
         dfb_[static_cast<size_t>(o0 + o)] = static_cast<float>(sum);
       }
     });
-  }
-  double scale_fuse(float f) {
-    double norm2 = 0.0;
-    for (auto* grads : {&dfw_, &dfb_}) {
-      for (float& g : *grads) {
-        g *= f;
-        norm2 += double(g) * g;
-      }
-    }
-    return norm2;
   }
 
   const LlamaModel& model_;
