@@ -325,8 +325,8 @@ void register_heads(CLI::App& app) {
       ->check(CLI::Range(0, 16));
   train
       ->add_option("--taps", t->taps,
-                   "mtp: the first draft step also reads the target's inner layers (such a head "
-                   "drafts on CPU devices only, for now)")
+                   "mtp: the first draft step also reads the target's inner layers (EAGLE-3 "
+                   "style features)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   train->add_option("--seed", t->seed, "seed")->capture_default_str();

@@ -18,15 +18,18 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/device/cuda_memory.h"
 #include "core/device/cuda_partition.h"
 #include "core/device/cuda_weights.h"
+#include "core/model/transformer_pass.h"
 #include "core/runtime/model_runner.h"
 #include "core/speculative/draft_head.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_types.h"
 #include "kernels/cuda/add_inplace.cuh"
 #include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/candidates.cuh"
@@ -235,6 +238,10 @@ class CudaDevice final : public Device {
   void medusa_top(std::span<const MedusaProposal> proposals, std::span<const int32_t> wanted,
                   std::vector<std::vector<int32_t>>& best) override;
   bool mtp_on_device() const override { return true; }
+  bool set_draft_taps(bool on) override;
+  int64_t hidden_width() const override {
+    return hp_.n_embd * (1 + static_cast<int64_t>(taps_.size()));
+  }
   void mtp_propose(std::span<const MtpProposal> proposals,
                    std::vector<std::vector<int32_t>>& drafts,
                    std::vector<std::vector<int32_t>>& parents) override;
@@ -277,6 +284,7 @@ class CudaDevice final : public Device {
     DeviceArray<float> w, b;                // each block's W, back to back; each block's b
     DeviceArray<int32_t> vocab;             // mtp: (|V|) token ids, ascending
     DeviceArray<uint16_t> vocab_rows;       // mtp: (|V|, n_embd) bf16 rows of the LM head
+    DeviceArray<uint16_t> fuse_w;           // mtp with taps: W_f (n_embd, T·n_embd) in bf16
     uint64_t last_used = 0;
   };
   const DraftWeights& draft_weights(const std::shared_ptr<const DraftHead>& head);
@@ -297,9 +305,11 @@ class CudaDevice final : public Device {
                             const std::vector<size_t>& members, const DraftWeights& weights,
                             std::vector<std::vector<int32_t>>& drafts,
                             std::vector<std::vector<int32_t>>& parents);
-  // Row t of xg_: the hidden state of proposals[members[t]] (the drafts' first states).
+  // Row t of xg_: the first state of proposals[members[t]]'s drafts (DraftHead::mtp_root): its
+  // hidden state h, or with the head's layer taps g = h + b_f (added on the host) + W_f taps (on
+  // the GPU, through xgn_).
   void upload_root_states(std::span<const MtpProposal> proposals,
-                          const std::vector<size_t>& members);
+                          const std::vector<size_t>& members, const DraftWeights& weights);
   // The rows of one mtp step: each row's token and the row of the states it reads (src), and
   // the head's W and b for every row, to the GPU.
   void upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
@@ -321,13 +331,17 @@ class CudaDevice final : public Device {
   void lm_head_rows(int64_t rows, std::vector<float>& logits);
   // Enqueues the layers over the uploaded rows, then the final norm and LM head of the logit
   // rows (rows_.logit_rows gathered after the layers; from x_ itself when every row's logits are
-  // wanted in order, `gathered` false) into logits_ and xgn_.
+  // wanted in order, `gathered` false) into logits_ and xgn_; with `taps`, their layer taps too
+  // (enqueue_taps).
   void enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
                        int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
-                       int32_t max_chunk_tokens, bool gathered);
+                       int32_t max_chunk_tokens, bool gathered, bool taps);
+  // After `layer`, if it is one of taps_: the logit rows' residual stream RMS-normalised (unit
+  // weights, as TransformerPass does) into taps_rows_, (taps_.size(), n_logit, n_embd).
+  void enqueue_taps(int64_t layer, int64_t n_logit, bool gathered);
   // A decode-only step through its CUDA graph: captured on the second step of a shape (the first
   // runs directly, so cuBLASLt has chosen its algorithms), replayed after that.
-  void run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats);
+  void run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats, bool taps);
   void drop_graphs();
   void sync(const char* what);
 
@@ -357,7 +371,14 @@ class CudaDevice final : public Device {
   DeviceArray<float> rope_;               // h_rope_ on the device
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
-  DeviceArray<int32_t> argmax_;           // each logit row's argmax (greedy steps)
+  // Draft features: the layers tapped (set_draft_taps; empty: off), the RMS norm's unit weights,
+  // and a pass's tap rows (enqueue_taps).
+  std::vector<int32_t> taps_;
+  DeviceArray<float> ones_, taps_rows_;
+  // The drafts' first states: host staging of h (+ b_f) and of the taps; the taps on the GPU.
+  std::vector<float> h_roots_, h_root_taps_;
+  DeviceArray<float> root_taps_;
+  DeviceArray<int32_t> argmax_;  // each logit row's argmax (greedy steps)
   // Sampling candidates (filtered steps): each logit row's filter, candidate count, and
   // (rows, width) candidates.
   DeviceArray<kernels::CandidateFilter> filters_;
@@ -374,8 +395,8 @@ class CudaDevice final : public Device {
   DeviceArray<int32_t> mtp_tokens_, mtp_drafts_;
   DeviceArray<float> row_lse_;  // best-first trees: each expanded row's log-sum-exp
 
-  // CUDA graphs of decode-only steps, by (rows, key bucket). A graph holds the buffers' addresses,
-  // so any buffer it uses growing drops them all.
+  // CUDA graphs of decode-only steps, by (rows, key bucket, whether the layer taps are kept). A
+  // graph holds the buffers' addresses, so any buffer it uses growing drops them all.
   const bool use_graphs_;
   // Whether the few-row GEMVs and the decode attention may start while the kernel before them
   // runs (CudaOptions::overlap_launches on a GPU of compute capability 9.0 or later).
@@ -385,7 +406,7 @@ class CudaDevice final : public Device {
     int runs = 0;  // direct runs so far (capture on the second)
     cudaGraphExec_t exec = nullptr;
   };
-  std::map<std::pair<int64_t, int32_t>, Graph> graphs_;
+  std::map<std::tuple<int64_t, int32_t, bool>, Graph> graphs_;
 };
 
 CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, int32_t kv_blocks,
@@ -583,7 +604,9 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   const auto n_logit = static_cast<int64_t>(rows_.logit_rows.size());
   if (logits) logits->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_vocab));
   if (argmax) argmax->resize(static_cast<size_t>(n_logit));
-  if (hidden) hidden->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(hp_.n_embd));
+  const int64_t width = hidden_width();
+  if (hidden) hidden->resize(static_cast<size_t>(n_logit) * static_cast<size_t>(width));
+  const bool taps = hidden != nullptr && !taps_.empty() && n_logit > 0;
   if (out.filtered && static_cast<int64_t>(out.filters.size()) != n_logit)
     throw Error(name_ + ": " + std::to_string(out.filters.size()) + " sampling filters for " +
                 std::to_string(n_logit) + " logit rows");
@@ -629,6 +652,9 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   const int64_t ws_floats = kernels::paged_decode_workspace_floats(
       static_cast<int64_t>(att.rows.size()), hp_.n_head, hp_.head_dim, max_keys);
   reserve_rows(n, n_logit, ws_floats);
+  if (taps && taps_rows_.reserve(taps_.size() * static_cast<size_t>(n_logit * hp_.n_embd), name_,
+                                 "layer taps"))
+    drop_graphs();
   paths_.reserve(std::max<size_t>(att.paths.size(), 1), name_, "tree paths");
   chunks_.reserve(std::max<size_t>(h_chunks_.size(), 1), name_, "prefill chunks");
 
@@ -669,10 +695,11 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   upload(chunks_.get(), h_chunks_, "uploading prefill chunks");
 
   if (decode_only) {
-    run_graph(n, max_keys, ws_floats);
+    run_graph(n, max_keys, ws_floats, taps);
   } else {
     enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(), max_keys,
-                    ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens, true);
+                    ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens, true,
+                    taps);
   }
   if (n_logit > 0 && logits)
     check(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * sizeof(float),
@@ -686,10 +713,19 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
                           cudaMemcpyDeviceToHost, stream_),
           name_, "downloading argmax");
   }
-  if (hidden && n_logit > 0)
-    check(cudaMemcpyAsync(hidden->data(), xgn_.get(), hidden->size() * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_),
+  if (hidden && n_logit > 0) {
+    // Row r of hidden: xgn_'s row r, then each tap's (the draft features, Device::hidden_width).
+    const size_t d = static_cast<size_t>(hp_.n_embd) * sizeof(float);
+    const size_t pitch = static_cast<size_t>(width) * sizeof(float);
+    check(cudaMemcpy2DAsync(hidden->data(), pitch, xgn_.get(), d, d, static_cast<size_t>(n_logit),
+                            cudaMemcpyDeviceToHost, stream_),
           name_, "downloading hidden states");
+    for (size_t t = 0; t < taps_.size(); ++t)
+      check(cudaMemcpy2DAsync(hidden->data() + (t + 1) * static_cast<size_t>(hp_.n_embd), pitch,
+                              taps_rows_.get() + t * static_cast<size_t>(n_logit * hp_.n_embd), d,
+                              d, static_cast<size_t>(n_logit), cudaMemcpyDeviceToHost, stream_),
+            name_, "downloading layer taps");
+  }
   if (n_logit > 0 && out.filtered) {
     filter_rows(n_logit, hp_.n_vocab, out.filters, *out.filtered);
     return;
@@ -755,7 +791,7 @@ void CudaDevice::filter_rows(int64_t n_logit, int64_t n_vocab,
 
 void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
                                  int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
-                                 int32_t max_chunk_tokens, bool gathered) {
+                                 int32_t max_chunk_tokens, bool gathered, bool taps) {
   const int32_t bs = kv_->block_size();
   const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
@@ -828,6 +864,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         down.overlap = overlap_;
         w.down_blocks.use_in(down);
         kernels::launch_gemv(down, stream_);
+        if (taps) enqueue_taps(layer, n_logit, gathered);
         continue;
       }
       // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
@@ -857,6 +894,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
       kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
+      if (taps) enqueue_taps(layer, n_logit, gathered);
     }
     if (n_logit == 0) return;
     // The logit rows, gathered in order (rows_.logit_rows), for the final norm and the LM head.
@@ -875,11 +913,40 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
            &w_->lm_head_blocks);
 }
 
-void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats) {
-  Graph& g = graphs_[{n, max_keys_bucket}];
+void CudaDevice::enqueue_taps(int64_t layer, int64_t n_logit, bool gathered) {
+  const auto at = std::find(taps_.begin(), taps_.end(), static_cast<int32_t>(layer));
+  if (at == taps_.end()) return;
+  const int64_t d = hp_.n_embd;
+  float* out = taps_rows_.get() + (at - taps_.begin()) * n_logit * d;
+  if (gathered)
+    for (int64_t j = 0; j < n_logit; ++j)
+      check(cudaMemcpyAsync(
+                xg_.get() + j * d, x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * d,
+                static_cast<size_t>(d) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+            name_, "gathering layer taps");
+  kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), ones_.get(), out, n_logit, d,
+                           hp_.rms_eps, stream_, overlap_);
+}
+
+bool CudaDevice::set_draft_taps(bool on) {
+  std::vector<int32_t> layers = on ? draft_tap_layers(hp_.n_layer) : std::vector<int32_t>{};
+  if (!layers.empty() && ones_.size() == 0) {
+    check(cudaSetDevice(spec_.index), name_, "selecting the device");
+    const std::vector<float> ones(static_cast<size_t>(hp_.n_embd), 1.0f);
+    ones_.reserve(ones.size(), name_, "layer taps");
+    check(cudaMemcpy(ones_.get(), ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice),
+          name_, "uploading the layer taps' norm");
+  }
+  if (layers != taps_) drop_graphs();  // a captured step keeps the layers it tapped
+  taps_ = std::move(layers);
+  return true;
+}
+
+void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats, bool taps) {
+  Graph& g = graphs_[{n, max_keys_bucket, taps}];
   if (g.exec == nullptr && g.runs < 1) {
     ++g.runs;
-    enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false);
+    enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false, taps);
     return;
   }
   if (g.exec == nullptr) {
@@ -887,7 +954,7 @@ void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), name_,
           "starting a CUDA graph capture");
     try {
-      enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false);
+      enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false, taps);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);  // the stream leaves capture mode either way
       if (graph != nullptr) cudaGraphDestroy(graph);
@@ -989,6 +1056,16 @@ const CudaDevice::DraftWeights& CudaDevice::draft_weights(
       kernels::launch_gather_rows_u16(w_->lm_head.get(), hp_.n_embd, kept.vocab.get(),
                                       static_cast<int64_t>(n), kept.vocab_rows.get(), stream_);
     });
+    if (!head->fuse_w.empty()) {
+      // W_f rounded to bf16 here (the products' weight type), uploaded with the call's others.
+      std::vector<uint16_t> fuse(head->fuse_w.size());
+      std::transform(head->fuse_w.begin(), head->fuse_w.end(), fuse.begin(),
+                     [](float x) { return kernels::fp32_to_bf16(x); });
+      kept.fuse_w.reserve(fuse.size(), name_, "a draft head's weights");
+      check(cudaMemcpy(kept.fuse_w.get(), fuse.data(), fuse.size() * sizeof(uint16_t),
+                       cudaMemcpyHostToDevice),
+            name_, "uploading a draft head's layer-tap fusion");
+    }
   }
   kept.head = head;
   kept.last_used = ++draft_uses_;
@@ -1069,6 +1146,7 @@ void CudaDevice::mtp_propose(std::span<const MtpProposal> proposals,
   for (size_t i = 0; i < proposals.size(); ++i) {
     const MtpProposal& p = proposals[i];
     if (!p.head->is_mtp() || p.head->info.n_embd != hp_.n_embd || p.max_nodes < 0 ||
+        p.head->feature_width() > hidden_width() ||
         std::any_of(p.widths.begin(), p.widths.end(), [](int32_t w) { return w < 1; }))
       throw Error(name_ + ": draft head '" + p.head->info.name +
                   "' cannot draft that mtp tree for this model");
@@ -1093,12 +1171,38 @@ void CudaDevice::mtp_propose(std::span<const MtpProposal> proposals,
 }
 
 void CudaDevice::upload_root_states(std::span<const MtpProposal> proposals,
-                                    const std::vector<size_t>& members) {
+                                    const std::vector<size_t>& members,
+                                    const DraftWeights& weights) {
+  const DraftHead& head = *weights.head;
   const auto d = static_cast<size_t>(hp_.n_embd);
-  for (size_t t = 0; t < members.size(); ++t)
-    check(cudaMemcpyAsync(xg_.get() + t * d, proposals[members[t]].hidden, d * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_),
-          name_, "uploading draft states");
+  const auto m = members.size();
+  const auto t_width = static_cast<size_t>(head.feature_width()) - d;  // 0 without taps
+  h_roots_.resize(m * d);
+  h_root_taps_.resize(m * t_width);
+  for (size_t t = 0; t < m; ++t) {
+    const float* f = proposals[members[t]].hidden;  // the head's features: h, then the taps
+    float* root = h_roots_.data() + t * d;
+    std::copy_n(f, d, root);
+    if (t_width == 0) continue;
+    for (size_t j = 0; j < d; ++j) root[j] += head.fuse_b[j];
+    std::copy_n(f + d, t_width, h_root_taps_.data() + t * t_width);
+  }
+  check(cudaMemcpyAsync(xg_.get(), h_roots_.data(), h_roots_.size() * sizeof(float),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft states");
+  if (t_width == 0) return;
+  root_taps_.reserve(m * t_width, name_, "draft features");
+  if (act16_.reserve(m * t_width, name_, "draft features")) drop_graphs();  // linear's bf16 input
+  check(cudaMemcpyAsync(root_taps_.get(), h_root_taps_.data(), h_root_taps_.size() * sizeof(float),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading draft features");
+  // g = (h + b_f) + W_f taps: the product into xgn_ (free until the first step writes z there).
+  const auto rows = static_cast<int64_t>(m);
+  linear(root_taps_.get(), weights.fuse_w.get(), xgn_.get(), rows, hp_.n_embd,
+         static_cast<int64_t>(t_width));
+  launch(name_, "fusing layer taps", [&] {
+    kernels::launch_add_inplace(xg_.get(), xgn_.get(), rows * hp_.n_embd, stream_, overlap_);
+  });
 }
 
 void CudaDevice::upload_draft_rows(const DraftWeights& weights, std::span<const int32_t> tokens,
@@ -1147,7 +1251,7 @@ void CudaDevice::mtp_chain_group(std::span<const MtpProposal> proposals,
   // from step to step; all the drafts come down at the end.
   reserve_draft_rows(m, v);
   mtp_drafts_.reserve(static_cast<size_t>(m * steps), name_, "draft tokens");
-  upload_root_states(proposals, members);
+  upload_root_states(proposals, members, weights);
   std::vector<int32_t> last, src;
   for (const size_t i : members) {
     src.push_back(static_cast<int32_t>(last.size()));
@@ -1215,7 +1319,7 @@ void CudaDevice::mtp_tree_group(std::span<const MtpProposal> proposals,
   reserve_draft_rows(most_rows, v);
   std::vector<Row> frontier;
   std::vector<int32_t> tokens, src;
-  upload_root_states(proposals, members);
+  upload_root_states(proposals, members, weights);
   for (const size_t i : members) {
     src.push_back(static_cast<int32_t>(frontier.size()));
     frontier.push_back({i, -1, proposals[i].last});
@@ -1302,7 +1406,7 @@ void CudaDevice::mtp_best_first_group(std::span<const MtpProposal> proposals,
   row_lse_.reserve(static_cast<size_t>(most_rows), name_, "draft normalisers");
   std::vector<Row> rows;
   std::vector<int32_t> tokens, src;
-  upload_root_states(proposals, members);
+  upload_root_states(proposals, members, weights);
   for (size_t t = 0; t < members.size(); ++t) {
     const MtpProposal& p = proposals[members[t]];
     rows.push_back({t, -1, 0.0, 0});

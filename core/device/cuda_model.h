@@ -16,6 +16,9 @@
 // Attention: causal chunks of 4 tokens or more through the tiled prefill kernel
 // (paged_prefill_attention.cuh), decode rows and draft trees through the flash-decoding kernel
 // (paged_decode_attention.cuh).
+// Draft features (Device::set_draft_taps): after each tapped layer, the logit rows' residual
+// stream RMS-normalised on the GPU, downloaded beside the final hidden state; an mtp head's first
+// state from them (DraftHead::mtp_root) is made on the GPU, its W_f in BF16.
 // Decode-only steps replay CUDA graphs, captured per row count and per 1,024 keys of context; on
 // Hopper their GEMVs and attention overlap the previous kernel's tail (CudaOptions).
 //

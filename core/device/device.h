@@ -99,7 +99,7 @@ class Device {
   // Draft taps: with `on`, the hidden rows of later runs are each row's draft features
   // (ModelRunner::run: the final-norm hidden state, then the residual stream after each of
   // draft_tap_layers), hidden_width() floats a row. Returns whether they are on; a device that
-  // cannot tap the layers (a GPU, for now) returns false and keeps n_embd-wide rows.
+  // cannot tap the layers returns false and keeps n_embd-wide rows (CPU and CUDA devices can).
   virtual bool set_draft_taps(bool on) {
     (void)on;
     return false;

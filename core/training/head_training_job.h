@@ -37,8 +37,8 @@ struct HeadTrainingRequest {
   float lr = 3e-3f;
   int rollout = -1;  // mtp: rows per position continuing from its own predictions; −1: heads − 1
   // mtp: the first step also reads the target's inner layers (draft_tap_layers; draft_head.h).
-  // Off by default while only CPU devices hand the taps to draft heads: a GPU refuses such a
-  // head, and the default head should draft everywhere.
+  // Off by default until a GPU run has checked the CUDA device's taps (cuda_model.h): the default
+  // head should draft well everywhere.
   bool taps = false;
   uint64_t seed = 0;
   int threads = 0;  // 0: all hardware threads

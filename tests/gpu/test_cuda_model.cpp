@@ -1,5 +1,6 @@
-// The CUDA Device against the CPU device on the same batches: logits of a synthetic model of the
-// embedded model's shape on mixed batches (prefill chunks, decode rows, a draft tree), the real
+// The CUDA Device against the CPU device on the same batches: logits, hidden states and layer taps
+// of a synthetic model of the embedded model's shape on mixed batches (prefill chunks, decode
+// rows, a draft tree), the real
 // model's logits and greedy tokens when its file is present, and the engine serving on a GPU,
 // colocated and disaggregated (two partitions of the GPU; CPU prefill → GPU decode), exactly what
 // it serves on the CPU, and each logit row's sampling candidates against the reference filter
@@ -35,12 +36,14 @@
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
 #include "core/model/synthetic_model.h"
+#include "core/model/transformer_pass.h"
 #include "core/runtime/sampler.h"
 #include "core/serving/engine.h"
 #include "core/speculative/draft_head.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/cpu/candidates.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_types.h"
 #include "tests/gpu/cuda_test_support.h"
 
 using namespace tokenfab;
@@ -236,6 +239,13 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   options.block_gemv = block_gemv;
   const std::unique_ptr<Device> gpu =
       make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+  // Hidden rows as draft features: the final hidden state, then the layer taps (each compared as
+  // a row of its own below).
+  QVERIFY(cpu.set_draft_taps(true));
+  QVERIFY(gpu->set_draft_taps(true));
+  const int64_t width = hp.n_embd * (1 + static_cast<int64_t>(draft_tap_layers(hp.n_layer).size()));
+  QCOMPARE(gpu->hidden_width(), width);
+  QCOMPARE(cpu.hidden_width(), width);
 
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(hp.n_vocab) - 1);
@@ -284,11 +294,12 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
              qPrintable(QStringLiteral("step %1: ").arg(i + 1) + filter_failure));
     compare_rows(gpu_logits, cpu_logits, hp.n_vocab, QStringLiteral("step %1 logits").arg(i + 1),
                  logits_check);
+    QCOMPARE(gpu_hidden.size(), gpu_argmax.size() * static_cast<size_t>(width));
     compare_rows(gpu_hidden, cpu_hidden, hp.n_embd, QStringLiteral("step %1 hidden").arg(i + 1),
                  hidden_check);
   }
-  qInfo("worst relative L2 distance: logits %.5f, final hidden states %.5f", logits_check.worst_rel,
-        hidden_check.worst_rel);
+  qInfo("worst relative L2 distance: logits %.5f, final hidden states and layer taps %.5f",
+        logits_check.worst_rel, hidden_check.worst_rel);
   QVERIFY2(logits_check.failure.isEmpty(), qPrintable(logits_check.failure));
   QVERIFY2(hidden_check.failure.isEmpty(), qPrintable(hidden_check.failure));
 
@@ -463,6 +474,32 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
     }
   }
   qInfo("mtp drafts: %d of %d as the host drafts them", same, total);
+
+  // A zero block with a layer-tap fusion: every state is the first one, g = h + W_f taps + b_f
+  // (DraftHead::mtp_root, made on the GPU from the features), so a chain repeats the draft
+  // vocabulary's best token over g. W_f is drawn exact in bf16, as the GPU keeps it; the sums
+  // still differ in order, so the check needs a clear best token.
+  DraftHeadInfo tapped_info = mtp_info;
+  tapped_info.name = "zero-tapped";
+  tapped_info.taps = draft_tap_layers(hp.n_layer);
+  auto zero_tapped = std::make_shared<DraftHead>(make_mtp_head(tapped_info, draft_vocab));
+  for (float& x : zero_tapped->fuse_w)
+    x = kernels::bf16_to_fp32(kernels::fp32_to_bf16(mtp_noise(rng)));
+  for (float& x : zero_tapped->fuse_b) x = mtp_noise(rng);
+  std::vector<float> features(static_cast<size_t>(zero_tapped->feature_width()));
+  for (float& x : features) x = normal(rng);
+  std::vector<float> g(static_cast<size_t>(hp.n_embd)), g_logits;
+  zero_tapped->mtp_root(features.data(), 1, g.data());
+  gpu->lm_head(g.data(), 1, g_logits);
+  gpu->mtp_propose({{{zero_tapped, features.data(), 7, {1, 1, 1}, 64}}}, drafts, parents);
+  std::vector<TokenId> by_g = draft_vocab;
+  std::stable_sort(by_g.begin(), by_g.end(),
+                   [&](TokenId a, TokenId b) { return g_logits[a] > g_logits[b]; });
+  const float lead = g_logits[by_g[0]] - g_logits[by_g[1]];
+  qInfo("tapped mtp chain: %d, %d, %d; best token over g %d (lead %.4f)", drafts[0][0],
+        drafts[0][1], drafts[0][2], by_g[0], lead);
+  if (!block_gemv && lead > 1e-3f * (1.0f + std::abs(g_logits[by_g[0]])))
+    QCOMPARE(drafts[0], std::vector<int32_t>(3, by_g[0]));
 }
 
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and
@@ -477,7 +514,9 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
     CudaOptions options;
     options.graphs = graphs;
     options.overlap_launches = overlap;
-    return make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+    auto d = make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+    d->set_draft_taps(true);  // the hidden rows (with the layer taps) must match exactly too
+    return d;
   };
   const std::unique_ptr<Device> serial = device(false, false);
   struct Variant {
@@ -498,13 +537,15 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
     const auto begin = logits.begin() + static_cast<ptrdiff_t>(row * n_vocab);
     return static_cast<int32_t>(std::max_element(begin, begin + n_vocab) - begin);
   };
-  std::vector<float> want, got;
+  std::vector<float> want, got, want_hidden, got_hidden;
   // Runs the step on every device; names the first that differs from the serial one, if any.
   auto run_all = [&](const std::vector<BatchSequence>& batch, const QString& step) {
-    serial->run(batch, want);
+    serial->run(batch, want, &want_hidden);
     for (Variant& v : variants) {
-      v.device->run(batch, got);
+      v.device->run(batch, got, &got_hidden);
       if (got != want) return step + QStringLiteral(": ") + v.name + " differs";
+      if (got_hidden != want_hidden)
+        return step + QStringLiteral(": ") + v.name + "'s hidden rows or layer taps differ";
     }
     return QString();
   };
@@ -671,6 +712,12 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
   for (const auto& p : prompts) vocab.insert(vocab.end(), p.begin(), p.end());
   auto mtp = std::make_shared<DraftHead>(make_mtp_head(info, vocab));
   for (float& x : mtp->w[0]) x = noise(rng);
+  // The same with layer taps and a fusion that is not zero: its chains start from the GPU's taps.
+  info.taps = draft_tap_layers(hp.n_layer);
+  auto tapped = std::make_shared<DraftHead>(make_mtp_head(info, vocab));
+  tapped->w[0] = mtp->w[0];
+  for (float& x : tapped->fuse_w) x = noise(rng);
+  for (float& x : tapped->fuse_b) x = noise(rng);
 
   struct Case {
     const char* name;
@@ -685,6 +732,9 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
       {"medusa tree 2,2,2", medusa, {2, 2, 2}, false},
       {"mtp chain", mtp, {}, false},
       {"mtp tree 2,2,1", mtp, {2, 2, 1}, false},
+      {"mtp chain with layer taps", tapped, {}, false},
+      {"mtp tree 2,2,1 with layer taps", tapped, {2, 2, 1}, false},
+      {"mtp chain with layer taps, two partitions", tapped, {}, true},
       {"medusa chain, two partitions", medusa, {}, true},
       {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64}};
   std::vector<std::vector<TokenId>> plain;

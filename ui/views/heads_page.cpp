@@ -1,5 +1,6 @@
 #include "ui/views/heads_page.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
 #include <QDialog>
@@ -76,7 +77,7 @@ bool ask(QDialog& dialog, QFormLayout* form) {
 }
 
 // Train…: name, domain, data (a built-in domain or "all", files and folders, or both), sampled
-// continuations, type, steps, heads.
+// continuations, type, layer taps (mtp), steps, heads.
 std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   QDialog dialog(parent);
   dialog.setWindowTitle(QStringLiteral("Train a draft head"));
@@ -130,6 +131,20 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
   type->addItem(QStringLiteral("mtp — one sequential block, K steps"), QStringLiteral("mtp"));
   type->setCurrentIndex(type->findData(QString::fromStdString(HeadTrainingRequest{}.type)));
   form->addRow(QStringLiteral("Type"), type);
+  auto* taps = new QCheckBox(QStringLiteral("Also read the target's inner layers"));
+  taps->setChecked(HeadTrainingRequest{}.taps);
+  taps->setToolTip(
+      QStringLiteral("mtp: the first draft step also reads the target's residual stream after "
+                     "two inner layers (EAGLE-3 style features): more first drafts accepted, "
+                     "three times the trace size on disk."));
+  const auto mtp_only = [taps, type] {
+    const bool mtp = type->currentData().toString() == QStringLiteral("mtp");
+    taps->setEnabled(mtp);
+    if (!mtp) taps->setChecked(false);
+  };
+  QObject::connect(type, &QComboBox::currentIndexChanged, taps, mtp_only);
+  mtp_only();
+  form->addRow(QStringLiteral("Layer taps"), taps);
   form->addRow(QStringLiteral("Steps"), steps);
   form->addRow(QStringLiteral("Heads"), heads);
   if (!ask(dialog, form)) return std::nullopt;
@@ -142,6 +157,7 @@ std::optional<HeadTrainingRequest> ask_training_request(QWidget* parent) {
     r.samples = samples->value();
   }
   r.type = type->currentData().toString().toStdString();
+  r.taps = taps->isChecked();
   r.steps = steps->value();
   r.heads = heads->value();
   return r;
