@@ -339,6 +339,8 @@ class CudaDevice final : public Device {
   // After `layer`, if it is one of taps_: the logit rows' residual stream RMS-normalised (unit
   // weights, as TransformerPass does) into taps_rows_, (taps_.size(), n_logit, n_embd).
   void enqueue_taps(int64_t layer, int64_t n_logit, bool gathered);
+  // xg_ (n_logit, n_embd) = the rows of x_ that logit_rows_ names, in order.
+  void gather_logit_rows(int64_t n_logit);
   // A decode-only step through its CUDA graph: captured on the second step of a shape (the first
   // runs directly, so cuBLASLt has chosen its algorithms), replayed after that.
   void run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats, bool taps);
@@ -366,6 +368,7 @@ class CudaDevice final : public Device {
   std::vector<kernels::CudaPrefillChunk> h_chunks_;
   DeviceArray<kernels::CudaPrefillChunk> chunks_;
   DeviceArray<int32_t> tokens_, positions_, slots_, tables_, paths_;
+  DeviceArray<int32_t> logit_rows_;  // rows_.logit_rows (steps whose logit rows are gathered)
   DeviceArray<kernels::CudaPagedRow> att_rows_;
   DeviceArray<float> x_, qkv_, att_, proj_, gate_up_, workspace_;
   DeviceArray<float> rope_;               // h_rope_ on the device
@@ -522,6 +525,7 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= xgn_.reserve(lr * e, name_, "logit rows");
   grew |= logits_.reserve(lr * static_cast<size_t>(hp_.n_vocab), name_, "logits");
   grew |= argmax_.reserve(lr, name_, "argmax");
+  grew |= logit_rows_.reserve(lr, name_, "logit rows");
   grew |= tokens_.reserve(r, name_, "tokens");
   grew |= positions_.reserve(r, name_, "positions");
   grew |= rope_.reserve(r * static_cast<size_t>(std::max(hp_.rot_dim, 1)), name_, "RoPE angles");
@@ -693,6 +697,10 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   upload(att_rows_.get(), att.rows, "uploading attention rows");
   upload(paths_.get(), att.paths, "uploading tree paths");
   upload(chunks_.get(), h_chunks_, "uploading prefill chunks");
+  if (!decode_only) {
+    h_i32_.assign(rows_.logit_rows.begin(), rows_.logit_rows.end());
+    upload(logit_rows_.get(), h_i32_, "uploading logit rows");
+  }
 
   if (decode_only) {
     run_graph(n, max_keys, ws_floats, taps);
@@ -898,13 +906,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
     }
     if (n_logit == 0) return;
     // The logit rows, gathered in order (rows_.logit_rows), for the final norm and the LM head.
-    if (gathered)
-      for (int64_t j = 0; j < n_logit; ++j)
-        check(cudaMemcpyAsync(xg_.get() + j * n_embd,
-                              x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * n_embd,
-                              static_cast<size_t>(n_embd) * sizeof(float), cudaMemcpyDeviceToDevice,
-                              stream_),
-              name_, "gathering logit rows");
+    if (gathered) gather_logit_rows(n_logit);
     kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
                              n_logit, n_embd, hp_.rms_eps, stream_, overlap_);
   });
@@ -918,14 +920,16 @@ void CudaDevice::enqueue_taps(int64_t layer, int64_t n_logit, bool gathered) {
   if (at == taps_.end()) return;
   const int64_t d = hp_.n_embd;
   float* out = taps_rows_.get() + (at - taps_.begin()) * n_logit * d;
-  if (gathered)
-    for (int64_t j = 0; j < n_logit; ++j)
-      check(cudaMemcpyAsync(
-                xg_.get() + j * d, x_.get() + rows_.logit_rows[static_cast<size_t>(j)] * d,
-                static_cast<size_t>(d) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
-            name_, "gathering layer taps");
+  if (gathered) gather_logit_rows(n_logit);
   kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), ones_.get(), out, n_logit, d,
                            hp_.rms_eps, stream_, overlap_);
+}
+
+void CudaDevice::gather_logit_rows(int64_t n_logit) {
+  // Each f32 row as 2 · n_embd 16-bit halves: a plain copy, bit for bit.
+  kernels::launch_gather_rows_u16(reinterpret_cast<const uint16_t*>(x_.get()), 2 * hp_.n_embd,
+                                  logit_rows_.get(), n_logit,
+                                  reinterpret_cast<uint16_t*>(xg_.get()), stream_);
 }
 
 bool CudaDevice::set_draft_taps(bool on) {
