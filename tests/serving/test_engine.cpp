@@ -220,6 +220,10 @@ void EngineTest::tiny_pool_preempts_and_matches_unconstrained() {
 void EngineTest::partitions_share_storage_under_pressure() {
   EngineConfig c = config("", "cpu:0", "cpu:0");
   c.kv_blocks = 28;  // the longest prompt needs 25 blocks
+  // Every prompt goes to the prefill partition: a repeated prompt whose blocks the decode side
+  // has cached by the time it is submitted would otherwise be prefilled there (Router), which
+  // depends on timing.
+  c.decode_side_prefill_tokens = 0;
   Engine engine(*model_, c);
   std::vector<RequestId> ids;
   for (int i = 0; i < 48; ++i)
