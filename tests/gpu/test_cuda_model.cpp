@@ -1,10 +1,9 @@
 // The CUDA Device against the CPU device on the same batches: logits, hidden states and layer taps
 // of a synthetic model of the embedded model's shape on mixed batches (prefill chunks, decode
-// rows, a draft tree), the real
-// model's logits and greedy tokens when its file is present, and the engine serving on a GPU,
-// colocated and disaggregated (two partitions of the GPU; CPU prefill → GPU decode), exactly what
-// it serves on the CPU, and each logit row's sampling candidates against the reference filter
-// (label gpu; skipped without a CUDA device).
+// rows, a draft tree), the real model's logits and greedy tokens when its file is present, and
+// the engine serving on a GPU, colocated and disaggregated (two partitions of the GPU; CPU
+// prefill → GPU decode), exactly what it serves on the CPU, and each logit row's sampling
+// candidates against the reference filter (label gpu; skipped without a CUDA device).
 //
 // Tolerance. The two backends round differently on purpose: the CPU multiplies the file's
 // quantized blocks by activations quantized to 8 bits per block of 32 (relative error up to
