@@ -175,77 +175,91 @@ TraceSet record_continuations(const LlamaModel& model,
   const int64_t total = static_cast<int64_t>(prompts.size()) * c;
   int64_t done = 0;
   bool cancelled = false;
+  // Up to `batch` prompts are live at once; a slot freed by a finished continuation takes the
+  // next prompt at the following pass (its prefill rides along with the others' decode rows), so
+  // passes stay full until the prompts run out. Every row's arithmetic is independent of the
+  // other rows of its pass, so what is recorded does not depend on the batch.
+  const size_t slots = std::min(prompts.size(), static_cast<size_t>(o.batch));
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int64_t>(p.size()) + c);
+  // Each live sequence's own blocks, one more for a copied partial block, one spare.
+  const int32_t n_blocks = static_cast<int32_t>(slots) *
+                               static_cast<int32_t>((longest + kBlockSize - 1) / kBlockSize + 1) +
+                           1;
+  KvStorage storage(hp, n_blocks, kBlockSize);
+  KvManager kv(n_blocks, kBlockSize);
+  ModelRunner runner(model, pool, storage);
+  runner.set_draft_taps(o.taps);
+  const int64_t width = runner.hidden_width();
+  struct Live {
+    size_t prompt = 0;               // index into prompts, also the KV sequence id
+    std::vector<TokenId> tokens;     // prompt, then the tokens generated so far
+    int64_t computed = 0;            // tokens whose KV is in the pool
+    std::optional<Sampler> sampler;  // sampled continuations
+  };
+  std::vector<SequenceRecord> recs(prompts.size());
+  std::vector<std::optional<Live>> live(slots);
+  size_t next_prompt = 0;
   PassRows rows;
-  for (size_t b0 = 0; b0 < prompts.size() && !cancelled; b0 += static_cast<size_t>(o.batch)) {
-    const size_t b1 = std::min(prompts.size(), b0 + static_cast<size_t>(o.batch));
-    int32_t n_blocks = 1;
-    for (size_t i = b0; i < b1; ++i)
-      n_blocks += static_cast<int32_t>((prompts[i].size() + c + kBlockSize - 1) / kBlockSize);
-    KvStorage storage(hp, n_blocks, kBlockSize);
-    KvManager kv(n_blocks, kBlockSize);
-    ModelRunner runner(model, pool, storage);
-    runner.set_draft_taps(o.taps);
-    const int64_t width = runner.hidden_width();
-    struct Live {
-      std::vector<TokenId> tokens;  // prompt, then the tokens generated so far
-      int64_t computed = 0;         // tokens whose KV is in the pool
-      SequenceRecord rec;
-      std::optional<Sampler> sampler;  // sampled continuations
-      bool finished = false;
-    };
-    std::vector<Live> live(b1 - b0);
-    std::vector<TokenId> chosen;
-    for (size_t j = 0; j < live.size(); ++j) {
-      live[j].tokens = prompts[b0 + j];
+  std::vector<TokenId> chosen;
+  while (!cancelled) {
+    for (auto& slot : live) {
+      if (slot || next_prompt == prompts.size()) continue;
+      Live& s = slot.emplace();
+      s.prompt = next_prompt++;
+      s.tokens = prompts[s.prompt];
       if (o.sampling.temperature > 0.0f) {
         SamplingParams sp = o.sampling;
-        sp.seed += b0 + j;
-        live[j].sampler.emplace(sp);
+        sp.seed += s.prompt;
+        s.sampler.emplace(sp);
       }
-      if (!kv.allocate_sequence(static_cast<SequenceId>(j), live[j].tokens))
+      // A prefix found in the cache is computed again all the same: its blocks may belong to a
+      // sequence whose KV is not written yet, and the values written are the same.
+      if (!kv.allocate_sequence(static_cast<SequenceId>(s.prompt), s.tokens))
         throw Error("trace recorder: the KV pool is too small (internal error)");
     }
-    while (!cancelled) {
-      std::vector<PassItem> items;
-      std::vector<size_t> who;
-      for (size_t j = 0; j < live.size(); ++j) {
-        if (live[j].finished) continue;
-        const auto pending =
-            std::span<const TokenId>(live[j].tokens).subspan(static_cast<size_t>(live[j].computed));
-        items.push_back({static_cast<SequenceId>(j), pending, live[j].computed, false});
-        who.push_back(j);
-      }
-      if (items.empty()) break;
-      run_pass(runner, kv, items, rows);
-      chosen.assign(items.size(), -1);  // sampled before the analysis clobbers the logits
-      for (size_t r = 0; r < items.size(); ++r)
-        if (live[who[r]].sampler)
-          chosen[r] = live[who[r]].sampler->sample(
-              std::span<const float>(rows.logits.data() + r * static_cast<size_t>(hp.n_vocab),
-                                     static_cast<size_t>(hp.n_vocab)));
-      analyse_rows(rows, static_cast<int64_t>(items.size()), hp.n_vocab, o.top_k, pool);
-      for (size_t r = 0; r < items.size(); ++r) {
-        Live& s = live[who[r]];
-        const auto id = static_cast<SequenceId>(who[r]);
-        const TokenId next = chosen[r] >= 0 ? chosen[r] : rows.pred[r];
-        take_row(rows, static_cast<int64_t>(r), hp.n_embd, width, o.top_k, next, s.rec);
-        s.computed = static_cast<int64_t>(s.tokens.size());
-        ++done;
-        if (s.rec.n() == c || (is_end_of_generation && is_end_of_generation(next))) {
-          s.finished = true;
-          done += c - s.rec.n();
-          kv.free_sequence(id);
-          continue;
-        }
-        s.tokens.push_back(next);
-        const AppendResult a = kv.append(id, next);
-        if (!a.ok()) throw Error("trace recorder: the KV pool is too small (internal error)");
-        if (a.copy) storage.copy_block(a.copy->src, a.copy->dst);
-      }
-      if (progress && !progress(done, total)) cancelled = true;
+    std::vector<PassItem> items;
+    std::vector<size_t> who;
+    for (size_t j = 0; j < live.size(); ++j) {
+      if (!live[j]) continue;
+      const Live& s = *live[j];
+      const auto pending =
+          std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(s.computed));
+      items.push_back({static_cast<SequenceId>(s.prompt), pending, s.computed, false});
+      who.push_back(j);
     }
-    for (const Live& s : live) append_sequence(out, s.rec);
+    if (items.empty()) break;
+    run_pass(runner, kv, items, rows);
+    chosen.assign(items.size(), -1);  // sampled before the analysis clobbers the logits
+    for (size_t r = 0; r < items.size(); ++r)
+      if (live[who[r]]->sampler)
+        chosen[r] = live[who[r]]->sampler->sample(
+            std::span<const float>(rows.logits.data() + r * static_cast<size_t>(hp.n_vocab),
+                                   static_cast<size_t>(hp.n_vocab)));
+    analyse_rows(rows, static_cast<int64_t>(items.size()), hp.n_vocab, o.top_k, pool);
+    for (size_t r = 0; r < items.size(); ++r) {
+      Live& s = *live[who[r]];
+      SequenceRecord& rec = recs[s.prompt];
+      const auto id = static_cast<SequenceId>(s.prompt);
+      const TokenId next = chosen[r] >= 0 ? chosen[r] : rows.pred[r];
+      take_row(rows, static_cast<int64_t>(r), hp.n_embd, width, o.top_k, next, rec);
+      s.computed = static_cast<int64_t>(s.tokens.size());
+      ++done;
+      if (rec.n() == c || (is_end_of_generation && is_end_of_generation(next))) {
+        done += c - rec.n();
+        kv.free_sequence(id);
+        live[who[r]].reset();
+        continue;
+      }
+      s.tokens.push_back(next);
+      const AppendResult a = kv.append(id, next);
+      if (!a.ok()) throw Error("trace recorder: the KV pool is too small (internal error)");
+      if (a.copy) storage.copy_block(a.copy->src, a.copy->dst);
+    }
+    if (progress && !progress(done, total)) cancelled = true;
   }
+  // In prompt order; on cancel, the prompts started so far (the last ones cut short).
+  for (size_t i = 0; i < next_prompt; ++i) append_sequence(out, recs[i]);
   return out;
 }
 

@@ -17,7 +17,7 @@ struct TraceOptions {
   int32_t top_k = 8;                 // top-k ids and probabilities kept per position (0..1024)
   int32_t continuation_tokens = 96;  // tokens the target generates after each prompt
   int threads = 0;                   // 0: all hardware threads
-  int32_t batch = 16;                // sequences per pass
+  int32_t batch = 16;                // sequences live at once
   // Continuations: 0 continues greedily; above 0 draws each token with these sampling settings
   // (the seed of prompt j is seed + j), so that the traces leave the greedy path.
   SamplingParams sampling{.temperature = 0.0f};
@@ -34,8 +34,10 @@ using TraceProgress = std::function<bool(int64_t done_tokens, int64_t total_toke
 // positions from the LAST prompt token through the continuation (the last generated token
 // excluded: its prediction was not made): row j holds the hidden state that produced generated
 // token j = next[j]; pred[j] is the target's argmax there (= next[j] when greedy).
-// Prompts run `batch` at a time: one prefill pass, then one pass per decode step for all of
-// them. On cancel, returns what was recorded so far (sequences cut where they stopped).
+// Up to `batch` prompts run at once, one pass per decode step for all of them; a prompt takes a
+// finished one's place at the next pass (its prefill in the same pass), so the result does not
+// depend on `batch`. On cancel, returns what was recorded so far (sequences cut where they
+// stopped).
 // Throws Error for an empty prompt, a token outside the vocabulary, or a prompt plus continuation
 // longer than the model's training context.
 TraceSet record_continuations(const LlamaModel& model,

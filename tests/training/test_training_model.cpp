@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,7 @@ class TrainingModelTest : public QObject {
   void initTestCase();
   void recorder_matches_model();
   void recorder_keeps_the_text_s_next_tokens();
+  void recorder_refills_finished_slots();
   void recorder_taps_leave_the_rest_unchanged();
   void simulated_chains_stay_on_the_greedy_path();
   void training_data_parts_are_cached_apart();
@@ -282,6 +284,39 @@ void TrainingModelTest::recorder_keeps_the_text_s_next_tokens() {
   QCOMPARE(corpus.n_pos(), int64_t(text.size()) - (text.size() % 8 == 1 ? 1 : 0));
   for (int64_t i = 0; i < corpus.n_pos(); ++i)
     QCOMPARE(corpus.next[i], size_t(i) + 1 < text.size() ? text[i + 1] : corpus.pred[i]);
+}
+
+// Continuations that stop at different lengths free their slots at different passes, and the
+// next prompts take them while the others go on: with one, two or three sequences live at once,
+// each sampled sequence is the same, recorded in prompt order (the seed of prompt j is seed + j,
+// whichever slot it runs in).
+void TrainingModelTest::recorder_refills_finished_slots() {
+  constexpr int kContinuation = 10;
+  const auto prompts = encode_prompts(6);
+  TraceOptions options{3, kContinuation, 2, 1};
+  options.sampling = SamplingParams{};
+  options.sampling.temperature = 1.0f;
+  options.sampling.seed = 11;
+  options.taps = true;
+  // Ends a continuation at the first token id divisible by 5: about one token in five.
+  const auto stop = [](TokenId t) { return t % 5 == 0; };
+  const TraceSet one = record_continuations(*model_, prompts, options, stop, {});
+  QCOMPARE(one.n_sequences(), int64_t(6));
+  std::set<int64_t> lengths;
+  for (int s = 0; s < 6; ++s) lengths.insert(one.seq_begin[s + 1] - one.seq_begin[s]);
+  qInfo("sequence lengths: %zu distinct", lengths.size());
+  QVERIFY(lengths.size() > 1);  // the slots were freed at different passes
+  for (const int32_t batch : {2, 3}) {
+    options.batch = batch;
+    const TraceSet many = record_continuations(*model_, prompts, options, stop, {});
+    QCOMPARE(many.seq_begin, one.seq_begin);
+    QCOMPARE(many.next, one.next);
+    QCOMPARE(many.pred, one.pred);
+    QCOMPARE(many.topk_ids, one.topk_ids);
+    QCOMPARE(many.topk_probs, one.topk_probs);
+    QCOMPARE(many.hidden, one.hidden);
+    QCOMPARE(many.taps, one.taps);
+  }
 }
 
 // The simulated chain counts only positions where the text goes on with the target's own token,
