@@ -20,9 +20,10 @@ namespace {
 // each record once; small batches — a verified draft chain, a few streams — once per column
 // chunk): records this many bytes ahead (25 Q4 records, 15 of Q8_0) are prefetched while the
 // current one is computed on; the hardware prefetcher alone leaves the memory idle at the start
-// of every thread's range. On the 2-core AVX2 development machine the embedded model decoded
-// at 349–390 tok/s with 2 or 4 KiB ahead against 314–339 with 640 bytes (`bench --threads 2`,
-// interleaved runs); 8 KiB was no better. Later tiles over the same group find it in L1.
+// of every thread's range. On the 2-core AVX2 development machine (Zen 3) the embedded model
+// decoded at 349–390 tok/s with 2 or 4 KiB ahead against 314–339 with 640 bytes in a quiet hour
+// (`bench --threads 2`, interleaved runs; 8 KiB was no better), 2 % faster on average in a busy
+// one, when the host's neighbours held the memory. Later tiles over the same group find it in L1.
 constexpr size_t kPrefetchBytes = 4096;
 
 inline __m256i broadcast4(const int8_t* p) {
