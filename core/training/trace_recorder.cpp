@@ -197,7 +197,15 @@ TraceSet record_continuations(const LlamaModel& model,
     int64_t computed = 0;            // tokens whose KV is in the pool
     std::optional<Sampler> sampler;  // sampled continuations
   };
+  // Sequences finish out of order; each is appended to `out` once those before it have been.
   std::vector<SequenceRecord> recs(prompts.size());
+  std::vector<char> finished(prompts.size(), 0);
+  auto append_finished = [&, appended = size_t{0}](size_t up_to, bool all) mutable {
+    for (; appended < up_to && (all || finished[appended]); ++appended) {
+      append_sequence(out, recs[appended]);
+      recs[appended] = SequenceRecord{};
+    }
+  };
   std::vector<std::optional<Live>> live(slots);
   size_t next_prompt = 0;
   PassRows rows;
@@ -247,6 +255,7 @@ TraceSet record_continuations(const LlamaModel& model,
       ++done;
       if (rec.n() == c || (is_end_of_generation && is_end_of_generation(next))) {
         done += c - rec.n();
+        finished[s.prompt] = 1;
         kv.free_sequence(id);
         live[who[r]].reset();
         continue;
@@ -256,10 +265,11 @@ TraceSet record_continuations(const LlamaModel& model,
       if (!a.ok()) throw Error("trace recorder: the KV pool is too small (internal error)");
       if (a.copy) storage.copy_block(a.copy->src, a.copy->dst);
     }
+    append_finished(next_prompt, false);
     if (progress && !progress(done, total)) cancelled = true;
   }
-  // In prompt order; on cancel, the prompts started so far (the last ones cut short).
-  for (size_t i = 0; i < next_prompt; ++i) append_sequence(out, recs[i]);
+  // On cancel, the prompts started so far, the unfinished ones cut where they stopped.
+  append_finished(next_prompt, true);
   return out;
 }
 

@@ -289,7 +289,7 @@ void TrainingModelTest::recorder_keeps_the_text_s_next_tokens() {
 // Continuations that stop at different lengths free their slots at different passes, and the
 // next prompts take them while the others go on: with one, two or three sequences live at once,
 // each sampled sequence is the same, recorded in prompt order (the seed of prompt j is seed + j,
-// whichever slot it runs in).
+// whichever slot it runs in). A cancelled run keeps the started prompts' sequences, in order.
 void TrainingModelTest::recorder_refills_finished_slots() {
   constexpr int kContinuation = 10;
   const auto prompts = encode_prompts(6);
@@ -316,6 +316,19 @@ void TrainingModelTest::recorder_refills_finished_slots() {
     QCOMPARE(many.topk_probs, one.topk_probs);
     QCOMPARE(many.hidden, one.hidden);
     QCOMPARE(many.taps, one.taps);
+  }
+  // Cancelled after three passes: the prompts started by then, in order, each cut where it stood.
+  options.batch = 3;
+  int passes = 0;
+  const TraceSet cut = record_continuations(*model_, prompts, options, stop,
+                                            [&](int64_t, int64_t) { return ++passes < 3; });
+  QCOMPARE(passes, 3);
+  QVERIFY(cut.n_sequences() >= 3 && cut.n_pos() < one.n_pos());
+  for (int64_t s = 0; s < cut.n_sequences(); ++s) {
+    const int64_t b = cut.seq_begin[s], n = cut.seq_begin[s + 1] - b;
+    QVERIFY(n >= 1 && n <= one.seq_begin[s + 1] - one.seq_begin[s]);
+    QVERIFY(std::equal(cut.next.begin() + b, cut.next.begin() + b + n,
+                       one.next.begin() + one.seq_begin[s]));
   }
 }
 
