@@ -2,7 +2,7 @@
 // evaluate it by really generating, and manage the registry (list, show, delete, export).
 //
 //   heads train --name NAME --domain D [--prompt-set NAME] [--corpus PATH…] [--samples N]
-//               [--heads K] [--steps N]
+//               [--self-prompts N] [--heads K] [--steps N]
 //   heads eval --head ID|NAME|PATH (--prompt-set NAME | --prompts FILE) [--max-tokens N]
 //              [--lookup N]   (--head none --lookup N: the context lookup alone)
 //   heads list | show ID|NAME | delete ID|NAME | export ID|NAME --out PATH
@@ -11,9 +11,10 @@
 // "all" for every domain's train split, any built-in prompt set, or the user's files and folders
 // (text, code, JSONL with "text"/"prompt" fields) read at run time, or a prompt set and files
 // together. --samples N adds N sampled continuations of each prompt to the greedy one, so that the
-// head also learns from contexts off the greedy path. Traces are cached in the user
-// data directory under a key of the model, the data and the options. Progress goes to stderr;
-// Ctrl-C cancels, and nothing half-written is left behind.
+// head also learns from contexts off the greedy path; --self-prompts N has the target write N more
+// requests like the set's (each opened with a prompt's first words) and traces its answers too.
+// Traces are cached in the user data directory under a key of the model, the data and the options.
+// Progress goes to stderr; Ctrl-C cancels, and nothing half-written is left behind.
 
 #include <atomic>
 #include <chrono>
@@ -103,6 +104,7 @@ struct TrainCommand {
   int rollout = -1;
   std::string taps = HeadTrainingRequest{}.taps ? "on" : "off";
   int samples = 0;
+  int self_prompts = 0;
   float sample_temperature = HeadTrainingRequest{}.sample_temperature;
   bool no_cache = false;
   uint64_t seed = 0;
@@ -124,6 +126,7 @@ void run_train(const TrainCommand& c) {
   r.rollout = c.rollout;
   r.taps = c.taps == "on";
   r.samples = c.samples;
+  r.self_prompts = c.self_prompts;
   r.sample_temperature = c.sample_temperature;
   r.seed = c.seed;
   r.threads = c.common.threads;
@@ -300,6 +303,11 @@ void register_heads(CLI::App& app) {
   train
       ->add_option("--samples", t->samples,
                    "sampled continuations of each prompt besides the greedy one (0..16)")
+      ->capture_default_str();
+  train
+      ->add_option("--self-prompts", t->self_prompts,
+                   "more prompts the target writes itself, each opened with the first words of a "
+                   "prompt of --prompt-set (0..20000); their continuations are traced too")
       ->capture_default_str();
   train
       ->add_option("--sample-temperature", t->sample_temperature,

@@ -16,6 +16,7 @@
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "core/tokenizer/chat_template.h"
+#include "core/training/prompt_writer.h"
 #include "core/training/trace_recorder.h"
 #include "core/training/trainer.h"
 
@@ -88,6 +89,9 @@ void validate_head_training(const HeadTrainingRequest& r) {
   if (r.samples < 0 || r.samples > 16) throw Error("--samples must be 0..16");
   if (r.samples > 0 && !r.prompt_set)
     throw Error("--samples continues the prompts of --prompt-set; a corpus is read as it is");
+  if (r.self_prompts < 0 || r.self_prompts > 20000) throw Error("--self-prompts must be 0..20000");
+  if (r.self_prompts > 0 && !r.prompt_set)
+    throw Error("--self-prompts writes more prompts like those of --prompt-set; give one");
   if (!(r.sample_temperature > 0.0f && r.sample_temperature <= 2.0f))
     throw Error("--sample-temperature must be in (0, 2]");
   if (r.heads < 1 || r.heads > 16) throw Error("--heads must be 1..16");
@@ -129,12 +133,61 @@ struct Traces {
   bool cached = false;
   double seconds = 0.0;
   std::string source;
+  int64_t written_prompts = 0;  // kept of those the target wrote (request.self_prompts)
 };
 
+constexpr int32_t kWrittenTurnTokens = 96;  // a written request not ended by then is dropped
+
+// The requests the target writes after the set's prompts `texts` (prompt_writer.h), cached as a
+// JSON array beside the traces under a key of the model, the examples and the options.
+std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenizer& tokenizer,
+                                         const ChatTemplate& tmpl,
+                                         const std::vector<std::string>& texts,
+                                         const HeadTrainingRequest& r, const std::string& sha,
+                                         const TraceProgress& progress, std::string& message) {
+  PromptWriting w;
+  w.count = r.self_prompts;
+  w.max_tokens = kWrittenTurnTokens;
+  w.seed = r.seed;
+  w.threads = r.threads;
+  std::string key = "written-prompts-v1;model=" + sha + ";count=" + std::to_string(w.count) +
+                    ";max_tokens=" + std::to_string(w.max_tokens) +
+                    ";temperature=" + std::to_string(w.temperature) +
+                    ";seed=" + std::to_string(w.seed) + ";";
+  for (const std::string& t : texts) key += t + "\x1f";
+  const fs::path file =
+      user_data_dir() / "traces" / (sha256_hex(key).substr(0, 24) + ".prompts.json");
+  if (!r.no_cache && fs::exists(file)) {
+    try {
+      std::ifstream in(file);
+      const auto cached = nlohmann::json::parse(in).get<std::vector<std::string>>();
+      message = "written prompts: " + std::to_string(cached.size()) + " from the cache (" +
+                file.string() + ")";
+      return cached;
+    } catch (const std::exception& e) {
+      message = std::string("written prompts: the cached file is unusable (") + e.what() +
+                "); writing again";
+    }
+  }
+  bool cancelled = false;
+  std::vector<std::string> out =
+      write_prompts(model, tokenizer, tmpl, texts, w, progress, &cancelled);
+  if (cancelled) throw Error("cancelled while writing prompts; no head was saved");
+  fs::create_directories(file.parent_path());
+  const fs::path part = file.string() + ".part";
+  {
+    std::ofstream f(part, std::ios::trunc);
+    f << nlohmann::json(out).dump(1);
+    if (!f) throw Error("cannot write " + part.string());
+  }
+  fs::rename(part, file);
+  return out;
+}
+
 // The request's data → traces. The data come in parts — the greedy continuations of the prompts,
-// each sampled pass over them, the corpus — and each part is cached on its own under a key of the
-// model, its data and its options, so that adding sampled passes or files to a run traced before
-// records only what is new.
+// each sampled pass over them, the same for the prompts the target wrote, the corpus — and each
+// part is cached on its own under a key of the model, its data and its options, so that adding
+// sampled passes, written prompts or files to a run traced before records only what is new.
 Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
                   const std::string& sha,
                   const std::function<bool(const HeadTrainingProgress&)>& progress) {
@@ -152,47 +205,58 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
   }
   struct Part {
     std::string key;
+    int group = 0;         // prompts: 0 the set's, 1 those the target wrote
     int sampled_pass = 0;  // prompts: 0 greedy, p > 0 the p-th sampled pass
     bool corpus = false;
     int64_t tokens = 0;  // positions to record (for progress)
   };
   std::vector<Part> parts;
-  std::vector<std::vector<TokenId>> prompts;
+  std::vector<std::vector<TokenId>> prompts[2];
+  std::vector<std::string> texts;
   std::vector<TokenId> corpus_tokens;
   Traces out;
-  if (r.prompt_set) {
-    std::vector<std::string> texts = named_prompts(*r.prompt_set, "train");
-    if (r.max_prompts > 0 && static_cast<int>(texts.size()) > r.max_prompts)
-      texts.resize(r.max_prompts);
-    const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
-    std::string prompts_key = model_key;
-    for (const std::string& t : texts) {
-      prompts.push_back(
+  // Greedy and sampled parts of a group of prompts; the written ones' key says so.
+  const auto add_group = [&](int group, const std::vector<std::string>& group_texts,
+                             const ChatTemplate& tmpl) {
+    std::string key = model_key + (group == 1 ? "written;" : "");
+    for (const std::string& t : group_texts) {
+      prompts[group].push_back(
           tokenizer.encode(tmpl.apply({{"user", t}}, true), tokenizer.add_bos_token(), true));
-      prompts_key += t + "\x1f";
+      key += t + "\x1f";
     }
-    const int64_t tokens = static_cast<int64_t>(prompts.size()) * r.continuation;
-    parts.push_back({prompts_key, 0, false, tokens});
+    const int64_t tokens = static_cast<int64_t>(group_texts.size()) * r.continuation;
+    parts.push_back({key, group, 0, false, tokens});
     for (int pass = 1; pass <= r.samples; ++pass)
-      parts.push_back({prompts_key + "sampled pass=" + std::to_string(pass) +
+      parts.push_back({key + "sampled pass=" + std::to_string(pass) +
                            ";temperature=" + std::to_string(r.sample_temperature) +
                            ";seed=" + std::to_string(r.seed) + ";",
-                       pass, false, tokens});
+                       group, pass, false, tokens});
+  };
+  std::optional<ChatTemplate> tmpl;
+  if (r.prompt_set) {
+    texts = named_prompts(*r.prompt_set, "train");
+    if (r.max_prompts > 0 && static_cast<int>(texts.size()) > r.max_prompts)
+      texts.resize(r.max_prompts);
+    tmpl = ChatTemplate::from_gguf(model.file());
+    add_group(0, texts, *tmpl);
     out.source = "prompt-set:" + *r.prompt_set;
-    if (r.samples > 0) out.source += " (+" + std::to_string(r.samples) + " sampled)";
   }
   if (!r.corpus.empty()) {
     const std::string text = read_corpus(r.corpus);
     corpus_tokens = tokenizer.encode(text, false, false);
     // v2: the traces keep the text's own next tokens (earlier corpus traces lack them).
-    parts.push_back({model_key + "corpus-v2:" + sha256_hex(text), 0, true,
+    parts.push_back({model_key + "corpus-v2:" + sha256_hex(text), 0, 0, true,
                      static_cast<int64_t>(corpus_tokens.size())});
-    out.source += out.source.empty() ? "corpus" : "+corpus";
   }
 
   const auto start = std::chrono::steady_clock::now();
   int64_t total = 0, before = 0;  // positions of every part, and of the parts done
+  const int64_t write_positions =
+      r.prompt_set ? static_cast<int64_t>(r.self_prompts) * kWrittenTurnTokens : 0;
   for (const Part& part : parts) total += part.tokens;
+  total += write_positions +
+           (r.prompt_set ? static_cast<int64_t>(r.self_prompts) * r.continuation * (1 + r.samples)
+                         : 0);  // the written prompts' parts, at most
   HeadTrainingProgress p;
   p.phase = "tracing";
   bool cancelled = false, all_cached = true;
@@ -206,6 +270,34 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
     cancelled = cancelled || !progress(p);
     return !cancelled;
   };
+  if (write_positions > 0) {
+    const std::vector<std::string> written = written_prompts(
+        model, tokenizer, *tmpl, texts, r, sha, [&](int64_t done, int64_t) { return report(done); },
+        p.message);
+    if (!p.message.empty()) {
+      all_cached = p.message.find("from the cache") != std::string::npos;
+      report(write_positions);
+      p.message.clear();
+    } else {
+      all_cached = false;
+    }
+    if (cancelled) throw Error("cancelled while writing prompts; no head was saved");
+    out.written_prompts = static_cast<int64_t>(written.size());
+    // The written prompts' parts go after the set's own, before the corpus.
+    std::vector<Part> corpus_part;
+    if (!parts.empty() && parts.back().corpus) {
+      corpus_part.push_back(parts.back());
+      parts.pop_back();
+    }
+    if (!written.empty()) add_group(1, written, *tmpl);
+    parts.insert(parts.end(), corpus_part.begin(), corpus_part.end());
+    before = write_positions;
+    total = write_positions;
+    for (const Part& part : parts) total += part.tokens;
+    out.source += " (+" + std::to_string(written.size()) + " written)";
+  }
+  if (r.samples > 0) out.source += " (+" + std::to_string(r.samples) + " sampled)";
+  if (!r.corpus.empty()) out.source += out.source.empty() ? "corpus" : "+corpus";
   out.set.seq_begin = {0};
   for (const Part& part : parts) {
     const fs::path file =
@@ -230,14 +322,15 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
       if (part.corpus) {
         set = record_corpus(model, corpus_tokens, 256, options, on_trace);
       } else {
+        const auto& group = prompts[part.group];
         TraceOptions o = options;
         if (part.sampled_pass > 0) {
           o.sampling = SamplingParams{};
           o.sampling.temperature = r.sample_temperature;
-          o.sampling.seed = r.seed + static_cast<uint64_t>(part.sampled_pass) * prompts.size();
+          o.sampling.seed = r.seed + static_cast<uint64_t>(part.sampled_pass) * group.size();
         }
         set = record_continuations(
-            model, prompts, o, [&](TokenId t) { return tokenizer.is_end_of_generation(t); },
+            model, group, o, [&](TokenId t) { return tokenizer.is_end_of_generation(t); },
             on_trace);
       }
       if (cancelled) throw Error("cancelled while tracing; no head was saved");
@@ -353,6 +446,7 @@ HeadTrainingResult run_head_training(
   nlohmann::json config = {{"source", traces.source},
                            {"continuation_tokens", r.continuation},
                            {"samples", r.samples},
+                           {"self_prompts", r.self_prompts},
                            {"steps", r.steps},
                            {"batch", r.batch},
                            {"lr", r.lr},
@@ -402,7 +496,8 @@ HeadTrainingResult run_head_training(
                                   {"shortlist", t.shortlist_size},
                                   {"train_seconds", t.seconds},
                                   {"trace_seconds", traces.seconds},
-                                  {"trace_cached", traces.cached}};
+                                  {"trace_cached", traces.cached},
+                                  {"written_prompts", traces.written_prompts}};
   head.info.summary_json = summary.dump();
   fs::path file;
   HeadTrainingResult result;

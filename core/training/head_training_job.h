@@ -27,6 +27,11 @@ struct HeadTrainingRequest {
   // seed + 1 …) at sample_temperature with the app's default top-k/top-p/min-p filters.
   int samples = 0;
   float sample_temperature = 0.8f;
+  // Prompt sets: this many more requests written by the target itself (prompt_writer.h), each
+  // opened with the first words of a prompt of the set; their continuations are traced like the
+  // set's own (greedy, and the sampled passes too). Fewer are kept when some are unfinished or
+  // repeat.
+  int self_prompts = 0;
   // The defaults are the recipe measured best per minute of training (README, "Draft heads").
   std::string type = "mtp";
   int heads = 4;
@@ -66,7 +71,7 @@ struct HeadTrainingResult {
 
 // Throws Error for a bad request (all-digit or empty name, both or neither of prompt_set /
 // corpus, heads outside 1..16, rollout outside −1..16, type not medusa or mtp, taps on a
-// medusa head);
+// medusa head, self_prompts outside 0..20000 or without a prompt set);
 // run_head_training checks it too.
 void validate_head_training(const HeadTrainingRequest& request);
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <numeric>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,12 @@
 #include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
 #include "core/storage/database.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/training/generation_eval.h"
 #include "core/training/head_eval.h"
 #include "core/training/head_training_job.h"
+#include "core/training/prompt_writer.h"
 #include "core/training/trace_recorder.h"
 #include "core/training/trainer.h"
 #include "kernels/cpu/thread_pool.h"
@@ -124,6 +127,8 @@ class TrainingModelTest : public QObject {
   void recorder_taps_leave_the_rest_unchanged();
   void simulated_chains_stay_on_the_greedy_path();
   void training_data_parts_are_cached_apart();
+  void openings_are_the_first_words_as_written();
+  void model_writes_prompts_like_its_examples();
   void training_improves_acceptance_data();
   void training_improves_acceptance();
   void rollout_rows_train_later_steps();
@@ -405,7 +410,89 @@ void TrainingModelTest::training_data_parts_are_cached_apart() {
   // The sampled pass: four sequences of at most eight positions each.
   QVERIFY(second.report["trace_positions"].get<int64_t>() > greedy + corpus);
   QVERIFY(second.report["trace_positions"].get<int64_t>() <= greedy + 4 * 8 + corpus);
+
+  // Prompts the target writes: cached as a file of their own, their greedy and sampled parts
+  // traced apart from the set's (which come from the cache), and all of it reused by a rerun.
+  r.name = "parts-3";
+  r.self_prompts = 3;
+  messages.clear();
+  const HeadTrainingResult third = run_head_training(*model_, *tokenizer_, r, progress);
+  const int64_t written = third.report["written_prompts"].get<int64_t>();
+  QVERIFY(written >= 0 && written <= 3);
+  QCOMPARE(trace_files(), size_t(3 + 1 + (written > 0 ? 2 : 0)));
+  QCOMPARE(std::count_if(
+               messages.begin(), messages.end(),
+               [](const std::string& m) { return m.find("from the cache") != std::string::npos; }),
+           std::ptrdiff_t(3));
+  QVERIFY(third.report["trace_positions"].get<int64_t>() >=
+          second.report["trace_positions"].get<int64_t>() + written);
+  QVERIFY(third.report["trace_positions"].get<int64_t>() <=
+          second.report["trace_positions"].get<int64_t>() + 2 * written * 8);
+  r.name = "parts-4";
+  messages.clear();
+  const HeadTrainingResult fourth = run_head_training(*model_, *tokenizer_, r, progress);
+  QCOMPARE(trace_files(), size_t(3 + 1 + (written > 0 ? 2 : 0)));
+  QVERIFY(fourth.report["trace_cached"].get<bool>());
+  QCOMPARE(fourth.report["written_prompts"].get<int64_t>(), written);
+  QCOMPARE(fourth.report["trace_positions"], third.report["trace_positions"]);
+  QVERIFY(std::any_of(messages.begin(), messages.end(), [](const std::string& m) {
+    return m.find("written prompts: ") == 0 && m.find("from the cache") != std::string::npos;
+  }));
   qunsetenv("TOKENFAB_HOME");
+}
+
+// The opening of a prompt: its first words as written, inner spacing kept, nothing after them.
+void TrainingModelTest::openings_are_the_first_words_as_written() {
+  QCOMPARE(opening_words("  Write a  Python\nfunction ", 2), std::string("Write a"));
+  QCOMPARE(opening_words("  Write a  Python\nfunction ", 3), std::string("Write a  Python"));
+  QCOMPARE(opening_words("  Write a  Python\nfunction ", 4),
+           std::string("Write a  Python\nfunction"));
+  QCOMPARE(opening_words("  Write a  Python\nfunction ", 9),
+           std::string("Write a  Python\nfunction"));
+}
+
+// The target writes requests like its examples: each opens with an example's first words and is
+// one the target ended itself (no control token in it), new, of bounded length, and the same
+// requests come back for the same seed.
+void TrainingModelTest::model_writes_prompts_like_its_examples() {
+  const std::vector<std::string> examples = {
+      "Write a Python function that returns the second largest number in a list.",
+      "Explain how a hash table handles collisions, with a short example in C.",
+      "Continue this story: The lighthouse had been dark for eleven years."};
+  const ChatTemplate tmpl = ChatTemplate::from_gguf(model_->file());
+  PromptWriting w;
+  w.count = 9;
+  w.max_tokens = 64;
+  w.threads = 2;
+  w.seed = 5;
+  int64_t last_done = 0, last_total = 0;
+  const std::vector<std::string> written =
+      write_prompts(*model_, *tokenizer_, tmpl, examples, w, [&](int64_t done, int64_t total) {
+        last_done = done;
+        last_total = total;
+        return true;
+      });
+  QCOMPARE(last_total, int64_t(9 * 64));
+  QCOMPARE(last_done, last_total);
+  QVERIFY2(written.size() >= 3 && written.size() <= 9, std::to_string(written.size()).c_str());
+  std::set<std::string> distinct(written.begin(), written.end());
+  QCOMPARE(distinct.size(), written.size());
+  for (const std::string& text : written) {
+    QVERIFY2(
+        std::any_of(examples.begin(), examples.end(),
+                    [&](const std::string& e) { return text.rfind(opening_words(e, 2), 0) == 0; }),
+        text.c_str());
+    QVERIFY2(std::find(examples.begin(), examples.end(), text) == examples.end(), text.c_str());
+    QVERIFY2(text.find("<|") == std::string::npos, text.c_str());
+    std::istringstream in(text);
+    int words = 0;
+    for (std::string word; in >> word;) ++words;
+    QVERIFY2(words >= 5 && words <= 80, text.c_str());  // an opening of 2+ words, 3+ beyond it
+  }
+  qInfo("wrote %zu of 9 requests, e.g.: %s", written.size(), written.front().c_str());
+  QCOMPARE(write_prompts(*model_, *tokenizer_, tmpl, examples, w, {}), written);
+  w.seed = 6;
+  QVERIFY(write_prompts(*model_, *tokenizer_, tmpl, examples, w, {}) != written);
 }
 
 // Recording the layer taps changes nothing else a trace holds, bit for bit; each tap row is the
