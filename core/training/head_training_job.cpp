@@ -157,6 +157,7 @@ std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenize
   for (const std::string& t : texts) key += t + "\x1f";
   const fs::path file =
       user_data_dir() / "traces" / (sha256_hex(key).substr(0, 24) + ".prompts.json");
+  std::string unusable;  // reported once the prompts are written, not with every progress line
   if (!r.no_cache && fs::exists(file)) {
     try {
       std::ifstream in(file);
@@ -165,8 +166,8 @@ std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenize
                 file.string() + ")";
       return cached;
     } catch (const std::exception& e) {
-      message = std::string("written prompts: the cached file is unusable (") + e.what() +
-                "); writing again";
+      unusable = std::string("written prompts: the cached file is unusable (") + e.what() +
+                 "); written again";
     }
   }
   bool cancelled = false;
@@ -181,6 +182,7 @@ std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenize
     if (!f) throw Error("cannot write " + part.string());
   }
   fs::rename(part, file);
+  message = unusable;
   return out;
 }
 
