@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/common/error.h"
+#include "core/tokenizer/utf8.h"
 
 namespace tokenfab {
 
@@ -111,6 +112,7 @@ std::vector<std::string> write_prompts(const LlamaModel& model, const Tokenizer&
     const std::span<const TokenId> body(turns.next.data() + begin, end - 1 - begin);
     const std::string with_special = tokenizer.decode(body, true);
     if (with_special != tokenizer.decode(body, false)) continue;  // a control token inside
+    if (!utf8::is_valid(with_special)) continue;  // a character cut or garbled by sampling
     const std::string text = trimmed(openings[static_cast<size_t>(s)] + with_special);
     const int opening = count_words(openings[static_cast<size_t>(s)]);
     const int words = count_words(text);

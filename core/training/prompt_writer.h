@@ -6,10 +6,10 @@
 // Request i opens the chat template's user turn with the first words of examples[i mod n] (2, 3
 // or 4 words: 2 on the first round over the examples, 3 on the second, 4 on the third, then
 // again), and the target samples the rest of the turn until its end-of-turn token. Only turns it
-// ends itself within max_tokens are kept, with no control token inside, at least three words
-// beyond the opening and at most 80 words in all, and none equal to an example or to an earlier
-// written one. The answers to them are then traced like any prompt's: the head learns from the
-// target's own text only.
+// ends itself within max_tokens are kept, valid UTF-8 with no control token inside, at least three
+// words beyond the opening and at most 80 words in all, and none equal to an example or to an
+// earlier written one. The answers to them are then traced like any prompt's: the head learns from
+// the target's own text only.
 
 #include <cstdint>
 #include <span>

@@ -29,6 +29,7 @@
 #include "core/storage/database.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/utf8.h"
 #include "core/training/generation_eval.h"
 #include "core/training/head_eval.h"
 #include "core/training/head_training_job.h"
@@ -452,16 +453,18 @@ void TrainingModelTest::openings_are_the_first_words_as_written() {
 }
 
 // The target writes requests like its examples: each opens with an example's first words and is
-// one the target ended itself (no control token in it), new, of bounded length, and the same
-// requests come back for the same seed.
+// one the target ended itself (valid UTF-8, no control token in it), new, of bounded length, and
+// the same requests come back for the same seed (one example is Korean: its characters span
+// tokens).
 void TrainingModelTest::model_writes_prompts_like_its_examples() {
   const std::vector<std::string> examples = {
       "Write a Python function that returns the second largest number in a list.",
       "Explain how a hash table handles collisions, with a short example in C.",
-      "Continue this story: The lighthouse had been dark for eleven years."};
+      "Continue this story: The lighthouse had been dark for eleven years.",
+      "한국의 전통 음식 하나를 골라 집에서 만드는 방법을 설명해 주세요."};
   const ChatTemplate tmpl = ChatTemplate::from_gguf(model_->file());
   PromptWriting w;
-  w.count = 9;
+  w.count = 12;
   w.max_tokens = 64;
   w.threads = 2;
   w.seed = 5;
@@ -472,9 +475,9 @@ void TrainingModelTest::model_writes_prompts_like_its_examples() {
         last_total = total;
         return true;
       });
-  QCOMPARE(last_total, int64_t(9 * 64));
+  QCOMPARE(last_total, int64_t(12 * 64));
   QCOMPARE(last_done, last_total);
-  QVERIFY2(written.size() >= 3 && written.size() <= 9, std::to_string(written.size()).c_str());
+  QVERIFY2(written.size() >= 3 && written.size() <= 12, std::to_string(written.size()).c_str());
   std::set<std::string> distinct(written.begin(), written.end());
   QCOMPARE(distinct.size(), written.size());
   for (const std::string& text : written) {
@@ -484,12 +487,13 @@ void TrainingModelTest::model_writes_prompts_like_its_examples() {
         text.c_str());
     QVERIFY2(std::find(examples.begin(), examples.end(), text) == examples.end(), text.c_str());
     QVERIFY2(text.find("<|") == std::string::npos, text.c_str());
+    QVERIFY2(utf8::is_valid(text), text.c_str());
     std::istringstream in(text);
     int words = 0;
     for (std::string word; in >> word;) ++words;
     QVERIFY2(words >= 5 && words <= 80, text.c_str());  // an opening of 2+ words, 3+ beyond it
   }
-  qInfo("wrote %zu of 9 requests, e.g.: %s", written.size(), written.front().c_str());
+  qInfo("wrote %zu of 12 requests, e.g.: %s", written.size(), written.front().c_str());
   QCOMPARE(write_prompts(*model_, *tokenizer_, tmpl, examples, w, {}), written);
   w.seed = 6;
   QVERIFY(write_prompts(*model_, *tokenizer_, tmpl, examples, w, {}) != written);
