@@ -139,12 +139,14 @@ struct Traces {
 constexpr int32_t kWrittenTurnTokens = 96;  // a written request not ended by then is dropped
 
 // The requests the target writes after the set's prompts `texts` (prompt_writer.h), cached as a
-// JSON array beside the traces under a key of the model, the examples and the options.
+// JSON array beside the traces under a key of the model, the examples and the options; `cached`
+// tells whether they came from that file. `message` is a line for the log, or empty.
 std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenizer& tokenizer,
                                          const ChatTemplate& tmpl,
                                          const std::vector<std::string>& texts,
                                          const HeadTrainingRequest& r, const std::string& sha,
-                                         const TraceProgress& progress, std::string& message) {
+                                         const TraceProgress& progress, std::string& message,
+                                         bool& cached) {
   PromptWriting w;
   w.count = r.self_prompts;
   w.max_tokens = kWrittenTurnTokens;
@@ -157,14 +159,16 @@ std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenize
   for (const std::string& t : texts) key += t + "\x1f";
   const fs::path file =
       user_data_dir() / "traces" / (sha256_hex(key).substr(0, 24) + ".prompts.json");
+  cached = false;
   std::string unusable;  // reported once the prompts are written, not with every progress line
   if (!r.no_cache && fs::exists(file)) {
     try {
       std::ifstream in(file);
-      const auto cached = nlohmann::json::parse(in).get<std::vector<std::string>>();
-      message = "written prompts: " + std::to_string(cached.size()) + " from the cache (" +
+      const auto texts_read = nlohmann::json::parse(in).get<std::vector<std::string>>();
+      message = "written prompts: " + std::to_string(texts_read.size()) + " from the cache (" +
                 file.string() + ")";
-      return cached;
+      cached = true;
+      return texts_read;
     } catch (const std::exception& e) {
       unusable = std::string("written prompts: the cached file is unusable (") + e.what() +
                  "); written again";
@@ -275,13 +279,10 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
   if (write_positions > 0) {
     const std::vector<std::string> written = written_prompts(
         model, tokenizer, *tmpl, texts, r, sha, [&](int64_t done, int64_t) { return report(done); },
-        p.message);
+        p.message, all_cached);
     if (!p.message.empty()) {
-      all_cached = p.message.find("from the cache") != std::string::npos;
       report(write_positions);
       p.message.clear();
-    } else {
-      all_cached = false;
     }
     if (cancelled) throw Error("cancelled while writing prompts; no head was saved");
     out.written_prompts = static_cast<int64_t>(written.size());
