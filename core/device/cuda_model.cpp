@@ -40,6 +40,7 @@
 #include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/overlap_support.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
 #include "kernels/cuda/paged_rows.h"
@@ -431,10 +432,11 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                 (count == 1 ? "" : "s") + " (cuda:0" +
                 (count > 1 ? "..cuda:" + std::to_string(count - 1) : std::string()) + ")");
   check(cudaSetDevice(spec.index), name_, "selecting the device");
-  int major = 0;
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, spec.index), name_,
-        "reading the compute capability");
-  overlap_ = options.overlap_launches && major >= 9;
+  try {
+    overlap_ = options.overlap_launches && kernels::overlap_launches_supported(spec.index);
+  } catch (const std::exception& e) {
+    throw Error(name_ + ": reading which launches may overlap: " + e.what());
+  }
   if (hp_.head_dim > kernels::kPagedDecodeMaxHeadDim || hp_.rot_dim > kernels::kRopeMaxRotDim ||
       hp_.n_embd % 8 != 0 || hp_.q_dim() % 8 != 0 || hp_.n_ff % 8 != 0)
     throw Error(name_ + ": the CUDA backend needs head_dim <= " +
@@ -938,12 +940,15 @@ bool CudaDevice::set_draft_taps(bool on) {
     check(cudaSetDevice(spec_.index), name_, "selecting the device");
     const std::vector<float> ones(static_cast<size_t>(hp_.n_embd), 1.0f);
     ones_.reserve(ones.size(), name_, "layer taps");
-    check(cudaMemcpy(ones_.get(), ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice),
+    // On the device's stream, which the taps' kernels run on (a pageable source is staged before
+    // the call returns).
+    check(cudaMemcpyAsync(ones_.get(), ones.data(), ones.size() * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_),
           name_, "uploading the layer taps' norm");
   }
   if (layers != taps_) drop_graphs();  // a captured step keeps the layers it tapped
   taps_ = std::move(layers);
-  return true;
+  return !taps_.empty();
 }
 
 void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats, bool taps) {
@@ -1061,13 +1066,15 @@ const CudaDevice::DraftWeights& CudaDevice::draft_weights(
                                       static_cast<int64_t>(n), kept.vocab_rows.get(), stream_);
     });
     if (!head->fuse_w.empty()) {
-      // W_f rounded to bf16 here (the products' weight type), uploaded with the call's others.
+      // W_f rounded to bf16 here (the products' weight type), uploaded on the stream its
+      // products run on, as the vocabulary is (a pageable source is staged before the call
+      // returns).
       std::vector<uint16_t> fuse(head->fuse_w.size());
       std::transform(head->fuse_w.begin(), head->fuse_w.end(), fuse.begin(),
                      [](float x) { return kernels::fp32_to_bf16(x); });
       kept.fuse_w.reserve(fuse.size(), name_, "a draft head's weights");
-      check(cudaMemcpy(kept.fuse_w.get(), fuse.data(), fuse.size() * sizeof(uint16_t),
-                       cudaMemcpyHostToDevice),
+      check(cudaMemcpyAsync(kept.fuse_w.get(), fuse.data(), fuse.size() * sizeof(uint16_t),
+                            cudaMemcpyHostToDevice, stream_),
             name_, "uploading a draft head's layer-tap fusion");
     }
   }

@@ -49,7 +49,8 @@ struct CudaOptions {
   // Decode-only steps replay CUDA graphs; false runs every step's kernels directly (the reference
   // the graphs are tested against).
   bool graphs = true;
-  // On GPUs of compute capability 9.0 or later, our kernels of a step (the GEMVs, attention,
+  // On GPUs of compute capability 9.0 or later, with kernels built for sm_90 or later
+  // (kernels/cuda/overlap_support.cuh), our kernels of a step (the GEMVs, attention,
   // norms, RoPE, KV store, SwiGLU, residual adds; not cuBLASLt's GEMMs) start while the kernel
   // before them finishes (programmatic dependent launch): each issues its weight loads, or reads
   // its block tables, first and waits for the previous kernel's results only after that. False

@@ -46,7 +46,9 @@ uint64_t block_bytes(std::initializer_list<const WeightMatrix*> parts) {
   const kernels::GemvWeights format = kernels::gemv_format((*parts.begin())->type);
   uint64_t bytes = 0;
   for (const WeightMatrix* m : parts) {
-    if (kernels::gemv_format(m->type) != format || m->cols % kernels::kQK != 0) return 0;
+    if (kernels::gemv_format(m->type) != format ||
+        !kernels::gemv_blocks_representable(m->type, m->data, m->rows, m->cols))
+      return 0;
     bytes += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols / kernels::kQK) *
              (kernels::gemv_block_quant_bytes(format) + sizeof(uint32_t));
   }

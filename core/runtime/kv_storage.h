@@ -29,7 +29,8 @@ class KvPool : public KvBlockStore {
   virtual void copy_position(std::span<const int32_t> blocks, int64_t from, int64_t to) = 0;
   // Returns once the copies above have landed (a GPU queues them on its stream; the host's are
   // done when they return). Called before a block of this pool gives its storage slot to a pool
-  // on another stream (core/kvcache/kv_slots.h).
+  // on another stream (core/kvcache/kv_slots.h), and before a connector, on a stream of its own,
+  // starts writing blocks that such a copy may still be writing (Worker::handle_incoming).
   virtual void fence() {}
 };
 

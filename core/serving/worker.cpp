@@ -264,6 +264,10 @@ void Worker::handle_cancellations() {
 
 void Worker::handle_incoming() {
   bool reserving = true;  // first come, first served: stop reserving at the first that waits
+  // A reserved block may be one a finished request freed while this device's stream still had a
+  // copy into it queued (a verified tree's accepted rows); the connector writes on a stream of its
+  // own, so this device's queued writes land before the first transfer of the pass starts.
+  bool fenced = false;
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     Incoming& in = *it;
     const auto& record = in.record;
@@ -343,6 +347,10 @@ void Worker::handle_incoming() {
       spec.n_tokens = static_cast<int32_t>(r.prompt.size()) - *n_ready;
       spec.layers_ready = record->layers_ready.get();  // streamed: copy each layer once written
       try {
+        if (!fenced) {
+          device_->kv_storage().fence();
+          fenced = true;
+        }
         in.transfer = connector_.send(std::move(spec));
       } catch (const Error& e) {
         it = fail_incoming(in, e.what()) ? incoming_.erase(it) : std::next(it);

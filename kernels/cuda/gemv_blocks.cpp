@@ -25,18 +25,25 @@ GemvWeights gemv_format(WeightType type) {
   }
 }
 
-bool append_gemv_blocks(WeightType type, const void* data, int64_t rows, int64_t k,
-                        GemvBlocks& out) {
-  const GemvWeights format = gemv_format(type);
-  if (format == GemvWeights::kBf16 || rows < 0 || k <= 0 || k % kQK != 0) return false;
-  if (out.format != GemvWeights::kBf16 && (out.format != format || out.k != k)) return false;
-  const int64_t blocks = rows * (k / kQK);
-  // Q4_0's offset as a minimum, −8·d: exact in fp16 unless it overflows (|d| above 8188).
+bool gemv_blocks_representable(WeightType type, const void* data, int64_t rows, int64_t k) {
+  if (gemv_format(type) == GemvWeights::kBf16 || rows < 0 || k <= 0 || k % kQK != 0) return false;
+  // Q4_0's offset as a minimum, −8·d: exact in fp16 unless it overflows (|d| above 8188); scales
+  // up to 4096 are taken (real files' are far smaller), and a NaN or infinite one is not.
   if (type == WeightType::Q4_0) {
     const auto* b = static_cast<const BlockQ4_0*>(data);
+    const int64_t blocks = rows * (k / kQK);
     for (int64_t i = 0; i < blocks; ++i)
       if (!(std::fabs(fp16_to_fp32(b[i].d)) <= 4096.0f)) return false;
   }
+  return true;
+}
+
+bool append_gemv_blocks(WeightType type, const void* data, int64_t rows, int64_t k,
+                        GemvBlocks& out) {
+  const GemvWeights format = gemv_format(type);
+  if (!gemv_blocks_representable(type, data, rows, k)) return false;
+  if (out.format != GemvWeights::kBf16 && (out.format != format || out.k != k)) return false;
+  const int64_t blocks = rows * (k / kQK);
   const size_t q0 = out.q.size(), s0 = out.scales.size();
   out.q.resize(q0 + static_cast<size_t>(blocks) * gemv_block_quant_bytes(format));
   out.scales.resize(s0 + static_cast<size_t>(blocks));

@@ -51,6 +51,10 @@ struct GemvBlocks {
 bool append_gemv_blocks(WeightType type, const void* data, int64_t rows, int64_t k,
                         GemvBlocks& out);
 
+// Whether append_gemv_blocks accepts `rows` rows of k elements of `type` at `data` on their own:
+// the type has a quantized form, k is a multiple of 32 and, for Q4_0, every scale is small enough.
+bool gemv_blocks_representable(WeightType type, const void* data, int64_t rows, int64_t k);
+
 // Element (row, i) as the GEMV computes it: float(q)·d + m, rounded in f32 after each operation.
 float gemv_block_value(const GemvBlocks& blocks, int64_t row, int64_t i);
 

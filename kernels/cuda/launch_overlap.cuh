@@ -13,7 +13,8 @@
 //   - before the wait it reads only data no kernel of the stream writes: weights, norms, and the
 //     per-step arrays copied in before the step's first kernel.
 // A kernel launched without `overlap` waits for the previous one as usual; overlap_wait() then
-// returns at once. On GPUs before sm_90 both calls compile to nothing and the host never asks.
+// returns at once. Compiled for architectures before sm_90 both calls are nothing, and the host
+// never asks then: it sets `overlap` only where overlap_launches_supported (overlap_support.cuh).
 
 #include <cuda_runtime.h>
 

@@ -29,6 +29,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/overlap_support.cuh"
 #include "tests/gpu/cuda_test_support.h"
 
 namespace {
@@ -296,7 +297,8 @@ void TestCudaGemv::swiglu_matches_loops() {
                              std::fabs(silu) * bound(ref, r * n + n_ff + j) +
                              4 * kValueRel * std::fabs(want);
       const float v = got[static_cast<size_t>(r * n_ff + j)];
-      QVERIFY2(std::fabs(v - want) <= allowed, message("swiglu", r, j, v, want, allowed).constData());
+      QVERIFY2(std::fabs(v - want) <= allowed,
+               message("swiglu", r, j, v, want, allowed).constData());
     }
 }
 
@@ -415,7 +417,8 @@ void TestCudaGemv::rope_kv_matches_loops() {
       const std::vector<uint16_t>& pool = is_v ? v_pool : k_pool;
       for (int e = 0; e < 2; ++e) {
         const double want = e == 0 ? want0 : want1;
-        const double allowed = (e == 0 ? allowed0 : allowed1) + std::ldexp(std::fabs(want), -11) + 1e-7;
+        const double allowed =
+            (e == 0 ? allowed0 : allowed1) + std::ldexp(std::fabs(want), -11) + 1e-7;
         const float v = fp16_to_fp32(pool[static_cast<size_t>(dst + e)]);
         QVERIFY2(std::fabs(v - want) <= allowed,
                  message(is_v ? "v pool" : "k pool", r, j + e, v, want, allowed).constData());
@@ -442,10 +445,10 @@ void TestCudaGemv::overlapped_chain_matches_serial_data() {
 // product read its input before the kernel writing it had finished.
 void TestCudaGemv::overlapped_chain_matches_serial() {
   QFETCH(int, m);
-  int device = 0, major = 0;
+  int device = 0;
   TOKENFAB_CUDA_CHECK(cudaGetDevice(&device));
-  TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9) QSKIP("overlapping launches need compute capability 9.0 or later");
+  if (!overlap_launches_supported(device))
+    QSKIP("overlapping launches need compute capability 9.0 or later and kernels built for it");
   const int64_t k = 576, n_ff = 1536;
   constexpr int kBlocks = 8;
   std::mt19937 rng(static_cast<uint32_t>(31 + m));
@@ -492,10 +495,10 @@ void TestCudaGemv::refuses_unsupported_shapes() {
   QVERIFY(gemv_supports(a.x, a.x_stride, a.m, a.w, a.k));
   launch_gemv(a, stream_);  // the supported call itself
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  QVERIFY(!gemv_supports(a.x, 12, 1, a.w, 12));               // k not a multiple of 8
+  QVERIFY(!gemv_supports(a.x, 12, 1, a.w, 12));                 // k not a multiple of 8
   QVERIFY(!gemv_supports(a.x, 16, kGemvMaxRows + 1, a.w, 16));  // too many rows
-  QVERIFY(!gemv_supports(a.x + 1, 16, 1, a.w, 16));           // x not 16-byte aligned
-  QVERIFY(!gemv_supports(a.x, 16, 1, a.w + 1, 16));           // w not 16-byte aligned
+  QVERIFY(!gemv_supports(a.x + 1, 16, 1, a.w, 16));             // x not 16-byte aligned
+  QVERIFY(!gemv_supports(a.x, 16, 1, a.w + 1, 16));             // w not 16-byte aligned
   GemvArgs bad = a;
   bad.k = 12;
   bad.x_stride = 12;

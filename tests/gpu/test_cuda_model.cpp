@@ -31,6 +31,7 @@
 
 #include "core/common/error.h"
 #include "core/device/cuda_model.h"
+#include "core/device/cuda_partition.h"
 #include "core/device/device.h"
 #include "core/model/llama_model.h"
 #include "core/model/model_files.h"
@@ -207,6 +208,7 @@ class TestCudaModel : public QObject {
   void engine_on_gpu_serves_what_cpu_serves();
   void speculative_decoding_on_gpu_is_lossless();
   void sampled_requests_on_gpu_are_reproducible();
+  void partition_streams_split_the_sms();
 
  private:
   QTemporaryDir dir_;
@@ -821,6 +823,48 @@ void TestCudaModel::sampled_requests_on_gpu_are_reproducible() {
   QCOMPARE(first.size(), prompts.size());
   for (const auto& out : first) QCOMPARE(out.size(), size_t{20});
   QCOMPARE(serve(), first);
+}
+
+// --decode-sms on a driver with green contexts: each partition's stream gets a green context of
+// its own, decode at least the SMs asked for (rounded up to the driver's granularity) and prefill
+// the rest, and work queued on either stream runs. (The engine falls back to plain priority
+// streams with a warning when they are missing; this is what says they were not.)
+void TestCudaModel::partition_streams_split_the_sms() {
+  int driver = 0;
+  QCOMPARE(cudaDriverGetVersion(&driver), cudaSuccess);
+  if (driver < 12050)
+    QSKIP(qPrintable(QStringLiteral("green contexts need a CUDA 12.5 driver; this one is %1.%2")
+                         .arg(driver / 1000)
+                         .arg(driver % 1000 / 10)));
+  int total = 0, least = 0, greatest = 0;
+  QCOMPARE(cudaDeviceGetAttribute(&total, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (total < 80) QSKIP("fewer than 80 SMs: no room for 64 of them and a prefill partition");
+  QCOMPARE(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  PartitionStream decode = make_partition_stream({.device = 0,
+                                                  .partition = DevicePartition::kDecode,
+                                                  .decode_sms = 64,
+                                                  .name = "cuda:0/decode"},
+                                                 greatest);
+  PartitionStream prefill = make_partition_stream({.device = 0,
+                                                   .partition = DevicePartition::kPrefill,
+                                                   .decode_sms = 64,
+                                                   .name = "cuda:0/prefill"},
+                                                  least);
+  QVERIFY2(decode.green(), decode.note().c_str());
+  QVERIFY2(prefill.green(), prefill.note().c_str());
+  QVERIFY2(decode.sms() >= 64, decode.note().c_str());
+  QCOMPARE(decode.sms() + prefill.sms(), total);
+  int* buffer = nullptr;
+  QCOMPARE(cudaMalloc(&buffer, 2 * sizeof(int)), cudaSuccess);
+  QCOMPARE(cudaMemsetAsync(buffer, 0x11, sizeof(int), decode.stream()), cudaSuccess);
+  QCOMPARE(cudaMemsetAsync(buffer + 1, 0x22, sizeof(int), prefill.stream()), cudaSuccess);
+  QCOMPARE(cudaStreamSynchronize(decode.stream()), cudaSuccess);
+  QCOMPARE(cudaStreamSynchronize(prefill.stream()), cudaSuccess);
+  int host[2] = {};
+  QCOMPARE(cudaMemcpy(host, buffer, sizeof(host), cudaMemcpyDeviceToHost), cudaSuccess);
+  QCOMPARE(cudaFree(buffer), cudaSuccess);
+  QCOMPARE(host[0], 0x11111111);
+  QCOMPARE(host[1], 0x22222222);
 }
 
 QTEST_GUILESS_MAIN(TestCudaModel)

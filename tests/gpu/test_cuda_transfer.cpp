@@ -1,8 +1,9 @@
 // The CUDA KV connectors (core/transfer/cuda_connector.cpp) move every byte of every listed block
 // of every layer to the right destination block, and nothing else: cuda_p2p between the two
 // partitions of one GPU (and between two GPUs when the machine has them), host_staged and the
-// automatic "cuda" backend GPU → GPU, host → GPU and GPU → host (label gpu; skipped without a CUDA
-// device).
+// automatic "cuda" backend GPU → GPU, host → GPU and GPU → host; within the one storage of a GPU's
+// two partitions (make_cuda_partitions) they hand blocks over and copy only the rest (label gpu;
+// skipped without a CUDA device).
 
 #include <QtTest/QtTest>
 
@@ -65,6 +66,8 @@ class TestCudaTransfer : public QObject {
   void initTestCase();
   void backends_move_exactly_the_listed_blocks_data();
   void backends_move_exactly_the_listed_blocks();
+  void partitions_hand_over_within_one_storage_data();
+  void partitions_hand_over_within_one_storage();
   void two_gpus_by_peer_copy();
   void peer_backend_refuses_host_pools();
 
@@ -101,14 +104,15 @@ void TestCudaTransfer::initTestCase() {
   model_ = LlamaModel::load(path);
   prefill_ = make_cuda_device({DeviceKind::kCuda, 0, DevicePartition::kPrefill}, *model_, 1,
                               kBlocks, kBlockSize);
-  decode_ = make_cuda_device({DeviceKind::kCuda, 0, DevicePartition::kDecode}, *model_, 1,
-                             kBlocks, kBlockSize);
+  decode_ = make_cuda_device({DeviceKind::kCuda, 0, DevicePartition::kDecode}, *model_, 1, kBlocks,
+                             kBlockSize);
   host_ = std::make_unique<KvStorage>(model_->hparams(), kBlocks, kBlockSize, "cpu:0");
 }
 
 void TestCudaTransfer::check_transfer(const std::string& backend, KvBlockStore& src,
                                       KvBlockStore& dst) {
-  std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(backend + std::string(src.device()))));
+  std::mt19937 rng(
+      static_cast<uint32_t>(std::hash<std::string>{}(backend + std::string(src.device()))));
   fill(src, rng);
   fill(dst, rng);
   std::vector<std::vector<std::vector<std::byte>>> before(static_cast<size_t>(dst.n_layers()));
@@ -137,7 +141,8 @@ void TestCudaTransfer::check_transfer(const std::string& backend, KvBlockStore& 
       const std::vector<std::byte> want =
           it == spec.dst_blocks.end()
               ? before[l][b]
-              : read_block(src, l, spec.src_blocks[static_cast<size_t>(it - spec.dst_blocks.begin())]);
+              : read_block(src, l,
+                           spec.src_blocks[static_cast<size_t>(it - spec.dst_blocks.begin())]);
       QVERIFY2(read_block(dst, l, b) == want,
                qPrintable(QStringLiteral("%1: layer %2, block %3 of %4 differs")
                               .arg(QString::fromStdString(backend))
@@ -167,6 +172,55 @@ void TestCudaTransfer::backends_move_exactly_the_listed_blocks() {
   if (route == "gpu-gpu") check_transfer(backend.toStdString(), gpu_src, gpu_dst);
   if (route == "host-gpu") check_transfer(backend.toStdString(), *host_, gpu_dst);
   if (route == "gpu-host") check_transfer(backend.toStdString(), gpu_src, *host_);
+}
+
+void TestCudaTransfer::partitions_hand_over_within_one_storage_data() {
+  QTest::addColumn<QString>("backend");
+  for (const char* backend : {"cuda_p2p", "host_staged", "cuda"})
+    QTest::addRow("%s", backend) << backend;
+}
+
+// The two partitions of one GPU (make_cuda_partitions) share one KV storage: a pair naming the
+// same block on both sides is handed over (no byte moves), a pair naming another block is copied
+// by the backend as between two storages, and no other block changes.
+void TestCudaTransfer::partitions_hand_over_within_one_storage() {
+  QFETCH(QString, backend);
+  auto [prefill, decode] = make_cuda_partitions({DeviceKind::kCuda, 0, DevicePartition::kPrefill},
+                                                {DeviceKind::kCuda, 0, DevicePartition::kDecode},
+                                                *model_, 1, 1, kBlocks, kBlockSize);
+  KvBlockStore& src = prefill->kv_storage();
+  KvBlockStore& dst = decode->kv_storage();
+  QVERIFY(same_storage(src, dst));
+  QVERIFY(dst.n_blocks() > 31);
+  std::mt19937 rng(11);
+  fill(src, rng);
+  std::vector<std::vector<std::vector<std::byte>>> before(static_cast<size_t>(src.n_layers()));
+  for (int32_t l = 0; l < src.n_layers(); ++l)
+    for (int32_t b = 0; b < src.n_blocks(); ++b) before[l].push_back(read_block(src, l, b));
+  KvTransferSpec spec;
+  spec.request = 5;
+  spec.src = &src;
+  spec.dst = &dst;
+  spec.src_blocks = {7, 2, 5, 11};  // 7 and 2 handed over, 5 copied onto 9 and 11 onto 30
+  spec.dst_blocks = {7, 2, 9, 30};
+  spec.n_tokens = 4 * kBlockSize - 3;
+  const auto connector = make_kv_connector(backend.toStdString());
+  const TransferId id = connector->send(spec);
+  QCOMPARE(connector->wait(id), TransferState::kDone);
+  const KvTransferStats stats = connector->release(id);
+  QCOMPARE(stats.handed_over, 2);
+  QCOMPARE(stats.blocks, 4);
+  QCOMPARE(stats.layers_done, src.n_layers());
+  QCOMPARE(stats.bytes, static_cast<int64_t>(2 * src.block_bytes() * 2 * src.n_layers()));
+  for (int32_t l = 0; l < src.n_layers(); ++l)
+    for (int32_t b = 0; b < src.n_blocks(); ++b) {
+      const std::vector<std::byte>& want = b == 9    ? before[l][5]
+                                           : b == 30 ? before[l][11]
+                                                     : before[l][b];
+      QVERIFY2(
+          read_block(dst, l, b) == want,
+          qPrintable(QStringLiteral("%1: layer %2, block %3 differs").arg(backend).arg(l).arg(b)));
+    }
 }
 
 void TestCudaTransfer::two_gpus_by_peer_copy() {

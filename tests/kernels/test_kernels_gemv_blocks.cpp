@@ -78,4 +78,12 @@ void KernelTest::gemv_blocks_refuse_what_has_no_quantized_form() {
   GemvBlocks other;
   QVERIFY(!append_gemv_blocks(WeightType::Q4_0, &huge, 1, 32, other));
   QCOMPARE(other.format, GemvWeights::kBf16);
+  // What the GPU's memory count asks of a matrix is what the upload then does with it.
+  QVERIFY(!gemv_blocks_representable(WeightType::Q4_0, &huge, 1, 32));
+  QVERIFY(!gemv_blocks_representable(WeightType::F16, f16.data(), 1, k));
+  QVERIFY(!gemv_blocks_representable(WeightType::Q4_1, q4.data(), 1, 48));  // not whole blocks
+  QVERIFY(gemv_blocks_representable(WeightType::Q4_1, q4.data(), 1, k));
+  huge.d = fp32_to_fp16(0.25f);
+  QVERIFY(gemv_blocks_representable(WeightType::Q4_0, &huge, 1, 32));
+  QVERIFY(append_gemv_blocks(WeightType::Q4_0, &huge, 1, 32, other));
 }

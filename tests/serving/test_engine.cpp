@@ -245,10 +245,21 @@ void EngineTest::partitions_share_storage_under_pressure() {
 void EngineTest::cancel_in_each_state_frees_everything() {
   EngineConfig c = config("", "cpu:0", "cpu:1");
   Engine engine(*model_, c);
-  // Make transfers slow enough to be caught in flight: the fault injector sleeps.
+  // Make transfers slow enough to be caught in flight: the fault injector sleeps 20 ms a layer.
+  // Layers are copied while the last prefill step computes them, so on a loaded machine the
+  // copies can keep pace with a slow prefill and leave a request in the transferring state for
+  // one layer only; until a request has been cancelled while transferring, a layer copied in that
+  // state waits (up to 5 s) for the poll below to see it.
   std::atomic<bool> slow{true};
-  engine.set_transfer_fault_injector([&](const KvTransferSpec&, int32_t) {
-    if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::atomic<bool> cancelled_transferring{false};
+  engine.set_transfer_fault_injector([&](const KvTransferSpec& spec, int32_t) {
+    if (!slow) return std::string();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto hold_until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (slow && !cancelled_transferring &&
+           engine.request(spec.request).state == RequestState::kTransferring &&
+           std::chrono::steady_clock::now() < hold_until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return std::string();
   });
   std::mutex mutex;
@@ -271,6 +282,7 @@ void EngineTest::cancel_in_each_state_frees_everything() {
       if (!seen[s] && engine.cancel(id)) {
         seen[s] = true;
         cancelled_in[info.state] = true;
+        if (info.state == RequestState::kTransferring) cancelled_transferring = true;
       }
     }
     if (all_ended) break;
