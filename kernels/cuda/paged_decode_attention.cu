@@ -85,10 +85,10 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
                                           const int32_t* paths, const float* q, int64_t q_stride,
                                           float* out, int64_t out_stride, int n_head, float scale,
                                           Partials part, bool vec) {
-  __shared__ float q_s[kPagedDecodeMaxHeadDim];        // q · scale
-  __shared__ float p_s[kPagedDecodeSplitKeys];         // scores, then probabilities
-  __shared__ int64_t off_s[kPagedDecodeSplitKeys];     // each key's row in the pool (elements)
-  __shared__ float acc_s[kSplitThreads * kVec];        // per key group partial sums
+  __shared__ float q_s[kPagedDecodeMaxHeadDim];     // q · scale
+  __shared__ float p_s[kPagedDecodeSplitKeys];      // scores, then probabilities
+  __shared__ int64_t off_s[kPagedDecodeSplitKeys];  // each key's row in the pool (elements)
+  __shared__ float acc_s[kSplitThreads * kVec];     // per key group partial sums
   __shared__ float red_s[kSplitThreads / kWarp];
 
   // Before the wait (a launch that overlaps the previous kernel): only the step's rows, paths
@@ -123,6 +123,10 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
       asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.k + off + e));
       asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.v + off + e));
     }
+    if (head_dim % 64 != 0) {  // rows that start inside a line may end in one more
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.k + off + head_dim - 1));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.v + off + head_dim - 1));
+    }
   }
   overlap_wait();  // q, and the keys and values the previous kernels stored
   const float* qh = q + row.q_row * q_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)
@@ -138,7 +142,8 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
         uint4 raw[kLoads];
 #pragma unroll
         for (int u = 0; u < kLoads; ++u)
-          if (d0 + u * kVec < head_dim) raw[u] = *reinterpret_cast<const uint4*>(kr + d0 + u * kVec);
+          if (d0 + u * kVec < head_dim)
+            raw[u] = *reinterpret_cast<const uint4*>(kr + d0 + u * kVec);
 #pragma unroll
         for (int u = 0; u < kLoads; ++u)
           if (d0 + u * kVec < head_dim) dot = dot8(q_s + d0 + u * kVec, raw[u], dot);
@@ -230,7 +235,8 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   // by Σ_s weight_s·l_s. The partials are read through L2 (__ldcg): other SMs wrote them.
   const int64_t slot0 = pair * part.n_splits;
   float big = -INFINITY;
-  for (int s = tid; s < n_row_splits; s += kSplitThreads) big = fmaxf(big, __ldcg(part.m + slot0 + s));
+  for (int s = tid; s < n_row_splits; s += kSplitThreads)
+    big = fmaxf(big, __ldcg(part.m + slot0 + s));
   big = block_reduce<true>(big, red_s);
   float total = 0.0f;
   for (int s = tid; s < n_row_splits; s += kSplitThreads)

@@ -210,6 +210,11 @@ void TestCudaGemv::store_and_add_match_loops_data() {
         << l << 3 << qint64{576} << qint64{4096} << false << true;
     QTest::newRow(qPrintable(l + " m8 8193x64 norm"))
         << l << 8 << qint64{8193} << qint64{64} << true << false;
+    // Wide block matrices at one and two rows, as the LM head of a decode step or a short chain.
+    QTest::newRow(qPrintable(l + " m1 8200x576 norm"))
+        << l << 1 << qint64{8200} << qint64{576} << true << false;
+    QTest::newRow(qPrintable(l + " m2 8193x576 add"))
+        << l << 2 << qint64{8193} << qint64{576} << false << true;
   }
 }
 
@@ -303,6 +308,7 @@ void TestCudaGemv::swiglu_matches_loops() {
 }
 
 void TestCudaGemv::rope_kv_matches_loops_data() {
+  QTest::addColumn<QString>("layout");
   QTest::addColumn<int>("m");
   QTest::addColumn<int>("n_head");
   QTest::addColumn<int>("n_kv_head");
@@ -311,12 +317,18 @@ void TestCudaGemv::rope_kv_matches_loops_data() {
   QTest::addColumn<int>("block_size");
   // SmolLM2-135M (9/3 × 64 on k = 576), a partial rotation, and Llama-8B-like heads (32/8 × 128,
   // k = 512 to keep the loops short).
-  QTest::newRow("m1 9/3x64") << 1 << 9 << 3 << 64 << 64 << 16;
-  QTest::newRow("m3 4/2x32 rot16") << 3 << 4 << 2 << 32 << 16 << 4;
-  QTest::newRow("m8 32/8x128") << 8 << 32 << 8 << 128 << 128 << 16;
+  // With the file's blocks too: the embedded model's QKV matrix is Q4_1.
+  const QString bf16 = QStringLiteral("bf16");
+  QTest::newRow("m1 9/3x64") << bf16 << 1 << 9 << 3 << 64 << 64 << 16;
+  QTest::newRow("m3 4/2x32 rot16") << bf16 << 3 << 4 << 2 << 32 << 16 << 4;
+  QTest::newRow("m8 32/8x128") << bf16 << 8 << 32 << 8 << 128 << 128 << 16;
+  QTest::newRow("q4_1 m1 9/3x64") << QStringLiteral("q4_1") << 1 << 9 << 3 << 64 << 64 << 16;
+  QTest::newRow("q4_0 m5 9/3x64") << QStringLiteral("q4_0") << 5 << 9 << 3 << 64 << 64 << 16;
+  QTest::newRow("q8_0 m3 4/2x32 rot16") << QStringLiteral("q8_0") << 3 << 4 << 2 << 32 << 16 << 4;
 }
 
 void TestCudaGemv::rope_kv_matches_loops() {
+  QFETCH(QString, layout);
   QFETCH(int, m);
   QFETCH(int, n_head);
   QFETCH(int, n_kv_head);
@@ -327,13 +339,11 @@ void TestCudaGemv::rope_kv_matches_loops() {
   const int64_t n = q_dim + 2 * kv_dim;
   const int64_t k = n_head == 9 ? 576 : 512;
   const float rope_base = 10000.0f;
-  std::mt19937 rng(static_cast<uint32_t>(m * 17 + n_head * 5 + head_dim + rot_dim));
+  std::mt19937 rng(static_cast<uint32_t>(m * 17 + n_head * 5 + head_dim + rot_dim + layout.size()));
   const std::vector<float> x = random_floats(rng, static_cast<size_t>(m * k), -2.0f, 2.0f);
   const std::vector<float> g = random_floats(rng, static_cast<size_t>(k), 0.25f, 2.0f);
-  std::vector<uint16_t> w_bits;
-  std::vector<float> w;
-  random_weights(rng, n, k, w_bits, w);
-  const Reference ref = reference(x, m, k, &g, w, n);
+  const TestWeights w = random_test_weights(rng, layout, n, k);
+  const Reference ref = reference(x, m, k, &g, w.values, n);
   // Positions far apart (large angles too) and distinct slots in a pool of 4 blocks per row.
   const int32_t n_blocks = 4 * m;
   std::vector<int32_t> positions(static_cast<size_t>(m)), kv_slots(static_cast<size_t>(m));
@@ -349,7 +359,8 @@ void TestCudaGemv::rope_kv_matches_loops() {
   std::vector<uint16_t> pool0(pool_halves, kUntouched);
 
   DeviceBuffer<float> dx(x.size()), dg(g.size()), dout(static_cast<size_t>(m * n));
-  DeviceBuffer<uint16_t> dw(w_bits.size()), dk(pool_halves), dv(pool_halves);
+  DeviceBuffer<uint16_t> dk(pool_halves), dv(pool_halves);
+  const DeviceWeights dw(w);
   // Each row's angles as the device computes them for this epilogue: the CPU's rope_table.
   std::vector<float> angles(static_cast<size_t>(m * rot_dim));
   for (int r = 0; r < m; ++r) {
@@ -360,12 +371,13 @@ void TestCudaGemv::rope_kv_matches_loops() {
   DeviceBuffer<int32_t> dslots(kv_slots.size());
   dx.upload(x);
   dg.upload(g);
-  dw.upload(w_bits);
   dk.upload(pool0);
   dv.upload(pool0);
   if (!angles.empty()) dangles.upload(angles);
   dslots.upload(kv_slots);
-  GemvArgs a = gemv_product(dx.get(), k, m, dw.get(), n, k, GemvEpilogue::kRopeKv, dout.get(), n);
+  GemvArgs a =
+      gemv_product(dx.get(), k, m, dw.bf16.get(), n, k, GemvEpilogue::kRopeKv, dout.get(), n);
+  dw.use_in(a);
   a.norm = dg.get();
   a.eps = kEps;
   a.rope = dangles.get();
