@@ -11,7 +11,8 @@
 namespace tokenfab::cli {
 
 void add_model_option(CLI::App& cmd, CommonOptions& o) {
-  cmd.add_option("--model", o.model, "GGUF model file (default: the embedded SmolLM2-135M-Instruct)");
+  cmd.add_option("--model", o.model,
+                 "GGUF model file (default: the embedded SmolLM2-135M-Instruct)");
 }
 
 void add_threads_option(CLI::App& cmd, CommonOptions& o) {
@@ -26,7 +27,8 @@ void add_json_option(CLI::App& cmd, CommonOptions& o) {
 void add_sampling_options(CLI::App& cmd, SamplingParams& s) {
   cmd.add_option("--temperature", s.temperature, "sampling temperature; 0 is greedy")
       ->capture_default_str();
-  cmd.add_option("--top-k", s.top_k, "keep the K most likely tokens (0 disables)")->capture_default_str();
+  cmd.add_option("--top-k", s.top_k, "keep the K most likely tokens (0 disables)")
+      ->capture_default_str();
   cmd.add_option("--top-p", s.top_p, "nucleus sampling mass (1 disables)")->capture_default_str();
   cmd.add_option("--min-p", s.min_p, "drop tokens below min-p × the top probability")
       ->capture_default_str();
@@ -50,7 +52,8 @@ LoadedModel load_model(const CommonOptions& o) {
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(loaded.model->file()));
   if (loaded.tokenizer->n_vocab() > loaded.model->hparams().n_vocab)
     throw Error(loaded.model->file().name() + ": the tokenizer has " +
-                std::to_string(loaded.tokenizer->n_vocab()) + " tokens but token_embd.weight only " +
+                std::to_string(loaded.tokenizer->n_vocab()) +
+                " tokens but token_embd.weight only " +
                 std::to_string(loaded.model->hparams().n_vocab) + " rows");
   return loaded;
 }

@@ -95,7 +95,7 @@ void register_devices(CLI::App& app);
 namespace tokenfab {
 struct GenerateOptions;
 struct EngineConfig;
-}
+}  // namespace tokenfab
 namespace tokenfab::cli {
 // --max-tokens, --ctx and the sampling flags (shared by generate and chat).
 void add_generation_options(CLI::App& cmd, GenerateOptions& g, int64_t& ctx);

@@ -34,8 +34,9 @@ using Clock = std::chrono::steady_clock;
 
 void run_batch_bench(const BatchBenchCommand& c) {
   if (c.streams < 1 || c.prompt_tokens < 1 || c.gen_tokens < 1 || c.token_budget < c.streams)
-    throw Error("batch-bench needs --streams >= 1, --prompt-tokens >= 1, --gen-tokens >= 1 and "
-                "--token-budget >= --streams");
+    throw Error(
+        "batch-bench needs --streams >= 1, --prompt-tokens >= 1, --gen-tokens >= 1 and "
+        "--token-budget >= --streams");
   LoadedModel m = load_model(c.common);
   constexpr int32_t kBlockSize = 16;
   const int32_t per_stream = (c.prompt_tokens + c.gen_tokens + kBlockSize - 1) / kBlockSize + 1;
@@ -46,7 +47,8 @@ void run_batch_bench(const BatchBenchCommand& c) {
   KvManager kv(n_blocks, kBlockSize);
   Scheduler scheduler(kv, c.token_budget, c.streams);
   for (int i = 0; i < c.streams; ++i)
-    scheduler.add({static_cast<RequestId>(i), bench_prompt(*m.tokenizer, c.prompt_tokens, 7 * i), c.gen_tokens});
+    scheduler.add({static_cast<RequestId>(i), bench_prompt(*m.tokenizer, c.prompt_tokens, 7 * i),
+                   c.gen_tokens});
 
   std::vector<BatchSequence> batch;
   std::vector<std::vector<int32_t>> tables;
@@ -107,13 +109,18 @@ void run_batch_bench(const BatchBenchCommand& c) {
 
 void register_batch_bench(CLI::App& app) {
   auto c = std::make_shared<BatchBenchCommand>();
-  auto* cmd = app.add_subcommand("batch-bench", "continuous batching throughput on one device (JSON)");
+  auto* cmd =
+      app.add_subcommand("batch-bench", "continuous batching throughput on one device (JSON)");
   add_run_options(*cmd, c->common);
   cmd->add_option("--streams", c->streams, "concurrent sequences")->capture_default_str();
-  cmd->add_option("--prompt-tokens", c->prompt_tokens, "prompt length of each stream")->capture_default_str();
-  cmd->add_option("--gen-tokens", c->gen_tokens, "tokens generated per stream")->capture_default_str();
-  cmd->add_option("--token-budget", c->token_budget, "tokens computed per step")->capture_default_str();
-  cmd->add_option("--kv-blocks", c->kv_blocks, "KV pool size in 16-token blocks (default: fits all)");
+  cmd->add_option("--prompt-tokens", c->prompt_tokens, "prompt length of each stream")
+      ->capture_default_str();
+  cmd->add_option("--gen-tokens", c->gen_tokens, "tokens generated per stream")
+      ->capture_default_str();
+  cmd->add_option("--token-budget", c->token_budget, "tokens computed per step")
+      ->capture_default_str();
+  cmd->add_option("--kv-blocks", c->kv_blocks,
+                  "KV pool size in 16-token blocks (default: fits all)");
   cmd->add_option("--device", c->device, "cpu, or cuda:N for a GPU")->capture_default_str();
   add_gpu_bench_options(*cmd, c->gpu);
   cmd->callback([c] { run_batch_bench(*c); });

@@ -100,6 +100,9 @@ void run_generate(const GenerateCommand& c) {
                 {"steps", spec.steps},
                 {"head_switches", switches_json(spec.switches)},
                 {"draft_lengths", spec.length_steps},
+                {"verify_steps", spec.verify_steps},
+                {"draft_ms", spec.draft_s * 1e3},
+                {"verify_ms", spec.verify_s * 1e3},
                 {"accept_per_step",
                  spec.accept_per_step ? nlohmann::json(*spec.accept_per_step) : nlohmann::json()}});
     return;

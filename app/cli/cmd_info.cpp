@@ -48,7 +48,8 @@ static void run_info(const CommonOptions& o) {
     return;
   }
   for (const auto& [key, value] : j.items())
-    std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump()) << "\n";
+    std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump())
+              << "\n";
 }
 
 void register_info(CLI::App& app) {

@@ -41,7 +41,8 @@ double nll(const float* logits, int64_t n_vocab, TokenId target) {
 void run_perplexity(const PerplexityCommand& c) {
   if (c.ctx < 2) throw Error("--ctx must be at least 2");
   LoadedModel m = load_model(c.common);
-  const std::vector<TokenId> ids = m.tokenizer->encode(read_file(c.file), m.tokenizer->add_bos_token(), false);
+  const std::vector<TokenId> ids =
+      m.tokenizer->encode(read_file(c.file), m.tokenizer->add_bos_token(), false);
   if (ids.size() < 2) throw Error(c.file + ": the text has fewer than 2 tokens");
   const int64_t n_vocab = m.model->hparams().n_vocab;
   const int64_t ctx = std::min(c.ctx, m.model->hparams().n_ctx_train);
@@ -56,7 +57,8 @@ void run_perplexity(const PerplexityCommand& c) {
     KvCache cache = forward.make_cache();
     const std::span<const TokenId> window(ids.data() + start, len);
     forward.forward(window, cache, LogitsFor::AllTokens, logits);
-    for (size_t i = 0; i + 1 < len; ++i) total += nll(logits.data() + i * n_vocab, n_vocab, window[i + 1]);
+    for (size_t i = 0; i + 1 < len; ++i)
+      total += nll(logits.data() + i * n_vocab, n_vocab, window[i + 1]);
     scored += static_cast<int64_t>(len) - 1;
     ++windows;
   }

@@ -261,6 +261,10 @@ void run_serve_bench(ServeBenchCommand c) {
   j["mode"] = snap.mode;
   j["output_tokens"] = snap.summary.output_tokens;
   if (snap.summary.accept_per_step) j["accept_per_step"] = *snap.summary.accept_per_step;
+  if (snap.summary.draft_ms_per_step) {
+    j["draft_ms_per_step"] = *snap.summary.draft_ms_per_step;
+    j["verify_ms_per_step"] = *snap.summary.verify_ms_per_step;
+  }
   if (c.head.head != "none") j["head"] = c.head.head;
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceSnapshot& d : snap.devices) devices.push_back(device_json(d));

@@ -40,7 +40,8 @@ std::vector<TokenId> parse_ids(const std::string& text, int32_t n_vocab) {
     if (used == 0 || used != item.size())
       throw Error("--ids: '" + item + "' is not an integer (expected a list like 1,2,3)");
     if (value < 0 || value >= n_vocab)
-      throw Error("--ids: " + item + " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+      throw Error("--ids: " + item + " is outside the vocabulary (0.." +
+                  std::to_string(n_vocab - 1) + ")");
     ids.push_back(static_cast<TokenId>(value));
   }
   if (ids.empty()) throw Error("--ids: no ids given");

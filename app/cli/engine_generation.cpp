@@ -90,6 +90,9 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     speculation->accept_per_step = info.metrics->accept_per_step();
     speculation->switches = info.speculation.switches;
     speculation->length_steps = info.speculation.length_steps;
+    speculation->verify_steps = info.speculation.verify_steps;
+    speculation->draft_s = info.speculation.draft_s;
+    speculation->verify_s = info.speculation.verify_s;
   }
   if (info.metrics && info.metrics->ttft_s) {
     result.ttft_ms = *info.metrics->ttft_s * 1e3;

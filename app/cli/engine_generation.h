@@ -28,6 +28,8 @@ struct Speculation {
   int32_t lookup = 0;               // > 0: context lookup drafts (GenerationRequest::lookup)
   int64_t steps = 0;
   std::optional<double> accept_per_step;
+  int64_t verify_steps = 0;  // steps that verified drafts, the time proposing them and their own
+  double draft_s = 0.0, verify_s = 0.0;
   std::vector<SpeculationStats::HeadSwitch> switches;  // made mid-generation
   std::vector<int64_t> length_steps;  // adaptive chains: proposals per draft length
 };

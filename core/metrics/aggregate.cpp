@@ -90,7 +90,8 @@ static void add_counts(std::vector<int64_t>& into, std::span<const int64_t> from
 }
 
 void ServingMetrics::on_completed(const RequestMetrics& r, std::span<const int64_t> proposed_at,
-                                  std::span<const int64_t> accepted_at) {
+                                  std::span<const int64_t> accepted_at,
+                                  const DraftTime& draft_time) {
   std::lock_guard lock(mutex_);
   finished_.push_back({r.output_tokens, r.ttft_s, r.tpot_s, r.e2e_s});
   itl_s_.insert(itl_s_.end(), r.itl_s.begin(), r.itl_s.end());
@@ -104,6 +105,9 @@ void ServingMetrics::on_completed(const RequestMetrics& r, std::span<const int64
   verification_steps_ += static_cast<int64_t>(r.tokens_per_step.size());
   add_counts(proposed_at_, proposed_at);
   add_counts(accepted_at_, accepted_at);
+  draft_time_.verify_steps += draft_time.verify_steps;
+  draft_time_.draft_s += draft_time.draft_s;
+  draft_time_.verify_s += draft_time.verify_s;
 }
 
 void ServingMetrics::on_failed() {
@@ -179,6 +183,11 @@ ServingSummary ServingMetrics::summary(MetricsTime end) const {
   s.steps_by_tokens = steps_by_tokens_;
   s.draft_proposed_at = proposed_at_;
   s.draft_accepted_at = accepted_at_;
+  if (draft_time_.verify_steps > 0) {
+    const auto steps = static_cast<double>(draft_time_.verify_steps);
+    s.draft_ms_per_step = draft_time_.draft_s * kMsPerS / steps;
+    s.verify_ms_per_step = draft_time_.verify_s * kMsPerS / steps;
+  }
   return s;
 }
 

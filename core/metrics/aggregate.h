@@ -64,6 +64,9 @@ struct ServingSummary {
   // that proposed / accepted a token there. accepted_at[k] / proposed_at[k] is that position's
   // acceptance rate.
   std::vector<int64_t> draft_proposed_at, draft_accepted_at;
+  // Mean per step that verified drafts of a completed request: the time spent proposing them, and
+  // the step's own time (DraftTime). Unset without such steps.
+  std::optional<double> draft_ms_per_step, verify_ms_per_step;
 };
 
 // Service-level objectives, each optional; a request is "good" when it meets every one that is
@@ -86,6 +89,13 @@ nlohmann::json to_json(const ServingSummary& summary);
 // {"good","ended","fraction","rate_per_s"}
 nlohmann::json to_json(const Goodput& goodput);
 
+// A request's time in speculative decoding: the steps that verified its drafts, the time spent
+// proposing those drafts and the steps' own time (each from its start to its emission).
+struct DraftTime {
+  int64_t verify_steps = 0;
+  double draft_s = 0.0, verify_s = 0.0;
+};
+
 class ServingMetrics {
  public:
   static constexpr size_t kDefaultSeriesCapacity = 1 << 16;  // token emissions kept live
@@ -98,7 +108,7 @@ class ServingMetrics {
   void on_emission(MetricsTime t, int32_t n_tokens);
   // `proposed_at` / `accepted_at`: the request's per-draft-position counts (empty without a head).
   void on_completed(const RequestMetrics& request, std::span<const int64_t> proposed_at = {},
-                    std::span<const int64_t> accepted_at = {});
+                    std::span<const int64_t> accepted_at = {}, const DraftTime& draft_time = {});
   void on_failed();
   void on_preemption();
   // Prefix-cache lookups and hits, in the caller's unit (blocks); hits <= lookups.
@@ -132,6 +142,7 @@ class ServingMetrics {
   int64_t accepted_tokens_ = 0;  // sum over verification steps
   int64_t verification_steps_ = 0;
   std::vector<int64_t> steps_by_tokens_, proposed_at_, accepted_at_;
+  DraftTime draft_time_;  // summed over completed requests
   int64_t submitted_ = 0, failed_ = 0, preemptions_ = 0;
   int64_t prefix_lookups_ = 0, prefix_hits_ = 0;
   TransferTotals transfer_;

@@ -151,6 +151,7 @@ struct SpeculationStats {
   std::vector<int64_t> proposed_at, accepted_at;
   int64_t verify_steps = 0;  // steps that verified drafts
   double draft_s = 0.0;      // time spent proposing
+  double verify_s = 0.0;     // the verifying steps' time, each from its start to its emission
   struct HeadSwitch {
     int32_t at_token = 0;  // output tokens emitted before the switch
     std::string from, to;
@@ -167,6 +168,11 @@ struct TokenEvent {
   std::vector<TokenId> tokens;  // emitted by one step (empty on the final event of a request
                                 // that ended without new tokens: cancelled or failed)
   std::vector<bool> drafted;    // per token: proposed by the draft head and accepted
+  // A step that verified drafts of this request: the time spent proposing them (0 for context
+  // lookup drafts alone) and this step's time from its start to this emission — the forward pass
+  // over the drafts, sampling and acceptance. Both 0 for a plain step.
+  double draft_s = 0.0;
+  double verify_s = 0.0;
   MetricsTime time{};
   int64_t step = -1;  // the device's step id
   std::string device;

@@ -52,6 +52,7 @@ struct Engine::Record {
   std::shared_ptr<std::atomic<int32_t>> layers_ready;
   int64_t prefill_tokens_left = 0;  // counted in the prefill worker's queued-token load
   std::vector<float> draft_hidden;  // hidden state the next drafts are proposed from
+  double proposal_s = 0.0;          // time spent proposing the drafts the next step verifies
   // The draft head proposing now: request.head until the switching policy (set when the request
   // has candidates, head_switch.h) picks another.
   std::shared_ptr<const DraftHead> head = request.head;

@@ -535,6 +535,18 @@ bool Worker::step() {
     ev.tokens.push_back(e.token);
     ev.drafted.push_back(e.drafted);
   }
+  // A verifying step's timing goes with its request's tokens.
+  const double verify_s = seconds_between(step_start, t);
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (chunk.n_draft == 0) continue;
+    const auto ev = events.find(chunk.seq);
+    if (ev == events.end()) continue;
+    Engine::Record& record = *requests_.at(chunk.seq);
+    ev->second.verify_s = verify_s;
+    ev->second.draft_s = record.proposal_s;
+    std::lock_guard lock(record.mutex);
+    record.info.speculation.verify_s += verify_s;
+  }
   for (auto& [id, ev] : events) {
     Engine::Record& record = *requests_.at(id);
     record.generated.insert(record.generated.end(), ev.tokens.begin(), ev.tokens.end());
@@ -876,8 +888,10 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     Engine::Record& record = *requests_.at(seq);
     if (!record.head) {  // context lookup alone, when the request asks for it
       if (record.request.lookup > 0 && scheduler_.sequence(seq).n_pending() == 1 &&
-          choose_draft_length(record, others))
+          choose_draft_length(record, others)) {
+        record.proposal_s = 0.0;  // copied from the context: no model work
         set_draft(record, record.draft_levels(), {}, {});
+      }
       continue;
     }
     if (record.draft_hidden.empty()) continue;
@@ -928,9 +942,10 @@ void Worker::propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>
     }
     set_draft(*record, k, std::move(draft), std::move(parent));
     next += static_cast<size_t>(k);
-    proposal_costs_.record(k, seconds * k / static_cast<double>(rows));
+    record->proposal_s = seconds * k / static_cast<double>(rows);
+    proposal_costs_.record(k, record->proposal_s);
     std::lock_guard lock(record->mutex);
-    record->info.speculation.draft_s += seconds * k / static_cast<double>(rows);
+    record->info.speculation.draft_s += record->proposal_s;
   }
 }
 
@@ -964,6 +979,7 @@ void Worker::propose_on_device(const std::vector<Engine::Record*>& records) {
     Engine::Record& record = *records[i];
     const double share = seconds * record.draft_levels() / static_cast<double>(total);
     record.draft_hidden.clear();
+    record.proposal_s = share;
     proposal_costs_.record(record.draft_levels(), share);
     if (record.request.tree_shape.empty()) parents[i].clear();  // a chain
     set_draft(record, record.draft_levels(), std::move(drafts[i]), std::move(parents[i]));
@@ -1020,6 +1036,7 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
   for (size_t i = 0; i < records.size(); ++i) {
     Engine::Record& record = *records[i];
     record.draft_hidden.clear();
+    record.proposal_s = out[i].seconds;
     proposal_costs_.record(record.draft_levels(), out[i].seconds);
     set_draft(record, record.draft_levels(), std::move(out[i].draft), std::move(out[i].parent));
     std::lock_guard lock(record.mutex);
@@ -1055,7 +1072,9 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
     speculation = record->info.speculation;
   }
   if (state == RequestState::kFinished && metrics) {
-    engine_.metrics().on_completed(*metrics, speculation.proposed_at, speculation.accepted_at);
+    engine_.metrics().on_completed(
+        *metrics, speculation.proposed_at, speculation.accepted_at,
+        {speculation.verify_steps, speculation.draft_s, speculation.verify_s});
   }
   if (state == RequestState::kFailed) engine_.metrics().on_failed();
   last.id = record->id;

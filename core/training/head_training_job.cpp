@@ -107,6 +107,9 @@ void DecodeTotals::add(const RequestInfo& info) {
     proposed_at[p] += st.proposed_at[p];
     accepted_at[p] += st.accepted_at[p];
   }
+  verify_steps += st.verify_steps;
+  draft_s += st.draft_s;
+  verify_s += st.verify_s;
   if (!info.metrics) return;
   tokens += info.metrics->output_tokens;
   for (const int32_t n : info.metrics->tokens_per_step) {

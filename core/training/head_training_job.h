@@ -81,6 +81,10 @@ struct DecodeTotals {
   int64_t decode_tokens = 0, steps = 0, tokens = 0;
   double decode_s = 0;
   std::vector<int64_t> proposed_at, accepted_at;  // per draft position, summed over requests
+  // Steps that verified drafts, the time spent proposing those drafts and the steps' own time
+  // (SpeculationStats), summed over requests.
+  int64_t verify_steps = 0;
+  double draft_s = 0, verify_s = 0;
   void add(const RequestInfo& info);
   // Per draft position: accepted / proposed (0 where nothing was proposed).
   std::vector<double> per_position() const;
@@ -89,6 +93,15 @@ struct DecodeTotals {
   }
   double accept_per_step() const {
     return steps ? static_cast<double>(decode_tokens) / static_cast<double>(steps) : 1.0;
+  }
+  // Decode time per step (0 without steps).
+  double step_ms() const { return steps ? decode_s * 1e3 / static_cast<double>(steps) : 0.0; }
+  // Per verifying step: proposing its drafts, and the step itself (0 without such steps).
+  double draft_ms_per_step() const {
+    return verify_steps ? draft_s * 1e3 / static_cast<double>(verify_steps) : 0.0;
+  }
+  double verify_ms_per_step() const {
+    return verify_steps ? verify_s * 1e3 / static_cast<double>(verify_steps) : 0.0;
   }
 };
 

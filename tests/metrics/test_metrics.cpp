@@ -317,7 +317,8 @@ class TestMetrics : public QObject {
   }
 
   // The accept-length histogram counts each step of completed requests under the number of tokens
-  // it emitted; per-position draft counts add up element-wise over requests of different lengths.
+  // it emitted; per-position draft counts add up element-wise over requests of different lengths;
+  // draft and verify time average over the verifying steps.
   void accept_length_histogram_and_positions() {
     tokenfab::ServingMetrics sm(at(0ms));
     tokenfab::RequestMetrics r1, r2;
@@ -327,15 +328,21 @@ class TestMetrics : public QObject {
     r2.tokens_per_step = {2, 1};
     const std::vector<int64_t> p1 = {4, 4, 4, 4}, a1 = {3, 2, 1, 1};
     const std::vector<int64_t> p2 = {2, 1}, a2 = {1, 0};
-    sm.on_completed(r1, p1, a1);
-    sm.on_completed(r2, p2, a2);
-    sm.on_completed(request_a());  // no head: no per-position counts
+    sm.on_completed(r1, p1, a1, {3, 0.003, 0.030});
+    sm.on_completed(r2, p2, a2, {1, 0.001, 0.010});
+    sm.on_completed(request_a());  // no head: no per-position counts, no draft time
     const tokenfab::ServingSummary s = sm.summary(at(1s));
     // request_a's steps: one token each (see request_a()).
     const int64_t a_steps = static_cast<int64_t>(request_a().tokens_per_step.size());
     QCOMPARE(s.steps_by_tokens, (std::vector<int64_t>{0, 2 + a_steps, 1, 2, 0, 1}));
     QCOMPARE(s.draft_proposed_at, (std::vector<int64_t>{6, 5, 4, 4}));
     QCOMPARE(s.draft_accepted_at, (std::vector<int64_t>{4, 2, 1, 1}));
+    // Per verifying step of the two heads' requests: 4 ms proposing and 40 ms verifying in 4.
+    QVERIFY(s.draft_ms_per_step && near(*s.draft_ms_per_step, 1.0));
+    QVERIFY(s.verify_ms_per_step && near(*s.verify_ms_per_step, 10.0));
+    tokenfab::ServingMetrics none(at(0ms));
+    none.on_completed(request_a());
+    QVERIFY(!none.summary(at(1s)).draft_ms_per_step && !none.summary(at(1s)).verify_ms_per_step);
   }
 
   // Two threads append at once; nothing is lost and a concurrent snapshot stays consistent.

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -171,6 +172,24 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
   const std::vector<std::vector<TokenId>>& plain = plain_outputs();
   for (const LosslessCase& c : cases) {
     Engine engine(*model_, lossless_config(c.disaggregated));
+    // Each request's verifying steps as its token events report them.
+    struct Timing {
+      int64_t steps = 0;
+      double draft_s = 0.0, verify_s = 0.0;
+    };
+    std::mutex timing_mutex;
+    std::map<RequestId, Timing> timing;
+    engine.subscribe([&](const TokenEvent& e) {
+      if (e.verify_s == 0.0) {
+        QVERIFY(e.draft_s == 0.0);
+        return;
+      }
+      std::lock_guard lock(timing_mutex);
+      Timing& t = timing[e.id];
+      ++t.steps;
+      t.draft_s += e.draft_s;
+      t.verify_s += e.verify_s;
+    });
     std::vector<RequestId> ids;
     for (const auto& p : prompts_) {
       GenerationRequest r{p, kMaxTokens};
@@ -197,6 +216,16 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
         QVERIFY(info.speculation.verify_steps > 0);
         QVERIFY(info.speculation.length_steps.empty());
       }
+      // The token events carry the verifying steps' timing: the request's totals add them up, and
+      // proposing with a head takes time (the last proposal may end unverified).
+      {
+        std::lock_guard lock(timing_mutex);
+        const Timing t = timing[ids[i]];
+        QCOMPARE(t.steps, info.speculation.verify_steps);
+        QVERIFY(std::fabs(t.verify_s - info.speculation.verify_s) <= 1e-9);
+        QVERIFY(t.draft_s <= info.speculation.draft_s + 1e-9);
+        if (c.head && t.steps > 0) QVERIFY(t.draft_s > 0.0 && t.verify_s > 0.0);
+      }
       for (size_t p = 0; p < info.speculation.proposed_at.size(); ++p) {
         proposed += info.speculation.proposed_at[p];
         accepted += info.speculation.accepted_at[p];
@@ -208,6 +237,8 @@ void SpeculativeTest::check_lossless(std::span<const LosslessCase> cases) {
     qInfo("%s: %lld of %lld drafts accepted, ACCEPT/STEP %.3f", c.name,
           static_cast<long long>(accepted), static_cast<long long>(proposed), *s.accept_per_step);
     QVERIFY(*s.accept_per_step >= 1.0);
+    QVERIFY(s.verify_ms_per_step.has_value() && *s.verify_ms_per_step > 0.0);
+    QVERIFY(s.draft_ms_per_step.has_value());
     QVERIFY(proposed > 0);
     if (c.lookup > 0 && !c.head) QVERIFY(accepted > 0);  // text repeats: some copies are right
   }

@@ -664,6 +664,12 @@ void TrainingModelTest::generation_eval_on_a_requantized_target() {
   QCOMPARE(result.native->tokens, result.without.tokens);  // Q8_0 keeps these greedy replies
   QVERIFY(result.native->tok_s() > 0 && result.without.tok_s() > 0);
   QVERIFY(result.net_speedup_vs_native() > 0);
+  // Lookup drafts are verified in steps of their own time and cost nothing to propose; the run
+  // without drafts verifies none.
+  QVERIFY(result.with.verify_steps > 0 && result.with.verify_ms_per_step() > 0.0);
+  QCOMPARE(result.with.draft_ms_per_step(), 0.0);
+  QCOMPARE(result.without.verify_steps, int64_t{0});
+  QVERIFY(result.with.step_ms() > 0.0 && result.without.step_ms() > 0.0);
   QVERIFY(seen.size() >= 4);
   QCOMPARE(seen.front().phase, std::string("quantizing"));
   QCOMPARE(seen[1].phase, std::string("generating"));
