@@ -260,13 +260,21 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
       std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);
 }
 
-void DraftHead::mtp_root(const float* f, int64_t n, float* g) const {
+void DraftHead::mtp_root(const float* f, int64_t n, float* g, const DraftSplit* split,
+                         int64_t parts) const {
   const int64_t d = info.n_embd, width = feature_width(), t = width - d;
-  for (int64_t r = 0; r < n; ++r) std::copy_n(f + r * width, d, g + r * d);
-  if (t == 0) return;
-  dense::gemm_nt(n, d, t, f + d, width, fuse_w.data(), t, g, d, true);  // g += W_f taps
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < d; ++j) g[r * d + j] += fuse_b[static_cast<size_t>(j)];
+  if (t == 0) {
+    for (int64_t r = 0; r < n; ++r) std::copy_n(f + r * width, d, g + r * d);
+    return;
+  }
+  // Output columns in whole tiles of the dense kernel, as in mtp_step.
+  for_parts(split, parts, d, 3, [&](int64_t j0, int64_t j1) {
+    for (int64_t r = 0; r < n; ++r) std::copy_n(f + r * width + j0, j1 - j0, g + r * d + j0);
+    dense::gemm_nt(n, j1 - j0, t, f + d, width, fuse_w.data() + j0 * t, t, g + j0, d,
+                   true);  // g += W_f taps
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = j0; j < j1; ++j) g[r * d + j] += fuse_b[static_cast<size_t>(j)];
+  });
 }
 
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,
@@ -278,7 +286,7 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
   parent.clear();
   // The frontier: per node its hidden state, token and index in `draft` (−1: the root).
   std::vector<float> z(static_cast<size_t>(d)), e, next, logits;
-  mtp_root(h, 1, z.data());
+  mtp_root(h, 1, z.data(), split, parts);
   std::vector<TokenId> tokens = {last};
   std::vector<int32_t> index = {-1};
   std::vector<int64_t> order(static_cast<size_t>(v));
@@ -371,7 +379,7 @@ void DraftHead::mtp_propose_best_first(const LlamaModel& model, const float* h, 
   };
   states.resize(static_cast<size_t>(std::max(nodes, 0)) * d);
   std::vector<float> root(static_cast<size_t>(d));
-  mtp_root(h, 1, root.data());
+  mtp_root(h, 1, root.data(), split, parts);
   expand(-1, root.data(), last, 0, 0.0);
   while (static_cast<int32_t>(tree.size()) < nodes && !frontier.empty()) {
     const Candidate c = frontier.top();

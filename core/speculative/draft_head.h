@@ -81,8 +81,10 @@ struct DraftHead {
     return static_cast<int64_t>(info.n_embd) * (1 + static_cast<int64_t>(info.taps.size()));
   }
   // mtp: the chain's first state g (n, n_embd) from the feature rows f (n, feature_width()):
-  // g = h + W_f [t_1; …; t_T] + b_f, or h itself without taps. Single-threaded.
-  void mtp_root(const float* f, int64_t n, float* g) const;
+  // g = h + W_f [t_1; …; t_T] + b_f, or h itself without taps. Single-threaded, or split as
+  // mtp_step is (the same values either way).
+  void mtp_root(const float* f, int64_t n, float* g, const DraftSplit* split = nullptr,
+                int64_t parts = 1) const;
   int32_t n_heads() const { return info.n_heads; }  // K: the longest chain it drafts
 
   // medusa: z (n, n_embd) = h + SiLU(W h + b) of head index `head` (0-based) for the rows h

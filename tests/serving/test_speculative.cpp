@@ -539,6 +539,24 @@ void SpeculativeTest::split_draft_steps_compute_what_one_thread_does() {
     QVERIFY2(draft == best_one && tree_parent == best_parent_one,
              qPrintable(what + ": best-first tree"));
   }
+  // With taps (a random fusion), the chain's first state too: split, it is the same.
+  const std::shared_ptr<const DraftHead> tapped = mtp_head(vocab, 9, true);
+  const int64_t width = tapped->feature_width();
+  std::vector<float> f(static_cast<size_t>(n * width));
+  for (float& x : f) x = noise(rng);
+  std::vector<float> g_one(h.size());
+  tapped->mtp_root(f.data(), n, g_one.data());
+  std::vector<TokenId> tapped_one;
+  tapped->mtp_propose(*model_, f.data(), last, chain, 64, tapped_one, parent);
+  for (const int64_t parts : {int64_t{2}, int64_t{3}}) {
+    const QString what = QString("taps, %1 parts").arg(parts);
+    std::vector<float> g(h.size());
+    tapped->mtp_root(f.data(), n, g.data(), &split, parts);
+    QVERIFY2(g == g_one, qPrintable(what + ": mtp_root"));
+    std::vector<TokenId> draft;
+    tapped->mtp_propose(*model_, f.data(), last, chain, 64, draft, parent, &split, parts);
+    QVERIFY2(draft == tapped_one, qPrintable(what + ": chain"));
+  }
 }
 
 void SpeculativeTest::greedy_output_is_unchanged_by_adaptive_drafting() {
