@@ -247,14 +247,22 @@ void EngineTest::cancel_in_each_state_frees_everything() {
   Engine engine(*model_, c);
   // Make transfers slow enough to be caught in flight: the fault injector sleeps 20 ms a layer.
   // Layers are copied while the last prefill step computes them, so on a loaded machine the
-  // copies can keep pace with a slow prefill and leave a request in the transferring state for
-  // one layer only; until a request has been cancelled while transferring, a layer copied in that
-  // state waits (up to 5 s) for the poll below to see it.
+  // copies can keep pace with a slow prefill, and the last layer's copy can even end before the
+  // step hands the request over: it would then be in the transferring state only for a moment.
+  // So until a request has been cancelled while transferring, the last layer's copy waits for
+  // the hand-over, and a layer copied in that state waits for the poll below to see it (each
+  // wait up to 5 s).
+  const int32_t last_layer = static_cast<int32_t>(model_->hparams().n_layer) - 1;
   std::atomic<bool> slow{true};
   std::atomic<bool> cancelled_transferring{false};
-  engine.set_transfer_fault_injector([&](const KvTransferSpec& spec, int32_t) {
+  engine.set_transfer_fault_injector([&](const KvTransferSpec& spec, int32_t layer) {
     if (!slow) return std::string();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto handed_over_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (layer == last_layer && slow && !cancelled_transferring &&
+           engine.request(spec.request).state == RequestState::kPrefilling &&
+           std::chrono::steady_clock::now() < handed_over_by)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const auto hold_until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (slow && !cancelled_transferring &&
            engine.request(spec.request).state == RequestState::kTransferring &&
