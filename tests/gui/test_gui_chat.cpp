@@ -8,6 +8,7 @@
 #include <QCheckBox>
 #include <QLabel>
 #include <QStatusBar>
+#include <QTextBrowser>
 #include <QtTest>
 #include <filesystem>
 #include <memory>
@@ -52,6 +53,7 @@ class GuiChatTest : public QObject {
   void head_choice_is_kept_per_conversation_and_defaults_from_settings();
   void model_and_device_mode_per_conversation();
   void context_lookup_is_saved_and_greedy_only();
+  void drafted_reply_shows_draft_and_verify_time();
   void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
@@ -313,6 +315,44 @@ void GuiChatTest::reply_streams_and_is_saved() {
       bridge->engine()->request(static_cast<RequestId>(ended.first().at(0).toLongLong()));
   QVERIFY(second.n_prompt > info.n_prompt);  // the history is in the prompt
   QVERIFY(second.cached_prompt_tokens > 0);  // ... and came from the prefix cache
+}
+
+// A greedy reply with context lookup drafts (a conversation saved with "Copy from context"): its
+// saved figures and its stats line give the time per verifying step, proposing (0 for copied
+// drafts) and verifying, from the request's totals.
+void GuiChatTest::drafted_reply_shows_draft_and_verify_time() {
+  auto bridge = loaded_bridge();
+  if (QTest::currentTestFailed()) return;
+  MainWindow window(bridge.get());
+  auto* page = new ChatPage;
+  window.add_page(page);
+  window.show();
+  QVERIFY(page->database() != nullptr);
+  Conversations store(*page->database());
+  const int64_t conversation =
+      store.create("counting", R"({"temperature": 0, "lookup": true, "max_tokens": 96})");
+  page->select_conversation(conversation);
+  QSignalSpy ended(page, &ChatPage::replyEnded);
+  page->send_message("Count from 1 to 40, one number per line.");
+  QVERIFY(page->generating());
+  const RequestId id = page->active_request();
+  QVERIFY(ended.wait(kReplyTimeoutMs) || !ended.isEmpty());
+  QCOMPARE(ended.first().at(2).toString(), QString("finished"));
+  const RequestInfo info = bridge->engine()->request(id);
+  QVERIFY2(info.speculation.verify_steps > 0, "the reply verified no copied drafts");
+
+  const auto messages = store.messages(conversation);
+  QCOMPARE(messages.size(), size_t(2));
+  const auto stats = nlohmann::json::parse(messages[1].stats_json);
+  const auto steps = static_cast<double>(info.speculation.verify_steps);
+  QCOMPARE(stats.at("draft_ms_per_step").get<double>(), 0.0);  // copied, not proposed by a head
+  QCOMPARE(stats.at("verify_ms_per_step").get<double>(), info.speculation.verify_s * 1e3 / steps);
+  QVERIFY(stats.at("verify_ms_per_step").get<double>() > 0.0);
+  auto* shown = page->findChild<QTextBrowser*>();
+  QVERIFY(shown != nullptr);
+  const QString expected = QStringLiteral("draft 0.00 + verify %1 ms a step")
+                               .arg(stats.at("verify_ms_per_step").get<double>(), 0, 'f', 2);
+  QVERIFY2(shown->toPlainText().contains(expected), qPrintable(shown->toPlainText()));
 }
 
 void GuiChatTest::start_long_reply(EngineBridge& bridge, ChatPage& page) {

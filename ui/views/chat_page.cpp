@@ -52,6 +52,10 @@ QString stats_line(const std::string& stats_json) {
   if (j.contains("tokens")) parts << QStringLiteral("%1 tokens").arg(j["tokens"].get<int64_t>());
   if (j.contains("accept_per_step"))
     parts << QStringLiteral("ACCEPT/STEP %1").arg(j["accept_per_step"].get<double>(), 0, 'f', 2);
+  if (j.contains("draft_ms_per_step") && j.contains("verify_ms_per_step"))
+    parts << QStringLiteral("draft %1 + verify %2 ms a step")
+                 .arg(j["draft_ms_per_step"].get<double>(), 0, 'f', 2)
+                 .arg(j["verify_ms_per_step"].get<double>(), 0, 'f', 2);
   if (j.contains("state") && j["state"] != "finished")
     parts << from_std(j["state"].get<std::string>());
   return parts.join(QStringLiteral(" · "));
@@ -442,6 +446,11 @@ void ChatPage::finish_reply(const StreamUpdate& last) {
         stats["decode_tok_s"] = 1.0 / *info.metrics->tpot_s;
       if (const auto accept = info.metrics->accept_per_step()) stats["accept_per_step"] = *accept;
       stats["steps"] = info.metrics->tokens_per_step.size();
+    }
+    // Per step that verified drafts: the time proposing them and the step's own.
+    if (const int64_t steps = info.speculation.verify_steps; steps > 0) {
+      stats["draft_ms_per_step"] = info.speculation.draft_s * 1e3 / static_cast<double>(steps);
+      stats["verify_ms_per_step"] = info.speculation.verify_s * 1e3 / static_cast<double>(steps);
     }
   } catch (const std::exception&) {
     // The engine was replaced meanwhile: the streamed figures are all there is.
