@@ -47,6 +47,25 @@ void on_sigint(int) {
   g_cancel.store(true);
 }
 
+// A report for reading (without --json): a summary's training curve, which --json prints point by
+// point, becomes one line saying what it holds.
+nlohmann::json readable(nlohmann::json report) {
+  nlohmann::json* summary = report.contains("summary") ? &report["summary"] : &report;
+  if (!summary->is_object() || !summary->contains("curve")) return report;
+  const TrainingCurve c = TrainingCurve::from_summary(summary->dump());
+  std::ostringstream line;
+  line.precision(3);
+  if (c.empty()) {
+    line << "none recorded";
+  } else {
+    line << c.size() << " evaluations; simulated ACCEPT/STEP " << c.accept.front() << " at step "
+         << c.step.front() << ", " << c.accept.back() << " at step " << c.step.back()
+         << " (--json for every point)";
+  }
+  (*summary)["curve"] = line.str();
+  return report;
+}
+
 std::string duration_text(double s) {
   const auto t = static_cast<int64_t>(s + 0.5);
   char buf[32];
@@ -165,7 +184,7 @@ void run_train(const TrainCommand& c) {
         }
         return !g_cancel.load();
       });
-  print_report(result.report, c.common.json);
+  print_report(c.common.json ? result.report : readable(result.report), c.common.json);
 }
 
 // ---- heads eval -----------------------------------------------------------------------------
@@ -404,7 +423,7 @@ void register_heads(CLI::App& app) {
                        {"tokens", ev.tokens},
                        {"created_unix", ev.created_unix}});
     out["evaluations"] = evals;
-    print_report(out, *json);
+    print_report(*json ? out : readable(out), *json);
   });
 
   auto* del = heads->add_subcommand("delete", "remove a head and its file");

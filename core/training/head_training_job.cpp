@@ -468,8 +468,23 @@ HeadTrainingResult run_head_training(
   info.training_config_json = config.dump();
   DraftHead initial = r.type == "mtp" ? make_mtp_head(info, draft_vocabulary(traces.set, options))
                                       : make_medusa_head(info);
+  TrainingCurve curve;
+  double loss_sum = 0.0;  // training losses since the last evaluation
+  int32_t loss_steps = 0;
   const TrainResult t =
       train_head(model, std::move(initial), traces.set, options, [&](const TrainProgress& tp) {
+        if (tp.step > 0) {
+          loss_sum += tp.loss;
+          ++loss_steps;
+        }
+        if (tp.val_loss && tp.simulated_accept_per_step) {
+          curve.step.push_back(tp.step);
+          curve.train_loss.push_back(loss_steps > 0 ? loss_sum / loss_steps : tp.loss);
+          curve.val_loss.push_back(*tp.val_loss);
+          curve.accept.push_back(*tp.simulated_accept_per_step);
+          loss_sum = 0.0;
+          loss_steps = 0;
+        }
         HeadTrainingProgress p;
         p.phase = "training";
         p.step = tp.step;
@@ -503,7 +518,8 @@ HeadTrainingResult run_head_training(
                                   {"train_seconds", t.seconds},
                                   {"trace_seconds", traces.seconds},
                                   {"trace_cached", traces.cached},
-                                  {"written_prompts", traces.written_prompts}};
+                                  {"written_prompts", traces.written_prompts},
+                                  {"curve", curve.to_json()}};
   head.info.summary_json = summary.dump();
   fs::path file;
   HeadTrainingResult result;
@@ -527,6 +543,29 @@ HeadTrainingResult run_head_training(
   done.message = "saved head " + std::to_string(result.head_id) + " to " + result.file;
   progress(done);
   return result;
+}
+
+nlohmann::json TrainingCurve::to_json() const {
+  return {{"step", step}, {"train_loss", train_loss}, {"val_loss", val_loss}, {"accept", accept}};
+}
+
+TrainingCurve TrainingCurve::from_summary(const std::string& summary_json) {
+  TrainingCurve c;
+  const nlohmann::json summary = nlohmann::json::parse(summary_json, nullptr, false);
+  if (!summary.is_object() || !summary.contains("curve")) return c;
+  const nlohmann::json& j = summary["curve"];
+  if (!j.is_object()) return c;
+  try {
+    c.step = j.at("step").get<std::vector<int32_t>>();
+    c.train_loss = j.at("train_loss").get<std::vector<double>>();
+    c.val_loss = j.at("val_loss").get<std::vector<double>>();
+    c.accept = j.at("accept").get<std::vector<double>>();
+  } catch (const nlohmann::json::exception&) {
+    return {};
+  }
+  const size_t n = c.step.size();
+  if (c.train_loss.size() != n || c.val_loss.size() != n || c.accept.size() != n) return {};
+  return c;
 }
 
 }  // namespace tokenfab

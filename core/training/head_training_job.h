@@ -69,6 +69,23 @@ struct HeadTrainingResult {
   nlohmann::json report;  // the summary, the head id, name, domain, file, type, heads, seconds
 };
 
+// The evaluations of a training run, kept in the head's summary as "curve" (column arrays of
+// equal length): at each evaluation step, the mean training loss of the steps since the previous
+// evaluation (at step 0, where no step has run, the untrained head's validation loss, as the
+// trainer reports it), the validation loss and the simulated ACCEPT/STEP. Heads trained before
+// curves were kept have none.
+struct TrainingCurve {
+  std::vector<int32_t> step;
+  std::vector<double> train_loss, val_loss, accept;
+
+  bool empty() const { return step.empty(); }
+  size_t size() const { return step.size(); }
+  nlohmann::json to_json() const;
+  // The "curve" of a summary JSON text; empty when the text has none, is not JSON or holds a
+  // curve of the wrong shape (a summary is shown, never trusted to be well formed).
+  static TrainingCurve from_summary(const std::string& summary_json);
+};
+
 // Throws Error for a bad request (all-digit or empty name, both or neither of prompt_set /
 // corpus, heads outside 1..16, rollout outside −1..16, type not medusa or mtp, taps on a
 // medusa head, self_prompts outside 0..20000 or without a prompt set);

@@ -27,6 +27,7 @@
 #include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
 #include "core/storage/database.h"
+#include "core/storage/registry.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/utf8.h"
@@ -128,6 +129,8 @@ class TrainingModelTest : public QObject {
   void recorder_taps_leave_the_rest_unchanged();
   void simulated_chains_stay_on_the_greedy_path();
   void training_data_parts_are_cached_apart();
+  void training_run_keeps_its_curve();
+  void training_curve_read_from_any_summary();
   void openings_are_the_first_words_as_written();
   void model_writes_prompts_like_its_examples();
   void training_improves_acceptance_data();
@@ -440,6 +443,95 @@ void TrainingModelTest::training_data_parts_are_cached_apart() {
     return m.find("written prompts: ") == 0 && m.find("from the cache") != std::string::npos;
   }));
   qunsetenv("TOKENFAB_HOME");
+}
+
+// A training run keeps its evaluations in the head's summary (the registry's row and the head
+// file alike): one point per evaluation step, each with the mean of the training losses reported
+// since the previous one, and the validation loss and simulated ACCEPT/STEP reported at it.
+void TrainingModelTest::training_run_keeps_its_curve() {
+  QTemporaryDir home;
+  QVERIFY(home.isValid());
+  qputenv("TOKENFAB_HOME", home.path().toUtf8());
+  HeadTrainingRequest r;
+  r.name = "curve";
+  r.domain = "code";
+  r.prompt_set = "code";
+  r.max_prompts = 4;
+  r.continuation = 8;
+  r.steps = 5;  // evaluations at steps 0 and 5 (every 50, and the last)
+  r.heads = 2;
+  r.batch = 16;
+  r.threads = 2;
+  std::vector<HeadTrainingProgress> reports;
+  const HeadTrainingResult result =
+      run_head_training(*model_, *tokenizer_, r, [&](const HeadTrainingProgress& p) {
+        if (p.phase == "training") reports.push_back(p);
+        return true;
+      });
+  std::vector<int32_t> steps;
+  std::vector<double> means, val, accept;
+  double sum = 0.0;
+  int n = 0;
+  for (const HeadTrainingProgress& p : reports) {
+    if (p.step > 0) {
+      sum += p.loss;
+      ++n;
+    }
+    if (!p.val_loss) continue;
+    steps.push_back(p.step);
+    means.push_back(n ? sum / n : p.loss);
+    val.push_back(*p.val_loss);
+    accept.push_back(p.sim_accept_per_step.value());
+    sum = 0.0;
+    n = 0;
+  }
+  QCOMPARE(steps, (std::vector<int32_t>{0, 5}));
+
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  const auto record = registry.find_head("curve");
+  QVERIFY(record.has_value());
+  const DraftHead head = load_draft_head(registry.head_file(*record));
+  for (const std::string& summary :
+       {record->summary_json, head.info.summary_json, result.report.dump()}) {
+    const TrainingCurve c = TrainingCurve::from_summary(summary);
+    QCOMPARE(c.step, steps);
+    QCOMPARE(c.val_loss, val);
+    QCOMPARE(c.accept, accept);
+    QCOMPARE(c.train_loss.size(), means.size());
+    for (size_t i = 0; i < means.size(); ++i) QVERIFY(std::abs(c.train_loss[i] - means[i]) < 1e-12);
+  }
+  qunsetenv("TOKENFAB_HOME");
+}
+
+// A summary is shown, not trusted: no curve, a summary that is not JSON, or a curve of the wrong
+// shape reads as no curve; a well-formed one reads back as written.
+void TrainingModelTest::training_curve_read_from_any_summary() {
+  TrainingCurve c;
+  c.step = {0, 50, 100};
+  c.train_loss = {9.5, 4.25, 3.0};
+  c.val_loss = {9.5, 4.5, 3.5};
+  c.accept = {1.0, 1.5, 1.75};
+  const nlohmann::json summary = {{"val_loss", 3.5}, {"curve", c.to_json()}};
+  const TrainingCurve back = TrainingCurve::from_summary(summary.dump());
+  QCOMPARE(back.step, c.step);
+  QCOMPARE(back.train_loss, c.train_loss);
+  QCOMPARE(back.val_loss, c.val_loss);
+  QCOMPARE(back.accept, c.accept);
+  QVERIFY(TrainingCurve::from_summary("{}").empty());
+  QVERIFY(TrainingCurve::from_summary("").empty());
+  QVERIFY(TrainingCurve::from_summary("not json").empty());
+  QVERIFY(TrainingCurve::from_summary("[1, 2]").empty());
+  QVERIFY(TrainingCurve::from_summary(R"({"curve": 3})").empty());
+  nlohmann::json short_column = summary;
+  short_column["curve"]["accept"] = {1.0, 1.5};
+  QVERIFY(TrainingCurve::from_summary(short_column.dump()).empty());
+  nlohmann::json wrong_type = summary;
+  wrong_type["curve"]["step"] = {"zero", "one", "two"};
+  QVERIFY(TrainingCurve::from_summary(wrong_type.dump()).empty());
+  nlohmann::json missing = summary;
+  missing["curve"].erase("val_loss");
+  QVERIFY(TrainingCurve::from_summary(missing.dump()).empty());
 }
 
 // The opening of a prompt: its first words as written, inner spacing kept, nothing after them.

@@ -264,9 +264,11 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   progress_bar_ = new QProgressBar;
   progress_bar_->setRange(0, 1000);
   status_label_ = new QLabel;
-  chart_ = new TimeChart(QStringLiteral("Training"), QStringLiteral("loss / ACCEPT/STEP"));
+  chart_ = new TimeChart(QStringLiteral("Training"), QStringLiteral("loss"));
   chart_->ensure_series(QStringLiteral("loss"), QStringLiteral("training loss"));
+  chart_->ensure_series(QStringLiteral("val_loss"), QStringLiteral("validation loss"));
   chart_->ensure_series(QStringLiteral("accept"), QStringLiteral("simulated ACCEPT/STEP"));
+  chart_->use_right_axis(QStringLiteral("accept"), QStringLiteral("ACCEPT/STEP"));
   chart_->setMinimumHeight(200);
   for (QAbstractAxis* axis : chart_->chart()->axes(Qt::Horizontal))
     axis->setTitleText(QStringLiteral("step"));
@@ -305,6 +307,7 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   connect(heads_table_, &QTableWidget::itemSelectionChanged, this, [this] {
     update_buttons();
     show_evaluations();
+    show_training_curve();
   });
   connect(this, &HeadsPage::trainingFinished, this, [this](bool ok, const QString& message) {
     if (!ok && interactive_ && !message.contains(QStringLiteral("cancelled")))
@@ -434,12 +437,74 @@ void HeadsPage::refresh() {
         item->setBackground(heat(v, top));
         item->setTextAlignment(Qt::AlignCenter);
         matrix_->setItem(row, column, item);
+      } else {
+        auto* item = cell(QStringLiteral("–"));
+        item->setForeground(palette().color(QPalette::Disabled, QPalette::Text));
+        item->setTextAlignment(Qt::AlignCenter);
+        item->setToolTip(QStringLiteral("not evaluated on %1 yet: select the head and press "
+                                        "Evaluate…")
+                             .arg(QString::fromStdString(d)));
+        matrix_->setItem(row, column, item);
       }
       ++column;
     }
   }
   update_buttons();
   show_evaluations();
+  show_training_curve();
+}
+
+void HeadsPage::show_training_curve() {
+  if (training_) return;  // the live curve stays
+  loss_points_.clear();
+  val_points_.clear();
+  accept_points_.clear();
+  chart_->clear_points();
+  const auto rows = heads_table_->selectionModel()->selectedRows();
+  if (rows.isEmpty()) {
+    chart_->chart()->setTitle(QStringLiteral("Training"));
+    return;
+  }
+  const QString name = heads_table_->item(rows.first().row(), 1)->text();
+  TrainingCurve curve;
+  try {
+    const auto db = Database::open_default();
+    if (const auto record = Registry(*db).find_head(std::to_string(selected_head_id())))
+      curve = TrainingCurve::from_summary(record->summary_json);
+  } catch (const std::exception& e) {
+    status_label_->setText(QStringLiteral("registry: %1").arg(e.what()));
+  }
+  if (curve.empty()) {
+    chart_->chart()->setTitle(
+        QStringLiteral("Training of %1: no curve recorded (trained before curves were kept)")
+            .arg(name));
+    return;
+  }
+  for (size_t i = 0; i < curve.size(); ++i) {
+    // A training loss is the mean over the steps since the previous evaluation: drawn at the
+    // middle of those steps (at step 0, the untrained head's loss, at 0).
+    const double middle = i == 0 ? curve.step[0] : 0.5 * (curve.step[i - 1] + 1 + curve.step[i]);
+    loss_points_.append(QPointF(middle, curve.train_loss[i]));
+    val_points_.append(QPointF(curve.step[i], curve.val_loss[i]));
+    accept_points_.append(QPointF(curve.step[i], curve.accept[i]));
+  }
+  chart_->set_points(QStringLiteral("loss"), loss_points_);
+  chart_->set_points(QStringLiteral("val_loss"), val_points_);
+  chart_->set_points(QStringLiteral("accept"), accept_points_);
+  chart_->fit_axes(0, std::max(1, curve.step.back()));
+  // The trainer keeps the weights of the first evaluation with the lowest validation loss.
+  const auto kept = std::min_element(curve.val_loss.begin(), curve.val_loss.end());
+  chart_->chart()->setTitle(
+      QStringLiteral("Training of %1: %2 evaluations, the head kept is step "
+                     "%3's (lowest validation loss); training loss: each "
+                     "interval's mean")
+          .arg(name)
+          .arg(curve.size())
+          .arg(curve.step[static_cast<size_t>(kept - curve.val_loss.begin())]));
+}
+
+QString HeadsPage::chart_title() const {
+  return chart_->chart()->title();
 }
 
 void HeadsPage::show_evaluations() {
@@ -503,9 +568,13 @@ bool HeadsPage::start_training(const HeadTrainingRequest& request) {
   if (busy_ || !bridge_ || !bridge_->ready() || !bridge_->model() || !bridge_->tokenizer())
     return false;
   begin_job(QStringLiteral("starting…"));
+  training_ = true;
   loss_points_.clear();
+  val_points_.clear();
   accept_points_.clear();
   chart_->clear_points();
+  chart_->chart()->setTitle(
+      QStringLiteral("Training %1").arg(QString::fromStdString(request.name)));
   HeadTrainingRequest r = request;
   if (r.threads == 0) r.threads = bridge_->config().threads;
   const LlamaModel* model = bridge_->model();
@@ -524,8 +593,10 @@ bool HeadsPage::start_training(const HeadTrainingRequest& request) {
     };
     bool ok = true;
     QString message;
+    int64_t trained = 0;
     try {
       const HeadTrainingResult result = run_head_training(*model, *tokenizer, r, progress);
+      trained = result.head_id;
       message = QStringLiteral("trained head %1 (%2), simulated ACCEPT/STEP %3")
                     .arg(result.head_id)
                     .arg(QString::fromStdString(r.name))
@@ -534,7 +605,7 @@ bool HeadsPage::start_training(const HeadTrainingRequest& request) {
       ok = false;
       message = QString::fromUtf8(e.what());
     }
-    finish_job_later(ok, message, &HeadsPage::trainingFinished);
+    finish_job_later(ok, message, &HeadsPage::trainingFinished, trained);
   });
   return true;
 }
@@ -546,8 +617,10 @@ void HeadsPage::on_training_progress(const HeadTrainingProgress& p) {
   if (p.phase == "training") {
     text = QStringLiteral("step %1/%2  loss %3").arg(p.step).arg(p.steps).arg(p.loss, 0, 'f', 3);
     loss_points_.append(QPointF(p.step, p.loss));
+    if (p.val_loss) val_points_.append(QPointF(p.step, *p.val_loss));
     if (p.sim_accept_per_step) accept_points_.append(QPointF(p.step, *p.sim_accept_per_step));
     chart_->set_points(QStringLiteral("loss"), loss_points_);
+    chart_->set_points(QStringLiteral("val_loss"), val_points_);
     chart_->set_points(QStringLiteral("accept"), accept_points_);
     chart_->fit_axes(0, std::max(1, p.steps));
   } else if (p.phase == "tracing") {
@@ -638,11 +711,16 @@ void HeadsPage::on_evaluation_progress(const GenerationEvalProgress& p) {
 }
 
 void HeadsPage::finish_job_later(bool ok, const QString& message,
-                                 void (HeadsPage::*finished)(bool, const QString&)) {
+                                 void (HeadsPage::*finished)(bool, const QString&),
+                                 int64_t select_head) {
   QMetaObject::invokeMethod(
       this,
-      [this, ok, message, finished] {
-        end_job();
+      [this, ok, message, finished, select_head] {
+        training_ = false;
+        end_job();  // refreshes: the selected head's recorded curve replaces the live one
+        for (int row = 0; select_head > 0 && row < heads_table_->rowCount(); ++row)
+          if (heads_table_->item(row, 0)->text().toLongLong() == select_head)
+            heads_table_->selectRow(row);
         status_label_->setText(message);
         emit(this->*finished)(ok, message);
       },

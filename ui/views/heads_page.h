@@ -71,7 +71,11 @@ class HeadsPage : public Page {
   QTableWidget* heads_table() const { return heads_table_; }
   QTableWidget* matrix() const { return matrix_; }
   QTableWidget* evaluations_table() const { return evaluations_table_; }  // the selected head's
-  int chart_points(const QString& series) const;  // "loss", "accept"; -1 when unknown
+  // The training chart: while a head trains, its live curve; otherwise the selected head's
+  // recorded one (its summary's evaluations: TrainingCurve), empty for a head trained before
+  // curves were kept, which the title says.
+  int chart_points(const QString& series) const;  // "loss", "val_loss", "accept"; -1 when unknown
+  QString chart_title() const;
   double progress_fraction() const { return last_fraction_; }
 
  signals:
@@ -89,12 +93,15 @@ class HeadsPage : public Page {
   void begin_job(const QString& label);
   void end_job();
   // From the job thread: on the GUI thread, end the job, show `message` and emit `finished`.
+  // `select_head` > 0: then select that head (a head just trained).
   void finish_job_later(bool ok, const QString& message,
-                        void (HeadsPage::*finished)(bool, const QString&));
+                        void (HeadsPage::*finished)(bool, const QString&), int64_t select_head = 0);
   void on_training_progress(const HeadTrainingProgress& p);
   void on_evaluation_progress(const GenerationEvalProgress& p);
   // Fills the evaluations table with the selected head's evaluations (empty when none is).
   void show_evaluations();
+  // Shows the selected head's recorded training curve, unless a head is training.
+  void show_training_curve();
   void join_worker();
   void update_buttons();
 
@@ -108,13 +115,14 @@ class HeadsPage : public Page {
   QProgressBar* progress_bar_ = nullptr;
   QLabel* status_label_ = nullptr;
   TimeChart* chart_ = nullptr;
-  QList<QPointF> loss_points_, accept_points_;
+  QList<QPointF> loss_points_, val_points_, accept_points_;
   double last_fraction_ = 0.0;
   bool interactive_ = false;  // the job came from a dialog: report errors in a message box
 
   std::thread worker_;
   std::atomic<bool> cancel_{false};
-  bool busy_ = false;  // GUI thread
+  bool busy_ = false;      // GUI thread
+  bool training_ = false;  // GUI thread: the job is a training run
 };
 
 }  // namespace tokenfab::ui

@@ -39,9 +39,25 @@ void TimeChart::ensure_series(const QString& key, const QString& label) {
   series_[key] = series;
 }
 
+void TimeChart::use_right_axis(const QString& key, const QString& title) {
+  const auto it = series_.find(key);
+  if (it == series_.end()) return;
+  if (!right_axis_) {
+    right_axis_ = new QValueAxis(chart());
+    right_axis_->setLabelFormat("%.3g");
+    chart()->addAxis(right_axis_, Qt::AlignRight);
+  }
+  right_axis_->setTitleText(title);
+  if (on_right_.insert(key).second) {
+    it->second->detachAxis(y_axis_);
+    it->second->attachAxis(right_axis_);
+  }
+}
+
 void TimeChart::remove_series(const QString& key) {
   const auto it = series_.find(key);
   if (it == series_.end()) return;
+  on_right_.erase(key);
   chart()->removeSeries(it->second);
   delete it->second;
   series_.erase(it);
@@ -69,16 +85,21 @@ void TimeChart::clear_points() {
 }
 
 void TimeChart::fit_axes(double x_min, double x_max) {
-  double y_min = 0.0, y_max = 0.0;
-  for (const auto& [key, series] : series_) {
-    for (const QPointF& p : series->points()) {
-      y_min = std::min(y_min, p.y());
-      y_max = std::max(y_max, p.y());
-    }
-  }
-  if (y_max <= y_min) y_max = y_min + 1.0;
   x_axis_->setRange(x_min, std::max(x_max, x_min + 1.0));
-  y_axis_->setRange(y_min, y_max * 1.1);
+  for (const bool right : {false, true}) {
+    QValueAxis* axis = right ? right_axis_ : y_axis_;
+    if (!axis) continue;
+    double y_min = 0.0, y_max = 0.0;
+    for (const auto& [key, series] : series_) {
+      if (on_right_.count(key) != (right ? 1u : 0u)) continue;
+      for (const QPointF& p : series->points()) {
+        y_min = std::min(y_min, p.y());
+        y_max = std::max(y_max, p.y());
+      }
+    }
+    if (y_max <= y_min) y_max = y_min + 1.0;
+    axis->setRange(y_min, y_max * 1.1);
+  }
 }
 
 }  // namespace tokenfab::ui

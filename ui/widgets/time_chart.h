@@ -11,6 +11,7 @@
 #include <QString>
 #include <QStringList>
 #include <map>
+#include <set>
 
 class QLineSeries;
 class QValueAxis;
@@ -27,6 +28,10 @@ class TimeChart : public QChartView {
   // Adds the series when it is new; a no-op otherwise.
   void ensure_series(const QString& key, const QString& label);
   bool has_series(const QString& key) const { return series_.count(key) != 0; }
+  // Moves `key`'s series (which ensure_series made) onto a second y axis on the right, titled
+  // `title` and fitted to the series on it alone: for a quantity of another scale beside the
+  // others (ACCEPT/STEP beside a loss). A no-op for an unknown key.
+  void use_right_axis(const QString& key, const QString& title);
   // Removes the series when it exists.
   void remove_series(const QString& key);
   // Keys of the series, in key order.
@@ -36,14 +41,16 @@ class TimeChart : public QChartView {
   int points(const QString& key) const;  // -1 when the series does not exist
   // Empties every series and resets the axes.
   void clear_points();
-  // x range [x_min, x_max] seconds; y from 0 (or the data's minimum, when negative) to a little
-  // above the largest point of any series (1 when there are none).
+  // x range [x_min, x_max] seconds; each y axis from 0 (or its data's minimum, when negative) to
+  // a little above the largest point of its series (1 when there are none).
   void fit_axes(double x_min, double x_max);
 
  private:
   std::map<QString, QLineSeries*> series_;
   QValueAxis* x_axis_ = nullptr;
   QValueAxis* y_axis_ = nullptr;
+  QValueAxis* right_axis_ = nullptr;  // made by the first use_right_axis
+  std::set<QString> on_right_;
 };
 
 }  // namespace tokenfab::ui
