@@ -4,7 +4,7 @@
 //   heads train --name NAME --domain D [--prompt-set NAME] [--corpus PATH…] [--samples N]
 //               [--self-prompts N] [--heads K] [--steps N]
 //   heads eval --head ID|NAME|PATH (--prompt-set NAME | --prompts FILE) [--max-tokens N]
-//              [--lookup N]   (--head none --lookup N: the context lookup alone)
+//              [--lookup N] [--adaptive]   (--head none --lookup N: the context lookup alone)
 //   heads list | show ID|NAME | delete ID|NAME | export ID|NAME --out PATH
 //
 // Training data: a built-in domain's train split (the target's own continuations of its prompts),
@@ -197,6 +197,7 @@ struct EvalCommand {
   int max_tokens = 128;
   int max_prompts = 0;
   bool no_record = false;
+  bool adaptive = false;
   std::string target_quant = "native";
 };
 
@@ -218,6 +219,7 @@ void run_eval(const EvalCommand& c) {
   r.tree_shape = c.head.request_tree();
   r.tree_nodes = c.head.request_tree_nodes();
   r.lookup = c.head.lookup;
+  r.adaptive = c.adaptive;
   r.target_quant = c.target_quant;
   r.config.threads = c.common.threads;
   std::signal(SIGINT, on_sigint);
@@ -254,6 +256,8 @@ void run_eval(const EvalCommand& c) {
       {"tree_shape", c.head.request_tree()},
       {"tree_nodes", c.head.request_tree_nodes()},
       {"lookup", c.head.lookup},
+      {"adaptive", r.adaptive && r.tree_shape.empty()},
+      {"length_steps", result.with.length_steps},
       {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
       {"target_quant", c.target_quant}};
   if (result.native) {
@@ -262,11 +266,14 @@ void run_eval(const EvalCommand& c) {
   }
   if (!result.lossless)
     throw Error("speculative output differed from the target's own: " + out.dump());
-  // An evaluation records the head's own acceptance: runs with context lookup drafts, which
-  // add tokens no head proposed, are reported but not recorded.
+  // An evaluation records the head's own acceptance over fixed chains: runs with context lookup
+  // drafts, which add tokens no head proposed, and runs with adaptive lengths, whose per-position
+  // acceptance is of the drafts the length policy let through, are reported but not recorded.
   if (c.head.lookup > 0 && !c.no_record)
     std::cerr << "not recorded: --lookup adds context lookup drafts to the head's" << std::endl;
-  if (!c.no_record && c.head.lookup == 0) {
+  else if (c.adaptive && !c.no_record)
+    std::cerr << "not recorded: --adaptive chooses each step's length" << std::endl;
+  if (!c.no_record && c.head.lookup == 0 && !c.adaptive) {
     const auto db = Database::open_default();
     Registry registry(*db);
     if (const auto record = registry.find_head(head->info.name);
@@ -375,6 +382,9 @@ void register_heads(CLI::App& app) {
   eval->add_option("--max-tokens", e->max_tokens, "tokens per prompt")->capture_default_str();
   eval->add_option("--max-prompts", e->max_prompts, "use at most this many prompts (0: all)");
   eval->add_flag("--no-record", e->no_record, "do not record the evaluation in the registry");
+  eval->add_flag("--adaptive", e->adaptive,
+                 "chain: choose each step's length up to --draft-len as generate and chat do "
+                 "(measured costs, acceptance and the head's confidence); reported, not recorded");
   eval->add_option("--target-quant", e->target_quant,
                    "re-quantize the target in memory first: native, f16, q8_0, q4_1, q4_0")
       ->capture_default_str();

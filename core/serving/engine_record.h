@@ -62,6 +62,13 @@ struct Engine::Record {
   // the next step.
   std::optional<DraftLengthPolicy> length_policy;
   int32_t chosen_draft_len = 0;
+  // Adaptive chains of an mtp head drafted on the host stop by confidence (ChainStopRule): the
+  // path probabilities of the head drafts the next step verifies, and over the current head's
+  // earlier such chains its drafts accepted and the sum of their probabilities (the rule's
+  // calibration).
+  std::vector<double> chain_probabilities;
+  int64_t confident_accepted = 0;
+  double confident_predicted = 0.0;
   int32_t max_draft_len() const {
     if (head) return std::min(request.draft_len, head->n_heads());
     return request.lookup > 0 ? request.draft_len : 0;  // context lookup alone: a chain

@@ -768,6 +768,19 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
     }
     const auto accepted = static_cast<int32_t>(results[i].path.size());
     Engine::Record& record = *jobs[i].record;
+    if (!record.chain_probabilities.empty()) {
+      // The head's chain is the draft's first nodes (rows 1, 2, …), whatever a context lookup
+      // branch added after them.
+      const std::vector<int32_t>& path = results[i].path;
+      int64_t hits = 0;
+      while (hits < static_cast<int64_t>(record.chain_probabilities.size()) &&
+             hits < static_cast<int64_t>(path.size()) &&
+             path[static_cast<size_t>(hits)] == hits + 1)
+        ++hits;
+      record.confident_accepted += hits;
+      for (const double p : record.chain_probabilities) record.confident_predicted += p;
+      record.chain_probabilities.clear();
+    }
     std::lock_guard lock(record.mutex);
     SpeculationStats& st = record.info.speculation;
     st.proposed_at.resize(std::max(st.proposed_at.size(), static_cast<size_t>(depth)));
@@ -797,6 +810,8 @@ void Worker::consider_head_switch(Engine::Record& record, int32_t tokens) {
   change.to_record = candidates[*to].recorded_accept_per_step;
   change.live_accept_per_step = record.head_policy->live_at_last_switch();
   record.head = candidates[*to].head;
+  record.confident_accepted = 0;  // the new head's calibration starts afresh
+  record.confident_predicted = 0.0;
   std::lock_guard lock(record.mutex);
   change.at_token = static_cast<int32_t>(record.info.output.size());
   logger("heads")->info(
@@ -817,13 +832,21 @@ bool Worker::choose_draft_length(Engine::Record& record, int32_t other_rows) {
     record.length_policy.emplace(max);
   std::lock_guard lock(record.mutex);
   SpeculationStats& st = record.info.speculation;
-  const int32_t k = record.length_policy->choose(st.proposed_at, st.accepted_at, step_costs_,
-                                                 proposal_costs_, other_rows);
+  int32_t k = record.length_policy->choose(st.proposed_at, st.accepted_at, step_costs_,
+                                           proposal_costs_, other_rows);
+  // A chain that stops by confidence drafts up to the longest; the rule cuts it per step
+  // (propose_sequential corrects length_steps to the length drafted).
+  if (k > 0 && stops_by_confidence(record)) k = max;
   record.chosen_draft_len = k;
   if (st.length_steps.size() <= static_cast<size_t>(max))
     st.length_steps.resize(static_cast<size_t>(max) + 1, 0);
   ++st.length_steps[static_cast<size_t>(k)];
   return k > 0;
+}
+
+bool Worker::stops_by_confidence(const Engine::Record& record) const {
+  return record.request.adaptive_draft && record.request.tree_shape.empty() && record.head &&
+         record.head->is_mtp() && !device_->mtp_on_device();
 }
 
 void Worker::move_accepted_tree_rows(const StepPlan& plan,
@@ -993,8 +1016,18 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
     std::vector<TokenId> draft;
     std::vector<int32_t> parent;
     double seconds = 0.0;
+    int32_t steps = 0;                       // draft steps computed
+    std::optional<ChainStopRule> stop_rule;  // adaptive mtp chains: stopping by confidence
   };
   std::vector<Proposal> out(records.size());
+  const auto others = static_cast<int32_t>(scheduler_.running().size()) - 1;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Engine::Record& record = *records[i];
+    if (stops_by_confidence(record))
+      out[i].stop_rule.emplace(
+          step_costs_, proposal_costs_, others, record.draft_levels(),
+          ChainStopRule::calibration(record.confident_accepted, record.confident_predicted));
+  }
   std::vector<TokenId> last(records.size());
   for (size_t i = 0; i < records.size(); ++i)
     last[i] = scheduler_.sequence(records[i]->id).tokens.back();
@@ -1021,11 +1054,21 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
           device_->model(), record.draft_hidden.data(), last[static_cast<size_t>(i)], levels,
           std::min(record.request.tree_nodes, record.head_tree_nodes()), p.draft, p.parent,
           step_split, parts);
-    else
+    else if (p.stop_rule) {
+      ChainStopRule& rule = *p.stop_rule;
+      const ChainStop stop = [&rule](double path_probability) {
+        return rule.judge(path_probability);
+      };
+      record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
+                               last[static_cast<size_t>(i)], levels, record.head_tree_nodes(),
+                               p.draft, p.parent, step_split, parts, &stop);
+    } else {
       record.head->mtp_propose(device_->model(), record.draft_hidden.data(),
                                last[static_cast<size_t>(i)], levels, record.head_tree_nodes(),
                                p.draft, p.parent, step_split, parts);
+    }
     if (record.request.tree_shape.empty()) p.parent.clear();  // a chain
+    p.steps = p.stop_rule ? p.stop_rule->steps() : record.draft_levels();
     p.seconds = seconds_between(start, MetricsClock::now());
   };
   if (one_by_one) {
@@ -1035,12 +1078,27 @@ void Worker::propose_sequential(const std::vector<Engine::Record*>& records) {
   }
   for (size_t i = 0; i < records.size(); ++i) {
     Engine::Record& record = *records[i];
+    Proposal& p = out[i];
     record.draft_hidden.clear();
-    record.proposal_s = out[i].seconds;
-    proposal_costs_.record(record.draft_levels(), out[i].seconds);
-    set_draft(record, record.draft_levels(), std::move(out[i].draft), std::move(out[i].parent));
+    record.proposal_s = p.seconds;
+    proposal_costs_.record(p.steps, p.seconds);
+    const int32_t chosen = record.draft_levels();
+    const auto drafted = static_cast<int32_t>(p.draft.size());
+    if (p.stop_rule) {
+      const std::vector<double>& kept = p.stop_rule->kept_probabilities();
+      record.chain_probabilities.assign(
+          kept.begin(), kept.begin() + std::min<ptrdiff_t>(drafted, std::ssize(kept)));
+    }
+    set_draft(record, chosen, std::move(p.draft), std::move(p.parent));
     std::lock_guard lock(record.mutex);
-    record.info.speculation.draft_s += out[i].seconds;
+    record.info.speculation.draft_s += p.seconds;
+    if (p.stop_rule && drafted != chosen) {  // count the step at the length it drafted
+      std::vector<int64_t>& steps = record.info.speculation.length_steps;
+      if (static_cast<size_t>(chosen) < steps.size() && steps[static_cast<size_t>(chosen)] > 0) {
+        --steps[static_cast<size_t>(chosen)];
+        ++steps[static_cast<size_t>(drafted)];
+      }
+    }
   }
 }
 

@@ -121,6 +121,9 @@ class Worker {
   // After a verifying step of `record` that emitted `tokens`: applies the head-switching policy
   // (head_switch.h) when the request has candidates.
   void consider_head_switch(Engine::Record& record, int32_t tokens);
+  // Whether the record's chain stops by confidence (an adaptive chain of an mtp head that the
+  // host drafts: ChainStopRule).
+  bool stops_by_confidence(const Engine::Record& record) const;
   // Adaptive chains: sets record.chosen_draft_len for the next step (draft_length.h) and counts
   // it; false when the request proposes nothing this time (a plain step, or no draft at all).
   bool choose_draft_length(Engine::Record& record, int32_t other_rows);

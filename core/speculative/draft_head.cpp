@@ -280,10 +280,13 @@ void DraftHead::mtp_root(const float* f, int64_t n, float* g, const DraftSplit* 
 void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                             std::span<const int32_t> widths, int32_t max_nodes,
                             std::vector<TokenId>& draft, std::vector<int32_t>& parent,
-                            const DraftSplit* split, int64_t parts) const {
+                            const DraftSplit* split, int64_t parts, const ChainStop* stop) const {
   const int64_t d = info.n_embd, v = static_cast<int64_t>(vocab.size());
   draft.clear();
   parent.clear();
+  if (stop && std::any_of(widths.begin(), widths.end(), [](int32_t w) { return w != 1; }))
+    stop = nullptr;   // trees are not stopped
+  double path = 1.0;  // the chain's path probability so far (with `stop`)
   // The frontier: per node its hidden state, token and index in `draft` (−1: the root).
   std::vector<float> z(static_cast<size_t>(d)), e, next, logits;
   mtp_root(h, 1, z.data(), split, parts);
@@ -302,8 +305,17 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
     std::vector<float> level_z;
     std::vector<TokenId> level_tokens;
     std::vector<int32_t> level_index;
+    DraftVerdict verdict = DraftVerdict::kKeep;
     for (int64_t j = 0; j < n; ++j) {
       const float* l = logits.data() + j * v;
+      if (stop) {  // a chain: one row, whose top token is the draft
+        const float top = *std::max_element(l, l + v);
+        double sum = 0.0;
+        for (int64_t c = 0; c < v; ++c) sum += std::exp(static_cast<double>(l[c] - top));
+        path /= sum;
+        verdict = (*stop)(path);
+        if (verdict == DraftVerdict::kDrop) return;
+      }
       const int64_t take = std::min<int64_t>(width, v);
       std::iota(order.begin(), order.end(), int64_t{0});
       std::partial_sort(
@@ -319,6 +331,7 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
         level_z.insert(level_z.end(), next.begin() + j * d, next.begin() + (j + 1) * d);
       }
     }
+    if (verdict == DraftVerdict::kKeepLast) return;
     z = std::move(level_z);
     tokens = std::move(level_tokens);
     index = std::move(level_index);

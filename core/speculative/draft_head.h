@@ -65,6 +65,13 @@ struct DraftHeadInfo {
 // and the device's other threads would wait. Null: the caller's thread does everything.
 using DraftSplit = std::function<void(int64_t parts, const std::function<void(int64_t)>& fn)>;
 
+// The proposer's verdict on a chain's newest draft (DraftHead::mtp_propose's `stop`): drop it
+// and stop, keep it and stop, or keep it and draft the next.
+enum class DraftVerdict { kDrop, kKeepLast, kKeep };
+// Called with each drafted token's path probability: the product, from the first draft to this
+// one, of the head's softmax probability for its top token over the draft vocabulary.
+using ChainStop = std::function<DraftVerdict(double path_probability)>;
+
 struct DraftHead {
   DraftHeadInfo info;
   // medusa: per head (n_embd, n_embd) row-major out × in, and (n_embd).
@@ -109,10 +116,12 @@ struct DraftHead {
   // itself) into its widths[l] best tokens (a chain when every width is 1), ties to the lower token
   // id; at most max_nodes nodes, in level order. draft[i] follows node parent[i] (−1: `last`).
   // Single-threaded, or its steps split as mtp_step and vocab_logits split them (same drafts).
+  // `stop` (chains only: every width 1) judges each drafted token before it is added, and may end
+  // the chain early (draft_length.h's ChainStopRule); the kept drafts are the same tokens.
   void mtp_propose(const LlamaModel& model, const float* h, TokenId last,
                    std::span<const int32_t> widths, int32_t max_nodes, std::vector<TokenId>& draft,
                    std::vector<int32_t>& parent, const DraftSplit* split = nullptr,
-                   int64_t parts = 1) const;
+                   int64_t parts = 1, const ChainStop* stop = nullptr) const;
   // mtp: a dynamic tree (EAGLE-2 style) of at most `nodes` nodes instead of the whole static one:
   // among the nodes of the tree `widths` describes (a node of depth l has its widths[l] best
   // tokens as children), the `nodes` nodes of highest path probability — the product, from

@@ -7,7 +7,8 @@ namespace tokenfab {
 
 void StepCostTable::record(int32_t rows, double seconds) {
   if (rows < 1 || !(seconds > 0.0)) return;
-  if (static_cast<size_t>(rows) >= seconds_.size()) seconds_.resize(static_cast<size_t>(rows) + 1, 0.0);
+  if (static_cast<size_t>(rows) >= seconds_.size())
+    seconds_.resize(static_cast<size_t>(rows) + 1, 0.0);
   double& s = seconds_[static_cast<size_t>(rows)];
   s = s == 0.0 ? seconds : (1.0 - kAlpha) * s + kAlpha * seconds;
 }
@@ -36,7 +37,8 @@ bool StepCostTable::measured_at_or_above(int32_t rows) const {
 
 std::optional<double> StepCostTable::estimate(int32_t rows) const {
   if (const auto m = measured(rows)) return m;
-  const int32_t below = nearest_measured(std::min(rows - 1, static_cast<int32_t>(seconds_.size()) - 1), -1);
+  const int32_t below =
+      nearest_measured(std::min(rows - 1, static_cast<int32_t>(seconds_.size()) - 1), -1);
   const int32_t above = nearest_measured(rows + 1, 1);
   if (below == 0 && above == 0) return std::nullopt;
   if (below == 0) return seconds_[static_cast<size_t>(above)];
@@ -48,7 +50,8 @@ std::optional<double> StepCostTable::estimate(int32_t rows) const {
 
 std::optional<double> StepCostTable::floor_estimate(int32_t rows) const {
   if (const auto m = measured(rows)) return m;
-  const int32_t below = nearest_measured(std::min(rows - 1, static_cast<int32_t>(seconds_.size()) - 1), -1);
+  const int32_t below =
+      nearest_measured(std::min(rows - 1, static_cast<int32_t>(seconds_.size()) - 1), -1);
   if (below == 0) return std::nullopt;
   return seconds_[static_cast<size_t>(below)];
 }
@@ -104,6 +107,46 @@ int32_t DraftLengthPolicy::choose(const std::vector<int64_t>& proposed_at,
     }
   }
   return last_ = best;
+}
+
+ChainStopRule::ChainStopRule(const StepCostTable& costs, const StepCostTable& proposals,
+                             int32_t other_rows, int32_t max_length, double calibration)
+    : costs_(costs),
+      proposals_(proposals),
+      base_(std::max(other_rows, 0) + 1),
+      max_(std::max(max_length, 1)),
+      base_measured_(costs.measured(base_).has_value()),
+      calibration_(calibration) {}
+
+std::optional<double> ChainStopRule::step_cost(int32_t drafts) const {
+  return base_measured_ ? costs_.floor_estimate(base_ + drafts) : costs_.estimate(base_ + drafts);
+}
+
+DraftVerdict ChainStopRule::judge(double path_probability) {
+  ++judged_;
+  const double q = std::min(1.0, calibration_ * std::max(path_probability, 0.0));
+  const auto k = static_cast<int32_t>(kept_.size());
+  const double spent = proposals_.linear_estimate(judged_).value_or(0.0);
+  const std::optional<double> now = step_cost(k), longer = step_cost(k + 1);
+  // The first draft is kept (drafting was the length policy's choice), and so is a draft with
+  // nothing measured to weigh it against, so that its cost gets measured.
+  if (k > 0 && now && longer && q * (*now + spent) < expected_ * std::max(*longer - *now, 0.0))
+    return DraftVerdict::kDrop;
+  kept_.push_back(path_probability);
+  expected_ += q;
+  if (k + 1 >= max_) return DraftVerdict::kKeepLast;
+  const std::optional<double> next = step_cost(k + 2),
+                              next_spent = proposals_.linear_estimate(judged_ + 1);
+  if (longer && next && next_spent) {
+    const double more = std::max(*next - *longer, 0.0) + std::max(*next_spent - spent, 0.0);
+    if (q * (*longer + spent) < expected_ * more) return DraftVerdict::kKeepLast;
+  }
+  return DraftVerdict::kKeep;
+}
+
+double ChainStopRule::calibration(int64_t accepted, double predicted) {
+  return std::clamp((static_cast<double>(accepted) + 2.0) / (std::max(predicted, 0.0) + 2.0), 0.25,
+                    4.0);
 }
 
 }  // namespace tokenfab

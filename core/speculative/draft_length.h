@@ -36,6 +36,8 @@
 #include <optional>
 #include <vector>
 
+#include "core/speculative/draft_head.h"  // DraftVerdict
+
 namespace tokenfab {
 
 class StepCostTable {
@@ -87,6 +89,57 @@ class DraftLengthPolicy {
   int64_t decisions_ = 0;
   int32_t last_ = 0;
   std::vector<double> p_;
+};
+
+// Confidence stops: where a chain's drafts are proposed one draft step at a time (an mtp head
+// drafted on the host), each step's token comes with the head's probability for the path so far
+// (the product of its softmax top-1 probabilities over the draft vocabulary), and the chain
+// can stop where the next draft is unlikely enough that verifying it costs more than it is
+// expected to bring. A draft with path probability p is counted as accepted with
+// q = min(1, c · p), where c calibrates the head on the request's own record (calibration()). With
+// E tokens expected from the drafts kept so far (1 + the sum of their q) for an estimated step of
+// C seconds (the verifying step's rows, as DraftLengthPolicy estimates them, and the proposal
+// time spent so far), a draft is kept when it raises the expected tokens per second: q · C ≥ E · Δ,
+// Δ the extra row's cost. The first draft is always kept: its proposal is paid for, and the length
+// policy chose to draft from the request's measured acceptance. After keeping a draft, the chain
+// drafts further only when a next draft as likely as this one (no path gets likelier with depth)
+// would pay for both its row and its draft step. Where rows cost nearly nothing (a GPU step bound
+// by reading the weights) every draft is kept; where a row costs a good part of a step (a two-core
+// CPU) only likely ones are. Unmeasured costs count as DraftLengthPolicy counts them, so the
+// lengths that could pay get tried.
+class ChainStopRule {
+ public:
+  // `max_length`: the longest chain; `other_rows`: rows the other sequences of the batch add;
+  // `proposals`: proposal seconds by number of draft steps.
+  ChainStopRule(const StepCostTable& costs, const StepCostTable& proposals, int32_t other_rows,
+                int32_t max_length, double calibration);
+
+  // The verdict on the next drafted token (one more draft step computed), whose path
+  // probability is `path_probability`.
+  DraftVerdict judge(double path_probability);
+
+  int32_t kept() const { return static_cast<int32_t>(kept_.size()); }
+  int32_t steps() const { return judged_; }  // draft steps computed: the tokens judged
+  // The kept drafts' path probabilities, uncalibrated, in chain order.
+  const std::vector<double>& kept_probabilities() const { return kept_; }
+
+  // c: (accepted + 2) / (predicted + 2) over the request's earlier confidence-stopped chains —
+  // `accepted` head drafts accepted, `predicted` the sum of their path probabilities — clamped to
+  // [1/4, 4]: 1 before any evidence, then the head's own over- or under-confidence.
+  static double calibration(int64_t accepted, double predicted);
+
+ private:
+  std::optional<double> step_cost(int32_t drafts) const;
+
+  const StepCostTable& costs_;
+  const StepCostTable& proposals_;
+  int32_t base_ = 1;  // rows of a plain step: the other sequences' and this request's one
+  int32_t max_ = 1;
+  bool base_measured_ = false;
+  double calibration_ = 1.0;
+  double expected_ = 1.0;  // E: tokens the kept drafts are expected to emit, the bonus included
+  int32_t judged_ = 0;
+  std::vector<double> kept_;
 };
 
 }  // namespace tokenfab

@@ -88,6 +88,7 @@ GenerationEvalResult evaluate_by_generating(
     drafted.tree_shape = r.tree_shape;
     drafted.tree_nodes = r.tree_nodes;
     drafted.lookup = r.lookup;
+    drafted.adaptive_draft = r.adaptive && r.tree_shape.empty();
     const RequestInfo base = engine.wait(engine.submit(plain));
     const RequestInfo spec = engine.wait(engine.submit(drafted));
     if (base.state != RequestState::kFinished || spec.state != RequestState::kFinished)

@@ -29,10 +29,13 @@ struct GenerationEvalRequest {
   std::shared_ptr<const DraftHead> head;  // null: the context lookup alone (lookup > 0)
   std::vector<std::string> prompts;       // user turns
   int32_t max_tokens = 128;
-  int32_t draft_len = 4;                // chain: always this many drafts (at most the head's K)
-  std::vector<int32_t> tree_shape;      // empty: a chain
-  int32_t tree_nodes = 0;               // tree, mtp heads: a dynamic tree of this many nodes
-  int32_t lookup = 0;                   // context lookup drafts (greedy), with or without a head
+  int32_t draft_len = 4;            // chain: always this many drafts (at most the head's K)
+  std::vector<int32_t> tree_shape;  // empty: a chain
+  int32_t tree_nodes = 0;           // tree, mtp heads: a dynamic tree of this many nodes
+  int32_t lookup = 0;               // context lookup drafts (greedy), with or without a head
+  // chain: each step's length chosen as generate chooses it (draft_length.h), up to draft_len,
+  // instead of always draft_len
+  bool adaptive = false;
   std::string target_quant = "native";  // native | f16 | q8_0 | q4_1 | q4_0
   EngineConfig config;
 };

@@ -108,6 +108,8 @@ void DecodeTotals::add(const RequestInfo& info) {
     accepted_at[p] += st.accepted_at[p];
   }
   verify_steps += st.verify_steps;
+  length_steps.resize(std::max(length_steps.size(), st.length_steps.size()));
+  for (size_t k = 0; k < st.length_steps.size(); ++k) length_steps[k] += st.length_steps[k];
   draft_s += st.draft_s;
   verify_s += st.verify_s;
   if (!info.metrics) return;

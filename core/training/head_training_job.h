@@ -102,6 +102,7 @@ struct DecodeTotals {
   // (SpeculationStats), summed over requests.
   int64_t verify_steps = 0;
   double draft_s = 0, verify_s = 0;
+  std::vector<int64_t> length_steps;  // adaptive chains: steps by draft length (SpeculationStats)
   void add(const RequestInfo& info);
   // Per draft position: accepted / proposed (0 where nothing was proposed).
   std::vector<double> per_position() const;

@@ -75,6 +75,7 @@ class SpeculativeTest : public QObject {
   void dynamic_tree_holds_the_most_probable_nodes();
   void draft_vocabulary_logits_are_the_target_s();
   void split_draft_steps_compute_what_one_thread_does();
+  void chain_stop_sees_path_probabilities_and_cuts_the_chain();
   void greedy_output_is_unchanged_by_adaptive_drafting();
   void auto_selection_switches_heads_mid_generation();
   void rejected_drafts_leave_the_kv_as_without_speculation_data();
@@ -559,12 +560,92 @@ void SpeculativeTest::split_draft_steps_compute_what_one_thread_does() {
   }
 }
 
+// A chain's stopping rule (ChainStop) is called once per drafted token with the path
+// probability the head gives it — the product of its softmax top-1 probabilities over the draft
+// vocabulary, computed here step by step — and its verdicts cut the chain: the kept drafts are a
+// prefix of the unstopped chain. Trees ignore it.
+void SpeculativeTest::chain_stop_sees_path_probabilities_and_cuts_the_chain() {
+  const std::shared_ptr<const DraftHead> head = mtp_head(prompt_and_output_tokens(), 3);
+  const int64_t d = model_->hparams().n_embd, v = static_cast<int64_t>(head->vocab.size());
+  std::vector<float> h(static_cast<size_t>(d));
+  std::mt19937 rng(21);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (float& x : h) x = noise(rng);
+  const TokenId last = prompts_[0].back();
+  const std::vector<int32_t> chain(4, 1);
+  std::vector<TokenId> full, draft;
+  std::vector<int32_t> parent;
+  head->mtp_propose(*model_, h.data(), last, chain, 64, full, parent);
+  QCOMPARE(full.size(), size_t{4});
+
+  // Reference: each step's softmax probability of the chain's token, multiplied along.
+  std::vector<double> want;
+  {
+    std::vector<float> state = h, next(static_cast<size_t>(d)), e(static_cast<size_t>(d)),
+                       logits(static_cast<size_t>(v));
+    TokenId token = last;
+    double path = 1.0;
+    for (const TokenId drafted : full) {
+      embed_tokens(*model_, std::span(&token, 1), e.data());
+      head->mtp_step(state.data(), e.data(), 1, next.data());
+      head->vocab_logits(*model_, next.data(), 1, logits.data());
+      const float top = *std::max_element(logits.begin(), logits.end());
+      double sum = 0.0;
+      for (const float l : logits) sum += std::exp(static_cast<double>(l - top));
+      const auto at =
+          std::lower_bound(head->vocab.begin(), head->vocab.end(), drafted) - head->vocab.begin();
+      QCOMPARE(logits[static_cast<size_t>(at)], top);  // the draft is the step's top token
+      path *= 1.0 / sum;
+      want.push_back(path);
+      state = next;
+      token = drafted;
+    }
+  }
+  // A rule that answers `verdicts` in turn (kKeep once they run out) and records what it saw.
+  const auto propose = [&](std::vector<DraftVerdict> verdicts, std::span<const int32_t> widths,
+                           std::vector<double>& seen) {
+    seen.clear();
+    const ChainStop stop = [&](double p) {
+      seen.push_back(p);
+      return seen.size() <= verdicts.size() ? verdicts[seen.size() - 1] : DraftVerdict::kKeep;
+    };
+    head->mtp_propose(*model_, h.data(), last, widths, 64, draft, parent, nullptr, 1, &stop);
+  };
+  std::vector<double> seen;
+  propose({}, chain, seen);
+  QCOMPARE(draft, full);
+  QCOMPARE(seen.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    QVERIFY(std::fabs(seen[i] - want[i]) <= 1e-9 * want[i]);
+    if (i > 0) QVERIFY(seen[i] <= seen[i - 1]);
+  }
+  using V = std::vector<TokenId>;
+  propose({DraftVerdict::kKeep, DraftVerdict::kKeep, DraftVerdict::kDrop}, chain, seen);
+  QCOMPARE(draft, V(full.begin(), full.begin() + 2));  // the third is dropped, and the chain ends
+  QCOMPARE(seen.size(), size_t{3});
+  propose({DraftVerdict::kKeep, DraftVerdict::kKeepLast}, chain, seen);
+  QCOMPARE(draft, V(full.begin(), full.begin() + 2));  // the second is kept, no third is drafted
+  QCOMPARE(seen.size(), size_t{2});
+  propose({DraftVerdict::kDrop}, chain, seen);
+  QVERIFY(draft.empty());
+  const std::vector<int32_t> widths = {2, 1};
+  std::vector<TokenId> tree;
+  std::vector<int32_t> tree_parent;
+  head->mtp_propose(*model_, h.data(), last, widths, 64, tree, tree_parent);
+  propose({DraftVerdict::kDrop}, widths, seen);
+  QVERIFY(seen.empty());
+  QCOMPARE(draft, tree);
+  QCOMPARE(parent, tree_parent);
+}
+
 void SpeculativeTest::greedy_output_is_unchanged_by_adaptive_drafting() {
   const std::vector<TokenId> vocab = prompt_and_output_tokens();
   const LosslessCase cases[] = {
       {"colocated, zero head, adaptive", false, zero_head(), 4, {}, true},
       {"colocated, random head, adaptive", false, random_head(5), 3, {}, true},
-      {"disaggregated, zero mtp head, adaptive", true, mtp_head(vocab, 0), 4, {}, true}};
+      {"disaggregated, zero mtp head, adaptive", true, mtp_head(vocab, 0), 4, {}, true},
+      // Colocated on the CPU an mtp chain also stops by confidence (ChainStopRule).
+      {"colocated, random mtp head, adaptive", false, mtp_head(vocab, 2), 4, {}, true}};
   check_lossless(cases);
 }
 

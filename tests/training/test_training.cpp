@@ -182,6 +182,7 @@ class TrainingTest : public QObject {
   void mtp_head_file_roundtrip();
   void head_switch_policy();
   void draft_length_policy();
+  void chain_stop_rule_keeps_the_drafts_that_pay();
   void context_lookup_finds_latest_longest_match();
   void lookup_branch_merges_into_draft_trees();
   void malformed_head_files_rejected();
@@ -470,8 +471,8 @@ void TrainingTest::draft_length_policy() {
   QVERIFY(!costs.estimate(3));
   costs.record(1, 1.0);
   costs.record(5, 3.0);
-  QCOMPARE(*costs.estimate(3), 2.0);    // halfway between 1 and 5
-  QCOMPARE(*costs.estimate(8), 4.8);    // beyond: in proportion to the rows
+  QCOMPARE(*costs.estimate(3), 2.0);        // halfway between 1 and 5
+  QCOMPARE(*costs.estimate(8), 4.8);        // beyond: in proportion to the rows
   QCOMPARE(*costs.floor_estimate(3), 1.0);  // the nearest measured count below
   QVERIFY(!costs.floor_estimate(0));
   {
@@ -480,7 +481,7 @@ void TrainingTest::draft_length_policy() {
     QCOMPARE(*proposals.linear_estimate(1), 0.5);  // below the smallest: in proportion
     QCOMPARE(*proposals.linear_estimate(6), 3.0);
   }
-  costs.record(5, 5.0);                 // the average moves a quarter of the way
+  costs.record(5, 5.0);  // the average moves a quarter of the way
   QCOMPARE(*costs.measured(5), 3.5);
 
   // A table with these (rows, seconds) measured.
@@ -578,6 +579,91 @@ void TrainingTest::draft_length_policy() {
     QCOMPARE(std::count(chosen.begin(), chosen.end(), 4), 1);
     QCOMPARE(chosen[DraftLengthPolicy::kProbeEvery - 1], 4);
     QCOMPARE(std::count(chosen.begin(), chosen.end(), 0), 2 * DraftLengthPolicy::kProbeEvery - 1);
+  }
+}
+
+// A chain's confidence stop keeps a draft after the first when its expected acceptance q (the
+// head's path probability, calibrated) raises the expected tokens per second of the verifying
+// step: q · C ≥ E · Δ, with C the step's cost so far, E the tokens expected from it and Δ the
+// extra row.
+void TrainingTest::chain_stop_rule_keeps_the_drafts_that_pay() {
+  const auto table = [](std::initializer_list<std::pair<int32_t, double>> measured) {
+    StepCostTable t;
+    for (const auto& [rows, seconds] : measured) t.record(rows, seconds);
+    return t;
+  };
+  const StepCostTable kFree;  // proposals: nothing measured (counted as free)
+  using V = DraftVerdict;
+  {  // Nothing measured: every draft is kept, so that its cost gets measured; the last at max.
+    const StepCostTable none;
+    ChainStopRule rule(none, kFree, 0, 3, 1.0);
+    QCOMPARE(rule.judge(0.01), V::kKeep);
+    QCOMPARE(rule.judge(0.001), V::kKeep);
+    QCOMPARE(rule.judge(0.0001), V::kKeepLast);
+    QCOMPARE(rule.kept(), 3);
+    QCOMPARE(rule.steps(), 3);
+  }
+  {  // Rows nearly free (5 rows cost 1.1, one 1.0; 2 rows untried count as 1): even an unlikely
+     // draft is kept.
+    const StepCostTable cheap = table({{1, 1.0}, {5, 1.1}});
+    ChainStopRule rule(cheap, kFree, 0, 4, 1.0);
+    QCOMPARE(rule.judge(0.05), V::kKeep);
+  }
+  // Each row 0.3 of a 1.0 plain step (a compute-bound CPU).
+  const StepCostTable dear = table({{1, 1.0}, {2, 1.3}, {3, 1.6}, {4, 1.9}, {5, 2.2}});
+  {  // The first draft is always kept (drafting was the length policy's choice); a second draft
+     // as unlikely as 0.1 is not: 0.1 · 1.3 < 1.2 · 0.3.
+    ChainStopRule rule(dear, kFree, 0, 4, 1.0);
+    QCOMPARE(rule.judge(0.2), V::kKeep);
+    QCOMPARE(rule.judge(0.1), V::kDrop);
+    QCOMPARE(rule.kept(), 1);
+  }
+  {
+    ChainStopRule rule(dear, kFree, 0, 4, 1.0);
+    QCOMPARE(rule.judge(0.5), V::kKeep);  // 0.5 · 1.0 ≥ 0.3; E = 1.5
+    QCOMPARE(rule.judge(0.3), V::kDrop);  // 0.3 · 1.3 = 0.39 < 1.5 · 0.3
+    QCOMPARE(rule.kept_probabilities(), std::vector<double>{0.5});
+    QCOMPARE(rule.steps(), 2);
+  }
+  {
+    ChainStopRule rule(dear, kFree, 0, 4, 1.0);
+    QCOMPARE(rule.judge(0.5), V::kKeep);
+    QCOMPARE(rule.judge(0.4), V::kKeep);  // 0.4 · 1.3 = 0.52 ≥ 0.45
+  }
+  {  // Draft steps cost 0.1 each: after a likely draft the next step is drafted; after a less
+     // likely one, a next draft as likely would not pay for its row and its step:
+     // 0.5 · (1.6 + 0.2) = 0.9 < 2.4 · (0.3 + 0.1).
+    const StepCostTable steps = table({{4, 0.4}});
+    ChainStopRule rule(dear, steps, 0, 4, 1.0);
+    QCOMPARE(rule.judge(0.9), V::kKeep);      // 0.9 · 1.1 ≥ 0.3; 0.9 · 1.4 ≥ 1.9 · 0.4
+    QCOMPARE(rule.judge(0.5), V::kKeepLast);  // 0.5 · 1.5 ≥ 1.9 · 0.3, then as above
+    QCOMPARE(rule.kept(), 2);
+    // An unlikely first draft is kept, but no second is drafted: 0.2 · 1.4 < 1.2 · 0.4.
+    ChainStopRule unlikely(dear, steps, 0, 4, 1.0);
+    QCOMPARE(unlikely.judge(0.2), V::kKeepLast);
+  }
+  {  // In a batch the other rows are the base: 3 others, a plain step of 4 rows.
+    const StepCostTable batch = table({{4, 2.0}, {5, 2.1}, {6, 2.2}});
+    ChainStopRule rule(batch, kFree, 3, 4, 1.0);
+    QCOMPARE(rule.judge(0.1), V::kKeep);  // 0.1 · 2.0 ≥ 1 · 0.1
+  }
+  {  // Calibration: the head's record scales its probabilities.
+    QCOMPARE(ChainStopRule::calibration(0, 0.0), 1.0);
+    QCOMPARE(ChainStopRule::calibration(10, 20.0), 12.0 / 22.0);
+    QCOMPARE(ChainStopRule::calibration(100, 2.0), 4.0);   // clamped
+    QCOMPARE(ChainStopRule::calibration(0, 100.0), 0.25);  // clamped
+    // Second drafts of path probability 0.6 and 0.25: as given, 0.6 · 1.3 ≥ 1.5 · 0.3 is kept and
+    // 0.25 · 1.3 < 1.3 · 0.3 is not; halved, 0.3 · 1.3 < 1.5 · 0.3 is dropped; doubled,
+    // 0.5 · 1.3 ≥ 1.6 · 0.3 is kept.
+    const auto second = [&](double calibration, double first, double p) {
+      ChainStopRule rule(dear, kFree, 0, 4, calibration);
+      rule.judge(first);
+      return rule.judge(p);
+    };
+    QCOMPARE(second(1.0, 0.5, 0.6), V::kKeep);
+    QCOMPARE(second(1.0, 0.3, 0.25), V::kDrop);
+    QCOMPARE(second(0.5, 1.0, 0.6), V::kDrop);
+    QCOMPARE(second(2.0, 0.3, 0.25), V::kKeep);
   }
 }
 

@@ -780,6 +780,18 @@ void TrainingModelTest::generation_eval_on_a_requantized_target() {
       *model_, *tokenizer_, r, [](const GenerationEvalProgress&) { return true; });
   QVERIFY(!own.native.has_value());
   QCOMPARE(evaluation_record(r, own).native_decode_tok_s, own.without.tok_s());
+  QVERIFY(own.with.length_steps.empty());  // a fixed length
+  // Adaptive (`heads eval --adaptive`): a length is chosen for each proposal, and counted.
+  r.adaptive = true;
+  const GenerationEvalResult adaptive = evaluate_by_generating(
+      *model_, *tokenizer_, r, [](const GenerationEvalProgress&) { return true; });
+  QVERIFY(adaptive.lossless);
+  QVERIFY(!adaptive.with.length_steps.empty());
+  QVERIFY(std::accumulate(adaptive.with.length_steps.begin(), adaptive.with.length_steps.end(),
+                          int64_t{0}) > 0);
+  QVERIFY(static_cast<int32_t>(adaptive.with.length_steps.size()) <= r.draft_len + 1);
+  QVERIFY(adaptive.without.length_steps.empty());
+  r.adaptive = false;
 
   const auto error_of = [&](const std::function<bool(const GenerationEvalProgress&)>& progress) {
     try {
