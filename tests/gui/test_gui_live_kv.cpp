@@ -213,6 +213,9 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   // 100 %, and no draft position was proposed.
   QCOMPARE(live.bars("accept_length"), (QList<qreal>{100.0}));
   QVERIFY(live.bars("position_acceptance").isEmpty());
+  // Nor any verifying step: no draft or verify time to chart.
+  QCOMPARE(live.points("draft_ms"), 0);
+  QCOMPARE(live.points("verify_ms"), 0);
 
   // Transfer log: the run's transfers, most recent first, cpu:0 → cpu:1.
   QVERIFY(!last->transfers.empty());
@@ -266,7 +269,8 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   QVERIFY(file.open(QIODevice::ReadOnly | QIODevice::Text));
   const QStringList lines = QString::fromUtf8(file.readAll()).split('\n', Qt::SkipEmptyParts);
   QCOMPARE(lines.size(), window + 1);
-  QVERIFY(lines.front().startsWith("t_s,decode_tok_s,accept_per_step"));
+  QVERIFY(lines.front().startsWith(
+      "t_s,decode_tok_s,accept_per_step,draft_ms_per_step,verify_ms_per_step,"));
   QVERIFY(lines.front().contains("kv_owned_pct:cpu:1"));
   const QString png = dir.filePath("live.png");
   QVERIFY(live.export_png(png));
@@ -336,6 +340,18 @@ void GuiLiveKvTest::pause_keeps_the_window_and_reset_empties_it() {
   live.on_snapshot(snapshot);
   QCOMPARE(live.points("decode_tps"), 1);
   QCOMPARE(live.points("kv:cpu:0"), 1);
+  QCOMPARE(live.points("draft_ms"), 0);  // no verifying step yet
+  // Completed requests with drafts: their draft and verify time per verifying step are charted.
+  snapshot->summary.draft_ms_per_step = 0.5;
+  snapshot->summary.verify_ms_per_step = 4.0;
+  live.on_snapshot(snapshot);
+  QCOMPARE(live.points("draft_ms"), 1);
+  QCOMPARE(live.points("verify_ms"), 1);
+  QCOMPARE(live.points("decode_tps"), 2);
+  live.reset();
+  QCOMPARE(live.points("verify_ms"), 0);
+  live.on_snapshot(snapshot);
+  QCOMPARE(live.points("decode_tps"), 1);
   live.set_paused(true);
   live.on_snapshot(snapshot);
   StreamUpdate update;

@@ -53,8 +53,14 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
       new BarChart("Accept length (completed requests)", "steps", "% of steps", std::nullopt, this);
   position_chart_ = new BarChart("Draft acceptance by position (completed requests)", "accepted",
                                  "% accepted", 100.0, this);
-  accept_chart_ = new TimeChart("ACCEPT/STEP (completed requests)", "tokens/step", this);
-  accept_chart_->ensure_series("accept_per_step", "accepted tokens per verification step");
+  accept_chart_ = new TimeChart("ACCEPT/STEP and verifying step time (completed requests)",
+                                "tokens/step", this);
+  accept_chart_->ensure_series("accept_per_step", "ACCEPT/STEP");
+  // Where a verifying step's time goes, on an axis of its own: proposing its drafts, and the step.
+  accept_chart_->ensure_series("draft_ms", "drafting, ms");
+  accept_chart_->ensure_series("verify_ms", "verifying, ms");
+  accept_chart_->use_right_axis("draft_ms", "ms");
+  accept_chart_->use_right_axis("verify_ms", "ms");
   itl_chart_ = new TimeChart("Inter-token latency (completed requests)", "ms", this);
   itl_chart_->ensure_series("itl_p50", "ITL p50");
   itl_chart_->ensure_series("itl_p99", "ITL p99");
@@ -132,6 +138,8 @@ void LivePage::on_snapshot(const SnapshotPtr& snapshot) {
   sample.t_s = std::chrono::duration<double>(s.time - *origin_).count();
   sample.decode_tok_s = s.output_rate.per_second;
   sample.accept_per_step = s.summary.accept_per_step;
+  sample.draft_ms = s.summary.draft_ms_per_step;
+  sample.verify_ms = s.summary.verify_ms_per_step;
   sample.itl_p50_ms = s.summary.itl_ms.p50;
   sample.itl_p99_ms = s.summary.itl_ms.p99;
   sample.ttft_p50_ms = s.summary.ttft_ms.p50;
@@ -230,11 +238,13 @@ void LivePage::update_hud(const EngineSnapshot* s) {
 }
 
 void LivePage::update_charts() {
-  QList<QPointF> tps, accept, p50, p99, ttft50, ttft99, gb_s;
+  QList<QPointF> tps, accept, draft_ms, verify_ms, p50, p99, ttft50, ttft99, gb_s;
   std::map<std::string, QList<QPointF>> kv;
   for (const Sample& x : samples_) {
     tps.append({x.t_s, x.decode_tok_s});
     if (x.accept_per_step) accept.append({x.t_s, *x.accept_per_step});
+    if (x.draft_ms) draft_ms.append({x.t_s, *x.draft_ms});
+    if (x.verify_ms) verify_ms.append({x.t_s, *x.verify_ms});
     if (x.itl_p50_ms) p50.append({x.t_s, *x.itl_p50_ms});
     if (x.itl_p99_ms) p99.append({x.t_s, *x.itl_p99_ms});
     if (x.ttft_p50_ms) ttft50.append({x.t_s, *x.ttft_p50_ms});
@@ -245,6 +255,8 @@ void LivePage::update_charts() {
   tps_chart_->set_points("decode_tps", tps);
   update_request_series();
   accept_chart_->set_points("accept_per_step", accept);
+  accept_chart_->set_points("draft_ms", draft_ms);
+  accept_chart_->set_points("verify_ms", verify_ms);
   itl_chart_->set_points("itl_p50", p50);
   itl_chart_->set_points("itl_p99", p99);
   ttft_chart_->set_points("ttft_p50", ttft50);
@@ -302,16 +314,17 @@ bool LivePage::export_csv(const QString& path) const {
   QSaveFile file(path);  // written to a temporary name, renamed on commit
   if (!file.open(QIODevice::WriteOnly | QIODevice::Text)) return false;
   QTextStream out(&file);
-  out << "t_s,decode_tok_s,accept_per_step,itl_p50_ms,itl_p99_ms,ttft_p50_ms,ttft_p99_ms,"
-         "transfer_gb_s";
+  out << "t_s,decode_tok_s,accept_per_step,draft_ms_per_step,verify_ms_per_step,itl_p50_ms,"
+         "itl_p99_ms,ttft_p50_ms,ttft_p99_ms,transfer_gb_s";
   for (const std::string& device : devices_)
     out << ",kv_owned_pct:" << QString::fromStdString(device);
   out << "\n";
   for (const Sample& x : samples_) {
     out << QString::number(x.t_s, 'f', 3) << ',' << QString::number(x.decode_tok_s, 'g', 8) << ','
-        << csv_cell(x.accept_per_step) << ',' << csv_cell(x.itl_p50_ms) << ','
-        << csv_cell(x.itl_p99_ms) << ',' << csv_cell(x.ttft_p50_ms) << ','
-        << csv_cell(x.ttft_p99_ms) << ',' << csv_cell(x.transfer_gb_s);
+        << csv_cell(x.accept_per_step) << ',' << csv_cell(x.draft_ms) << ','
+        << csv_cell(x.verify_ms) << ',' << csv_cell(x.itl_p50_ms) << ',' << csv_cell(x.itl_p99_ms)
+        << ',' << csv_cell(x.ttft_p50_ms) << ',' << csv_cell(x.ttft_p99_ms) << ','
+        << csv_cell(x.transfer_gb_s);
     for (const std::string& device : devices_) {
       const auto it = x.kv_used_pct.find(device);
       out << ',' << (it == x.kv_used_pct.end() ? QString() : QString::number(it->second, 'g', 6));

@@ -53,8 +53,9 @@ class LivePage : public Page {
   int64_t tokens_seen() const { return tokens_seen_; }
   size_t samples() const { return samples_.size(); }
   bool paused() const { return paused_; }
-  // Points of a chart series: "decode_tps", "req:<id>", "accept_per_step", "itl_p50", "itl_p99",
-  // "ttft_p50", "ttft_p99", "transfer_gb_s", "kv:<device>"; -1 for an unknown series.
+  // Points of a chart series: "decode_tps", "req:<id>", "accept_per_step", "draft_ms",
+  // "verify_ms", "itl_p50", "itl_p99", "ttft_p50", "ttft_p99", "transfer_gb_s", "kv:<device>"; -1
+  // for an unknown series.
   int points(const QString& series) const;
   // Bars now shown: "accept_length" (share of steps, %, by tokens per step 1, 2, …) and
   // "position_acceptance" (% of drafts accepted at position +1, +2, …).
@@ -73,6 +74,8 @@ class LivePage : public Page {
     double t_s = 0;           // since the first sample of the window's run
     double decode_tok_s = 0;  // output tokens/s over the engine's rate window
     std::optional<double> accept_per_step;
+    // Per verifying step of the completed requests: proposing its drafts, and the step itself.
+    std::optional<double> draft_ms, verify_ms;
     std::optional<double> itl_p50_ms, itl_p99_ms, ttft_p50_ms, ttft_p99_ms;
     std::map<std::string, double> kv_used_pct;  // device → owned blocks / blocks × 100
     // KV transfers that ended since the previous sample: their bytes over their own copy time.
