@@ -206,6 +206,8 @@ void run_eval(const EvalCommand& c) {
     throw Error("give exactly one of --prompt-set NAME or --prompts FILE");
   if (c.head.head == "none" && c.head.lookup == 0)
     throw Error("--head is required (ID, NAME or PATH; none with --lookup N)");
+  if (c.adaptive && c.head.spec == "tree")
+    throw Error("--adaptive chooses a chain's length; a tree (--spec tree) has a fixed shape");
   check_target_quant(c.target_quant);
   LoadedModel m = load_model(c.common);
   GenerationEvalRequest r;

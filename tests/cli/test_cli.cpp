@@ -385,6 +385,10 @@ void CliTest::bad_input_data() {
       << QStringList{"heads", "eval",         "--head", "none",           "--lookup",
                      "3",     "--prompt-set", "code",   "--target-quant", "q2_k"}
       << "--target-quant q2_k: expected native, f16, q8_0, q4_1 or q4_0" << false;
+  QTest::newRow("adaptive tree")
+      << QStringList{"heads",        "eval", "--head", "none", "--lookup",  "3",
+                     "--prompt-set", "code", "--spec", "tree", "--adaptive"}
+      << "--adaptive chooses a chain's length; a tree (--spec tree) has a fixed shape" << false;
   QTest::newRow("prefill without decode")
       << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0"}
       << "disaggregated mode needs both --prefill and --decode" << true;
