@@ -258,7 +258,7 @@ void run_eval(const EvalCommand& c) {
       {"tree_shape", c.head.request_tree()},
       {"tree_nodes", c.head.request_tree_nodes()},
       {"lookup", c.head.lookup},
-      {"adaptive", r.adaptive && r.tree_shape.empty()},
+      {"adaptive", r.adaptive},
       {"length_steps", result.with.length_steps},
       {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
       {"target_quant", c.target_quant}};

@@ -195,6 +195,18 @@ void for_parts(const DraftSplit* split, int64_t parts, int64_t n, int64_t grain,
   });
 }
 
+// A row of logits' largest value and the sum of exp(logit − largest): the softmax of the largest
+// is 1 / sum, and log(sum of exp(logit)) is top + log(sum).
+struct SoftmaxNorm {
+  float top = 0.0f;
+  double sum = 0.0;
+  explicit SoftmaxNorm(std::span<const float> logits)
+      : top(*std::max_element(logits.begin(), logits.end())) {
+    for (const float l : logits) sum += std::exp(static_cast<double>(l - top));
+  }
+  double log_norm() const { return static_cast<double>(top) + std::log(sum); }
+};
+
 }  // namespace
 
 void DraftHead::mtp_step(const float* h, const float* e, int64_t n, float* z,
@@ -309,10 +321,7 @@ void DraftHead::mtp_propose(const LlamaModel& model, const float* h, TokenId las
     for (int64_t j = 0; j < n; ++j) {
       const float* l = logits.data() + j * v;
       if (stop) {  // a chain: one row, whose top token is the draft
-        const float top = *std::max_element(l, l + v);
-        double sum = 0.0;
-        for (int64_t c = 0; c < v; ++c) sum += std::exp(static_cast<double>(l[c] - top));
-        path /= sum;
+        path /= SoftmaxNorm(std::span(l, static_cast<size_t>(v))).sum;
         verdict = (*stop)(path);
         if (verdict == DraftVerdict::kDrop) return;
       }
@@ -375,10 +384,7 @@ void DraftHead::mtp_propose_best_first(const LlamaModel& model, const float* h, 
     float* next = at < 0 ? z.data() : states.data() + static_cast<size_t>(at) * d;
     mtp_step(from, e.data(), 1, next, split, parts);
     vocab_logits(model, next, 1, logits.data(), split, parts);
-    const float top = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (const float l : logits) sum += std::exp(static_cast<double>(l - top));
-    const double log_norm = static_cast<double>(top) + std::log(sum);
+    const double log_norm = SoftmaxNorm(logits).log_norm();
     const int64_t take = std::min<int64_t>(widths[static_cast<size_t>(depth)], v);
     std::iota(order.begin(), order.end(), int64_t{0});
     const float* l = logits.data();
