@@ -1,6 +1,7 @@
 #include "core/model/llama_model.h"
 
 #include <array>
+#include <cstdint>
 
 #include "core/common/log.h"
 #include "kernels/cpu/cpu_features.h"
@@ -15,11 +16,16 @@ namespace {
 
 constexpr std::array<const char*, 1> kSupportedArchitectures = {"llama"};
 
+// Sizes and counts: positive, and within int32 (what head counts and head sizes are kept in; real
+// models are far below it).
 int64_t get_positive(const gguf::GgufFile& file, const std::string& key) {
   const int64_t value = file.get(key).as_int(key);
   if (value <= 0)
     throw Error(file.name() + ": metadata " + key + " must be positive, got " +
                 std::to_string(value));
+  if (value > INT32_MAX)
+    throw Error(file.name() + ": metadata " + key + " is " + std::to_string(value) +
+                ", more than any model has (at most " + std::to_string(INT32_MAX) + ")");
   return value;
 }
 
@@ -148,6 +154,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path) 
   model->output_ = model->output_tied_ ? model->token_embd_
                                        : load_matrix(f, "output.weight", h.n_vocab, h.n_embd);
 
+  // Nine tensors per layer: a block count the file cannot hold is refused before anything is
+  // allocated for its layers.
+  if (static_cast<uint64_t>(h.n_layer) > f.tensors().size() / 9)
+    throw Error(f.name() + ": metadata " + h.architecture + ".block_count is " +
+                std::to_string(h.n_layer) + ", but the file holds " +
+                std::to_string(f.tensors().size()) + " tensors (each layer has 9)");
   model->layers_.resize(static_cast<size_t>(h.n_layer));
   for (int64_t i = 0; i < h.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

@@ -36,6 +36,7 @@ class ModelTest : public QObject {
   void synthetic_file_describes_itself();
   void synthetic_matches_reference_data();
   void synthetic_matches_reference();
+  void hostile_counts_are_refused_before_allocating();
 
  private:
   int threads() const;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/gguf/gguf_reader.h"
+#include "core/gguf/gguf_writer.h"
 #include "core/model/llama_forward.h"
 #include "core/model/synthetic_model.h"
 #include "core/tokenizer/chat_template.h"
@@ -40,7 +42,51 @@ std::string file_bytes(const std::filesystem::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// A copy of the GGUF file `from` with the metadata value `key` replaced by `value`.
+void write_with(const std::filesystem::path& from, const std::filesystem::path& to,
+                const std::string& key, tokenfab::gguf::Value value) {
+  const tokenfab::gguf::GgufFile file = tokenfab::gguf::GgufFile::open(from);
+  tokenfab::gguf::GgufWriter w;
+  for (const tokenfab::gguf::KeyValue& kv : file.metadata())
+    w.add(kv.key, kv.key == key ? value : kv.value);
+  for (const tokenfab::gguf::TensorInfo& t : file.tensors())
+    w.add_tensor(t.name, t.type, t.dims, {t.data, t.n_bytes});
+  w.write(to);
+}
+
 }  // namespace
+
+// Counts a file can state but not back with tensors are refused with one message before the
+// loader allocates anything for them (found by tests/fuzz: a block count of ~10^8 made the loader
+// allocate ~10 GB of layer records; a head count of 2^32 became 0 and divided by it).
+void ModelTest::hostile_counts_are_refused_before_allocating() {
+  QTemporaryDir dir;
+  QVERIFY(dir.isValid());
+  const std::filesystem::path good = dir.filePath("good.gguf").toStdString();
+  tokenfab::write_synthetic_llama(good, small_shape(true), WeightType::Q8_0, 7);
+  const auto refused = [&](const std::string& key, tokenfab::gguf::Value value,
+                           const std::string& message) {
+    const std::filesystem::path bad = dir.filePath("bad.gguf").toStdString();
+    write_with(good, bad, key, std::move(value));
+    try {
+      LlamaModel::load(bad);
+      QFAIL(qPrintable(QString::fromStdString(key + " must be refused")));
+    } catch (const tokenfab::Error& e) {
+      QVERIFY2(std::string(e.what()).find(message) != std::string::npos, e.what());
+    }
+  };
+  refused("llama.block_count", tokenfab::gguf::Value::u32(100'000'000),
+          "llama.block_count is 100000000, but the file holds 20 tensors (each layer has 9)");
+  refused("llama.attention.head_count", tokenfab::gguf::Value::u64(uint64_t{1} << 32),
+          "llama.attention.head_count is 4294967296, more than any model has");
+  refused("llama.embedding_length", tokenfab::gguf::Value::i64(int64_t{1} << 40),
+          "llama.embedding_length is 1099511627776, more than any model has");
+  // The copy itself loads: only the replaced value was wrong.
+  write_with(good, dir.filePath("same.gguf").toStdString(), "general.name",
+             tokenfab::gguf::Value::string("copy"));
+  QCOMPARE(LlamaModel::load(dir.filePath("same.gguf").toStdString())->hparams().n_layer,
+           int64_t{2});
+}
 
 void ModelTest::synthetic_file_describes_itself() {
   const SyntheticShape s135 = SyntheticShape::smollm2_135m();

@@ -1,0 +1,293 @@
+#include "tests/fuzz/fuzz_targets.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/gguf/gguf_reader.h"
+#include "core/model/llama_model.h"
+#include "core/model/model_files.h"
+#include "core/model/synthetic_model.h"
+#include "core/runtime/generator.h"
+#include "core/speculative/draft_head.h"
+#include "core/tokenizer/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/utf8.h"
+
+namespace tokenfab::fuzz {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A finding: what the target saw that a clear refusal would not explain. Aborts, so that libFuzzer
+// keeps the input and the replay suite fails on it.
+[[noreturn]] void finding(const std::string& what) {
+  std::fprintf(stderr, "fuzz finding: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+// The loaders take paths: each input goes to one file of this process, rewritten per input.
+fs::path scratch_file(const char* suffix) {
+  const fs::path dir = fs::temp_directory_path();
+  return dir / ("tokenfab-fuzz-" + std::to_string(::getpid()) + suffix);
+}
+
+// One input as a scratch file, removed again when the target is done with it.
+class ScratchFile {
+ public:
+  ScratchFile(const char* suffix, std::span<const uint8_t> bytes) : path_(scratch_file(suffix)) {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    if (!out) finding("could not write the scratch file " + path_.string());
+  }
+  ~ScratchFile() {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Runs `body`; tokenfab::Error is the expected refusal, any other exception is a finding.
+template <typename F>
+void refused_or_done(const char* what, F&& body) {
+  try {
+    body();
+  } catch (const Error&) {
+  } catch (const std::exception& e) {
+    finding(std::string(what) + ": " + typeid(e).name() +
+            " instead of tokenfab::Error: " + e.what());
+  }
+}
+
+// The small model heads are tried against: the smallest synthetic shape the writer allows (its
+// vocabulary is the byte-level minimum), written once per process.
+struct SmallModel {
+  std::unique_ptr<LlamaModel> model;
+};
+
+SyntheticShape small_shape() {
+  SyntheticShape shape;
+  shape.name = "fuzz-small";
+  shape.n_vocab = kSyntheticMinVocab;
+  shape.n_embd = 64;
+  shape.n_ff = 64;
+  shape.n_layer = 2;
+  shape.n_head = 2;
+  shape.n_kv_head = 1;
+  shape.n_ctx = 64;
+  return shape;
+}
+
+const SmallModel& small_model() {
+  static std::once_flag once;
+  static SmallModel small;
+  std::call_once(once, [] {
+    const fs::path path = scratch_file("-small-model.gguf");
+    write_synthetic_llama(path, small_shape(), kernels::WeightType::Q8_0, 7);
+    small.model = LlamaModel::load(path);
+    fs::remove(path);
+  });
+  return small;
+}
+
+// The embedded model's tokenizer, when its file is here (null otherwise).
+const Tokenizer* embedded_tokenizer() {
+  static std::once_flag once;
+  static std::unique_ptr<Tokenizer> tokenizer;
+  std::call_once(once, [] {
+    const fs::path path = default_model_path();
+    if (!fs::exists(path)) return;
+    const gguf::GgufFile file = gguf::GgufFile::open(path);
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(file));
+  });
+  return tokenizer.get();
+}
+
+void read_value(const gguf::Value& v) {
+  // Every accessor of a value must either answer or refuse with Error.
+  refused_or_done("Value::as_string", [&] { (void)v.as_string(); });
+  refused_or_done("Value::as_int", [&] { (void)v.as_int(); });
+  refused_or_done("Value::as_uint", [&] { (void)v.as_uint(); });
+  refused_or_done("Value::as_float", [&] { (void)v.as_float(); });
+  refused_or_done("Value::as_bool", [&] { (void)v.as_bool(); });
+  refused_or_done("Value::as_string_array", [&] { (void)v.as_string_array(); });
+  refused_or_done("Value::as_int_array", [&] { (void)v.as_int_array(); });
+  refused_or_done("Value::as_float_array", [&] { (void)v.as_float_array(); });
+}
+
+}  // namespace
+
+void gguf_file(std::span<const uint8_t> bytes) {
+  refused_or_done("GgufFile::parse", [&] {
+    const gguf::GgufFile file = gguf::GgufFile::parse(bytes, "fuzz.gguf");
+    for (const gguf::KeyValue& kv : file.metadata()) {
+      if (file.find(kv.key) == nullptr) finding("metadata key '" + kv.key + "' not found again");
+      read_value(kv.value);
+    }
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      if (file.find_tensor(t.name) != &t) finding("tensor '" + t.name + "' not found again");
+      // A tensor's bytes lie inside the file: touch the first and the last.
+      if (t.n_bytes > 0) {
+        const uint8_t* begin = file.bytes().data();
+        const uint8_t* end = begin + file.bytes().size();
+        if (t.data < begin || t.data + t.n_bytes > end)
+          finding("tensor '" + t.name + "' reaches outside the file");
+        volatile uint8_t sink = t.data[0];
+        sink = t.data[t.n_bytes - 1];
+        (void)sink;
+      }
+    }
+  });
+}
+
+void model_file(std::span<const uint8_t> bytes) {
+  const ScratchFile file("-model.gguf", bytes);
+  refused_or_done("model load", [&] {
+    const std::unique_ptr<LlamaModel> model = LlamaModel::load(file.path());
+    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+    const ChatTemplate chat = ChatTemplate::from_gguf(model->file());
+    const std::string prompt = chat.apply({{"user", "Say hi."}}, true);
+    const std::vector<TokenId> ids = tokenizer.encode(prompt, tokenizer.add_bos_token(), true);
+    (void)tokenizer.decode(ids);
+    // A model that loads must also run: a short greedy generation on one thread.
+    if (ids.empty()) return;
+    Generator generator(*model, tokenizer, 1, 64);
+    GenerateOptions options;
+    options.max_tokens = 2;
+    options.sampling.temperature = 0.0f;
+    (void)generator.generate(ids, options);
+  });
+}
+
+void head_file(std::span<const uint8_t> bytes) {
+  const ScratchFile file("-head.gguf", bytes);
+  refused_or_done("draft head load", [&] {
+    const DraftHead head = load_draft_head(file.path());
+    const SmallModel& small = small_model();
+    const HParams& hp = small.model->hparams();
+    check_head_matches(head.info, head.info.base_model_sha256, head.info.n_embd, head.info.n_vocab,
+                       "fuzz");
+    // A head of the small model's shape is put to work as the engine would.
+    check_head_matches(head.info, head.info.base_model_sha256, hp.n_embd, hp.n_vocab, "fuzz-small");
+    const int64_t d = hp.n_embd;
+    std::vector<float> h(static_cast<size_t>(head.feature_width()), 0.25f);
+    if (head.is_mtp()) {
+      std::vector<TokenId> draft;
+      std::vector<int32_t> parent;
+      const std::vector<int32_t> chain(static_cast<size_t>(head.n_heads()), 1);
+      head.mtp_propose(*small.model, h.data(), 5, chain, head.n_heads(), draft, parent);
+      const std::vector<int32_t> tree{2, 2};
+      head.mtp_propose_best_first(*small.model, h.data(), 5, tree, 6, draft, parent);
+    } else {
+      std::vector<float> z(static_cast<size_t>(d));
+      for (int k = 0; k < head.n_heads(); ++k) head.residual(k, h.data(), 1, z.data());
+    }
+  });
+}
+
+void tokenizer_text(std::span<const uint8_t> bytes) {
+  const Tokenizer* tokenizer = embedded_tokenizer();
+  if (tokenizer == nullptr) return;
+  const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::vector<TokenId> ids;
+  refused_or_done("encode", [&] { ids = tokenizer->encode(text, false, false); });
+  // Byte-level BPE gives back every byte it has a token for.
+  std::string kept;
+  for (const char c : text) {
+    static const std::vector<bool> has_token = [&] {
+      std::vector<bool> has(256);
+      for (int b = 0; b < 256; ++b)
+        has[static_cast<size_t>(b)] =
+            !tokenizer->encode(std::string(1, static_cast<char>(b)), false, false).empty();
+      return has;
+    }();
+    if (has_token[static_cast<uint8_t>(c)]) kept.push_back(c);
+  }
+  const std::string decoded = tokenizer->decode(ids, true);
+  if (decoded != kept) finding("decode(encode(text)) differs from the text");
+  // The incremental detokenizer emits the same bytes for valid UTF-8 (it only ever holds back
+  // incomplete characters, replaced at the end).
+  IncrementalDetokenizer detok(*tokenizer, true);
+  std::string streamed;
+  for (const TokenId id : ids) streamed += detok.push(id);
+  streamed += detok.flush();
+  if (utf8::is_valid(decoded) && streamed != decoded)
+    finding("the incremental detokenizer differs from decode");
+  // Special tokens parsed from the text must also decode back to it when rendered.
+  refused_or_done("encode special", [&] {
+    const std::vector<TokenId> special = tokenizer->encode(text, false, true);
+    if (tokenizer->decode(special, true) != kept)
+      finding("decode(encode(text, parse_special)) differs from the text");
+  });
+}
+
+void write_seeds(const fs::path& dir) {
+  for (const char* target : {"gguf_file", "model_file", "head_file", "tokenizer_text"})
+    fs::create_directories(dir / target);
+  const SyntheticShape shape = small_shape();
+  for (const auto& [type, name] : {std::pair{kernels::WeightType::Q4_1, "small-q4_1.gguf"},
+                                   std::pair{kernels::WeightType::Q8_0, "small-q8_0.gguf"}}) {
+    write_synthetic_llama(dir / "model_file" / name, shape, type, 7);
+    fs::copy_file(dir / "model_file" / name, dir / "gguf_file" / name,
+                  fs::copy_options::overwrite_existing);
+  }
+  DraftHeadInfo info;
+  info.name = "fuzz-medusa";
+  info.domain = "code";
+  info.base_model_sha256 = std::string(64, 'a');
+  info.n_heads = 2;
+  info.n_embd = static_cast<int32_t>(shape.n_embd);
+  info.n_vocab = static_cast<int32_t>(shape.n_vocab);
+  save_draft_head(make_medusa_head(info), dir / "head_file" / "medusa.gguf");
+  info.type = "mtp";
+  info.name = "fuzz-mtp";
+  info.n_heads = 3;
+  info.taps = {0};
+  std::vector<TokenId> vocab;
+  for (TokenId t = 0; t < 40; ++t) vocab.push_back(t * 5);
+  save_draft_head(make_mtp_head(info, vocab), dir / "head_file" / "mtp-taps.gguf");
+  const char* prompts[] = {
+      "def add(a, b):\n    return a + b\n",
+      "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
+      "Caf\xC3\xA9 na\xC3\xAFve \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xF0\x9F\x98\x80  tabs\tand   "
+      "spaces",
+      "{\"key\": [1, 2.5e3, null], \"s\": \"\\u00e9\"}",
+  };
+  int i = 0;
+  for (const char* p : prompts) {
+    std::ofstream out(dir / "tokenizer_text" / ("prompt-" + std::to_string(i++) + ".txt"),
+                      std::ios::binary);
+    out << p;
+    if (!out) throw Error("could not write a tokenizer seed into " + dir.string());
+  }
+}
+
+bool embedded_tokenizer_available() {
+  return embedded_tokenizer() != nullptr;
+}
+
+Target target_named(std::string_view name) {
+  if (name == "gguf_file") return gguf_file;
+  if (name == "model_file") return model_file;
+  if (name == "head_file") return head_file;
+  if (name == "tokenizer_text") return tokenizer_text;
+  return nullptr;
+}
+
+}  // namespace tokenfab::fuzz

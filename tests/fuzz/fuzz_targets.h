@@ -1,0 +1,41 @@
+#pragma once
+// Fuzz targets: what the app reads from files a user hands it, fed arbitrary bytes. Each target
+// returns normally when the input was accepted or refused with tokenfab::Error (the one clear
+// message the standards ask for); anything else — another exception, a crash, a sanitizer report,
+// a broken round trip — is a finding. The same functions run under libFuzzer
+// (tests/fuzz/libfuzzer, TOKENFAB_FUZZ=ON, clang) and, over the committed corpus, in the
+// test_fuzz_replay suite of every build.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string_view>
+
+namespace tokenfab::fuzz {
+
+// GgufFile::parse over the bytes, then every metadata value and tensor info read back.
+void gguf_file(std::span<const uint8_t> bytes);
+// The bytes as a model file: LlamaModel::load, the tokenizer and the chat template from it, and
+// when all load, a prompt encoded and decoded.
+void model_file(std::span<const uint8_t> bytes);
+// The bytes as a draft-head file: load_draft_head, then check_head_matches against its own info.
+void head_file(std::span<const uint8_t> bytes);
+// The bytes as prompt text for the embedded model's tokenizer (skipped when its file is absent):
+// decode(encode(text)) gives back the text less the bytes the vocabulary has no token for, and
+// the incremental detokenizer gives back what decode does for valid UTF-8.
+void tokenizer_text(std::span<const uint8_t> bytes);
+// Whether tokenizer_text has the embedded model's tokenizer to work on.
+bool embedded_tokenizer_available();
+
+// Writes the seed inputs into dir/<target>/: a small synthetic model in two weight types (for
+// gguf_file and model_file), a medusa head and an mtp head with layer taps of that model's shape
+// (head_file), and a few prompts with chat markup (tokenizer_text). Throws Error on failure.
+void write_seeds(const std::filesystem::path& dir);
+
+// The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text"); null for any
+// other name.
+using Target = void (*)(std::span<const uint8_t>);
+Target target_named(std::string_view name);
+
+}  // namespace tokenfab::fuzz
