@@ -54,6 +54,7 @@ class GuiChatTest : public QObject {
   void model_and_device_mode_per_conversation();
   void context_lookup_is_saved_and_greedy_only();
   void drafted_reply_shows_draft_and_verify_time();
+  void damaged_saved_fields_are_left_out();
   void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
@@ -353,6 +354,41 @@ void GuiChatTest::drafted_reply_shows_draft_and_verify_time() {
   const QString expected = QStringLiteral("draft 0.00 + verify %1 ms a step")
                                .arg(stats.at("verify_ms_per_step").get<double>(), 0, 'f', 2);
   QVERIFY2(shown->toPlainText().contains(expected), qPrintable(shown->toPlainText()));
+}
+
+// A conversation whose saved settings and figures have other types than this build writes (a
+// database edited by hand, or damaged) still opens: each such field falls back or is left out,
+// and the rest is shown (a type error from the JSON library would have ended the app).
+void GuiChatTest::damaged_saved_fields_are_left_out() {
+  ChatSettingsBar bar;
+  bar.load(R"({"max_tokens": "many", "temperature": [1], "head": 5, "lookup": "yes", "top_k": 3})");
+  QCOMPARE(bar.max_tokens(), ChatSettingsBar().max_tokens());
+  QVERIFY(!bar.context_lookup());
+  QCOMPARE(nlohmann::json::parse(bar.to_json()).at("top_k").get<int>(), 3);
+
+  ChatPage page;
+  QVERIFY(page.database() != nullptr);
+  Conversations store(*page.database());
+  const int64_t conversation = store.create("damaged", R"({"max_tokens": {"a": 1}, "head": []})");
+  MessageRecord question;
+  question.conversation_id = conversation;
+  question.role = "user";
+  question.content = "How fast?";
+  store.add_message(question);
+  MessageRecord answer = question;
+  answer.role = "assistant";
+  answer.content = "Quite.";
+  answer.stats_json = R"({"ttft_ms": "fast", "tokens": "12", "decode_tok_s": 88.5, "state": 7,)"
+                      R"( "draft_ms_per_step": 0.5, "verify_ms_per_step": null})";
+  store.add_message(answer);
+  page.select_conversation(conversation);
+  QCOMPARE(page.head_choice(), QString("none"));
+  auto* shown = page.findChild<QTextBrowser*>();
+  QVERIFY(shown != nullptr);
+  const QString text = shown->toPlainText();
+  QVERIFY2(text.contains("Quite.") && text.contains("88.5 tok/s"), qPrintable(text));
+  QVERIFY2(!text.contains("TTFT") && !text.contains("tokens") && !text.contains("verify"),
+           qPrintable(text));
 }
 
 void GuiChatTest::start_long_reply(EngineBridge& bridge, ChatPage& page) {

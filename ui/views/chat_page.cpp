@@ -15,6 +15,7 @@
 #include <QTextBrowser>
 #include <QVBoxLayout>
 #include <exception>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -40,24 +41,32 @@ MessageView message_view(const QString& role, const QString& content, const QStr
   return view;
 }
 
-// One line of figures for an assistant message, from its stats_json.
+// One line of figures for an assistant message, from its stats_json. A field of another type
+// than this build writes (a database edited by hand, or damaged) is left out, not thrown on.
 QString stats_line(const std::string& stats_json) {
   const nlohmann::json j = nlohmann::json::parse(stats_json, nullptr, false);
   if (!j.is_object() || j.empty()) return {};
+  const auto number = [&](const char* key) -> std::optional<double> {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
   QStringList parts;
-  if (j.contains("ttft_ms"))
-    parts << QStringLiteral("TTFT %1 ms").arg(j["ttft_ms"].get<double>(), 0, 'f', 0);
-  if (j.contains("decode_tok_s"))
-    parts << QStringLiteral("%1 tok/s").arg(j["decode_tok_s"].get<double>(), 0, 'f', 1);
-  if (j.contains("tokens")) parts << QStringLiteral("%1 tokens").arg(j["tokens"].get<int64_t>());
-  if (j.contains("accept_per_step"))
-    parts << QStringLiteral("ACCEPT/STEP %1").arg(j["accept_per_step"].get<double>(), 0, 'f', 2);
-  if (j.contains("draft_ms_per_step") && j.contains("verify_ms_per_step"))
+  if (const auto v = number("ttft_ms")) parts << QStringLiteral("TTFT %1 ms").arg(*v, 0, 'f', 0);
+  if (const auto v = number("decode_tok_s")) parts << QStringLiteral("%1 tok/s").arg(*v, 0, 'f', 1);
+  if (const auto it = j.find("tokens"); it != j.end() && it->is_number_integer())
+    parts << QStringLiteral("%1 tokens").arg(it->get<int64_t>());
+  if (const auto v = number("accept_per_step"))
+    parts << QStringLiteral("ACCEPT/STEP %1").arg(*v, 0, 'f', 2);
+  const auto draft = number("draft_ms_per_step");
+  const auto verify = number("verify_ms_per_step");
+  if (draft && verify)
     parts << QStringLiteral("draft %1 + verify %2 ms a step")
-                 .arg(j["draft_ms_per_step"].get<double>(), 0, 'f', 2)
-                 .arg(j["verify_ms_per_step"].get<double>(), 0, 'f', 2);
-  if (j.contains("state") && j["state"] != "finished")
-    parts << from_std(j["state"].get<std::string>());
+                 .arg(*draft, 0, 'f', 2)
+                 .arg(*verify, 0, 'f', 2);
+  if (const auto it = j.find("state");
+      it != j.end() && it->is_string() && it->get<std::string>() != "finished")
+    parts << from_std(it->get<std::string>());
   return parts.join(QStringLiteral(" · "));
 }
 

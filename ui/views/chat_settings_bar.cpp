@@ -119,22 +119,35 @@ std::string ChatSettingsBar::to_json() const {
       .dump();
 }
 
+// A saved setting, or `fallback` when it is absent or of another type (a database edited by hand
+// or damaged loses that setting, not the conversation).
+namespace {
+template <typename T>
+T field(const nlohmann::json& j, const char* key, T fallback) {
+  try {
+    return j.value(key, fallback);
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+}  // namespace
+
 void ChatSettingsBar::load(const std::string& settings_json) {
   nlohmann::json j = nlohmann::json::parse(settings_json, nullptr, false);
   if (!j.is_object()) j = nlohmann::json::object();
   const QSignalBlocker block(this);  // loading is not a change to save
   const SamplingParams defaults;
-  max_tokens_->setValue(j.value("max_tokens", kDefaultMaxTokens));
-  temperature_->setValue(j.value("temperature", kDefaultTemperature));
-  top_k_->setValue(j.value("top_k", defaults.top_k));
-  top_p_->setValue(j.value("top_p", static_cast<double>(defaults.top_p)));
-  min_p_->setValue(j.value("min_p", static_cast<double>(defaults.min_p)));
-  lookup_->setChecked(j.value("lookup", false));
+  max_tokens_->setValue(field(j, "max_tokens", kDefaultMaxTokens));
+  temperature_->setValue(field(j, "temperature", kDefaultTemperature));
+  top_k_->setValue(field(j, "top_k", defaults.top_k));
+  top_p_->setValue(field(j, "top_p", static_cast<double>(defaults.top_p)));
+  min_p_->setValue(field(j, "min_p", static_cast<double>(defaults.min_p)));
+  lookup_->setChecked(field(j, "lookup", false));
   // A head that is no longer registered (or belongs to another model) falls back to none.
-  if (!set_head_choice(QString::fromStdString(j.value("head", std::string("none")))))
+  if (!set_head_choice(QString::fromStdString(field(j, "head", std::string("none")))))
     set_head_choice(QStringLiteral("none"));
-  show_model(QString::fromStdString(j.value("model", std::string())));
-  if (!set_mode_choice(QString::fromStdString(j.value("mode", std::string()))))
+  show_model(QString::fromStdString(field(j, "model", std::string())));
+  if (!set_mode_choice(QString::fromStdString(field(j, "mode", std::string()))))
     set_mode_choice(QString());
 }
 
