@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -17,10 +21,12 @@
 #include "core/model/model_files.h"
 #include "core/model/synthetic_model.h"
 #include "core/runtime/generator.h"
+#include "core/runtime/sampler.h"
 #include "core/speculative/draft_head.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/utf8.h"
+#include "kernels/cpu/candidates.h"
 
 namespace tokenfab::fuzz {
 
@@ -238,7 +244,8 @@ void tokenizer_text(std::span<const uint8_t> bytes) {
 }
 
 void write_seeds(const fs::path& dir) {
-  for (const char* target : {"gguf_file", "model_file", "head_file", "tokenizer_text"})
+  for (const char* target :
+       {"gguf_file", "model_file", "head_file", "tokenizer_text", "sampler_rows"})
     fs::create_directories(dir / target);
   const SyntheticShape shape = small_shape();
   for (const auto& [type, name] : {std::pair{kernels::WeightType::Q4_1, "small-q4_1.gguf"},
@@ -276,6 +283,90 @@ void write_seeds(const fs::path& dir) {
     out << p;
     if (!out) throw Error("could not write a tokenizer seed into " + dir.string());
   }
+  // Rows of 300 logits on a 1/4 grid (ties) with a -inf and a NaN, for the default parameters,
+  // greedy, and top-p alone.
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const auto& [name, params] :
+       {std::pair{"default", SamplingParams{}}, std::pair{"greedy", SamplingParams{0.0f}},
+        std::pair{"top-p", SamplingParams{1.0f, 0, 0.5f, 0.0f, 3}}}) {
+    std::string bytes(24, '\0');
+    std::memcpy(bytes.data(), &params.temperature, 4);
+    std::memcpy(bytes.data() + 4, &params.top_p, 4);
+    std::memcpy(bytes.data() + 8, &params.min_p, 4);
+    std::memcpy(bytes.data() + 12, &params.top_k, 4);
+    std::memcpy(bytes.data() + 16, &params.seed, 8);
+    for (int i = 0; i < 300; ++i) {
+      float v = std::round(normal(rng) * 4.0f) / 4.0f;
+      if (i == 17) v = -std::numeric_limits<float>::infinity();
+      if (i == 42) v = std::nanf("");
+      bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+    std::ofstream out(dir / "sampler_rows" / (std::string(name) + ".bin"), std::ios::binary);
+    out << bytes;
+    if (!out) throw Error("could not write a sampler seed into " + dir.string());
+  }
+}
+
+void sampler_rows(std::span<const uint8_t> bytes) {
+  // temperature, top_p, min_p (f32), top_k (i32), seed (u64), then the row's logits (f32).
+  constexpr size_t kHeader = 4 * 4 + 8;
+  if (bytes.size() < kHeader + sizeof(float)) return;
+  const auto read = [&](size_t at, auto& v) { std::memcpy(&v, bytes.data() + at, sizeof v); };
+  SamplingParams p;
+  read(0, p.temperature);
+  read(4, p.top_p);
+  read(8, p.min_p);
+  read(12, p.top_k);
+  read(16, p.seed);
+  try {
+    p.validate();
+  } catch (const Error&) {
+    return;  // refused with one message: what the CLI and the app do with such flags
+  }
+  const size_t n = std::min<size_t>((bytes.size() - kHeader) / sizeof(float), 4096);
+  std::vector<float> logits(n);
+  std::memcpy(logits.data(), bytes.data() + kHeader, n * sizeof(float));
+
+  const kernels::CandidateFilter filter = candidate_filter(p);
+  std::vector<float> cand_logits;
+  std::vector<int32_t> cand_ids;
+  const auto vocab = static_cast<int64_t>(n);
+  const int32_t count = kernels::filter_candidates(
+      logits.data(), vocab, filter, kernels::candidate_slots(filter, vocab), cand_logits, cand_ids);
+  Sampler whole(p);
+  Sampler filtered(p);
+  const LogitRow whole_row(logits);
+  const LogitRow row = count < 0 ? whole_row
+                                 : LogitRow(std::span<const float>(cand_logits.data(), count),
+                                            std::span<const int32_t>(cand_ids.data(), count),
+                                            kernels::top_k_limits(filter, vocab));
+  for (int32_t c = 0; c < std::max(count, 0); ++c)
+    if (cand_ids[static_cast<size_t>(c)] < 0 || cand_ids[static_cast<size_t>(c)] >= vocab)
+      finding("a candidate id outside the row");
+  std::mt19937_64 drafts(p.seed);
+  for (int draw = 0; draw < 4; ++draw) {
+    int32_t a = -1, b = -1;
+    refused_or_done("sample (whole row)", [&] { a = whole.sample(whole_row); });
+    refused_or_done("sample (candidates)", [&] { b = filtered.sample(row); });
+    if (a != b) finding("candidates drew another token than the whole row");
+    if (a != -1 && (a < 0 || a >= vocab)) finding("a sampled token outside the row");
+    const auto draft = static_cast<int32_t>(drafts() % n);
+    bool accepted_whole = false, accepted_filtered = false;
+    refused_or_done("accept_draft", [&] {
+      accepted_whole = whole.accept_draft(whole_row, draft);
+      accepted_filtered = filtered.accept_draft(row, draft);
+    });
+    if (accepted_whole != accepted_filtered)
+      finding("candidates accepted a draft differently from the whole row");
+    if (!accepted_whole) {
+      refused_or_done("sample_rejected", [&] {
+        a = whole.sample_rejected(whole_row, draft);
+        b = filtered.sample_rejected(row, draft);
+      });
+      if (a != b) finding("candidates resampled a rejection differently from the whole row");
+    }
+  }
 }
 
 bool embedded_tokenizer_available() {
@@ -287,6 +378,7 @@ Target target_named(std::string_view name) {
   if (name == "model_file") return model_file;
   if (name == "head_file") return head_file;
   if (name == "tokenizer_text") return tokenizer_text;
+  if (name == "sampler_rows") return sampler_rows;
   return nullptr;
 }
 

@@ -25,16 +25,22 @@ void head_file(std::span<const uint8_t> bytes);
 // decode(encode(text)) gives back the text less the bytes the vocabulary has no token for, and
 // the incremental detokenizer gives back what decode does for valid UTF-8.
 void tokenizer_text(std::span<const uint8_t> bytes);
+// The bytes as sampling parameters and one row of logits (any floats: NaN, ±inf, ties, −0): a
+// Sampler drawing from the row's candidates, as a GPU sends them back
+// (kernels::filter_candidates under candidate_filter), draws, accepts and resamples exactly as
+// one drawing from the whole row, from the same seed, and every token lies in the row.
+void sampler_rows(std::span<const uint8_t> bytes);
 // Whether tokenizer_text has the embedded model's tokenizer to work on.
 bool embedded_tokenizer_available();
 
 // Writes the seed inputs into dir/<target>/: a small synthetic model in two weight types (for
 // gguf_file and model_file), a medusa head and an mtp head with layer taps of that model's shape
-// (head_file), and a few prompts with chat markup (tokenizer_text). Throws Error on failure.
+// (head_file), a few prompts with chat markup (tokenizer_text), and rows of logits with the
+// default and the greedy parameters (sampler_rows). Throws Error on failure.
 void write_seeds(const std::filesystem::path& dir);
 
-// The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text"); null for any
-// other name.
+// The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text",
+// "sampler_rows"); null for any other name.
 using Target = void (*)(std::span<const uint8_t>);
 Target target_named(std::string_view name);
 

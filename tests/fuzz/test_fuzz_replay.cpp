@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kTargets[] = {"gguf_file", "model_file", "head_file", "tokenizer_text"};
+const char* const kTargets[] = {"gguf_file", "model_file", "head_file", "tokenizer_text",
+                                "sampler_rows"};
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
