@@ -23,6 +23,10 @@
 #include "core/runtime/generator.h"
 #include "core/runtime/sampler.h"
 #include "core/speculative/draft_head.h"
+#include "core/storage/conversations.h"
+#include "core/storage/database.h"
+#include "core/storage/registry.h"
+#include "core/storage/runs.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/utf8.h"
@@ -137,6 +141,62 @@ void read_value(const gguf::Value& v) {
   refused_or_done("Value::as_float_array", [&] { (void)v.as_float_array(); });
 }
 
+// A database with a row in every table, its WAL folded into the file (closed last).
+void write_database_seed(const fs::path& path) {
+  {
+    const std::unique_ptr<Database> db = Database::open(path);
+    Registry registry(*db);
+    ModelRecord model;
+    model.sha256 = std::string(64, 'a');
+    model.name = "small";
+    model.path = "models/small.gguf";
+    registry.add_model(model);
+    DomainRecord domain;
+    domain.name = "code";
+    domain.description = "source code";
+    domain.source = "builtin";
+    registry.add_domain(domain);
+    HeadRecord head;
+    head.name = "code-mtp";
+    head.domain = "code";
+    head.type = "mtp";
+    head.base_model_sha256 = model.sha256;
+    head.file = "heads/code-mtp.gguf";
+    head.summary_json = R"({"simulated_accept_per_step": 2.1, "curve": {"step": [1]}})";
+    EvaluationRecord evaluation;
+    evaluation.head_id = registry.add_head(head);
+    evaluation.domain = "code";
+    evaluation.spec = "chain";
+    evaluation.accept_per_step = 2.1;
+    evaluation.per_position = {0.6, 0.4};
+    evaluation.decode_tok_s = 300;
+    evaluation.baseline_decode_tok_s = 250;
+    evaluation.target_quant = "native";
+    evaluation.prompts = 3;
+    evaluation.tokens = 96;
+    registry.add_evaluation(evaluation);
+    Conversations conversations(*db);
+    MessageRecord message;
+    message.conversation_id = conversations.create("seed", R"({"temperature": 0})");
+    message.role = "user";
+    message.content = "Hello";
+    conversations.add_message(message);
+    message.role = "assistant";
+    message.content = "Hi.";
+    message.stats_json = R"({"decode_tok_s": 88.5})";
+    conversations.add_message(message);
+    RunRecord run;
+    run.kind = "serve-bench";
+    run.title = "seed";
+    run.model = "small.gguf";
+    run.config_json = R"({"requests": 4})";
+    run.summary_json = R"({"throughput_tok_s": 512})";
+    RunStore(*db).add(run);
+  }
+  std::error_code ec;
+  for (const char* side : {"-wal", "-shm"}) fs::remove(path.string() + side, ec);
+}
+
 }  // namespace
 
 void gguf_file(std::span<const uint8_t> bytes) {
@@ -245,7 +305,7 @@ void tokenizer_text(std::span<const uint8_t> bytes) {
 
 void write_seeds(const fs::path& dir) {
   for (const char* target :
-       {"gguf_file", "model_file", "head_file", "tokenizer_text", "sampler_rows"})
+       {"gguf_file", "model_file", "head_file", "tokenizer_text", "sampler_rows", "database_file"})
     fs::create_directories(dir / target);
   const SyntheticShape shape = small_shape();
   for (const auto& [type, name] : {std::pair{kernels::WeightType::Q4_1, "small-q4_1.gguf"},
@@ -306,6 +366,7 @@ void write_seeds(const fs::path& dir) {
     out << bytes;
     if (!out) throw Error("could not write a sampler seed into " + dir.string());
   }
+  write_database_seed(dir / "database_file" / "registry.db");
 }
 
 void sampler_rows(std::span<const uint8_t> bytes) {
@@ -369,6 +430,33 @@ void sampler_rows(std::span<const uint8_t> bytes) {
   }
 }
 
+void database_file(std::span<const uint8_t> bytes) {
+  const ScratchFile file("-tokenfab.db", bytes);
+  refused_or_done("database", [&] {
+    const std::unique_ptr<Database> db = Database::open(file.path());
+    Registry registry(*db);
+    (void)registry.domains();
+    for (const HeadRecord& head : registry.heads()) {
+      refused_or_done("evaluations", [&] { (void)registry.evaluations(head.id); });
+      refused_or_done("head file", [&] { (void)registry.head_file(head); });
+      (void)registry.find_head(std::to_string(head.id));
+      (void)registry.find_head(head.name);
+      (void)registry.find_model(head.base_model_sha256);
+      refused_or_done("best head", [&] {
+        (void)registry.best_head_for(head.domain, head.base_model_sha256, "chain");
+      });
+    }
+    Conversations conversations(*db);
+    for (const ConversationRecord& c : conversations.list())
+      refused_or_done("messages", [&] { (void)conversations.messages(c.id); });
+    (void)conversations.search("a");
+    RunStore runs(*db);
+    for (const RunRecord& run : runs.list()) (void)runs.get(run.id);
+  });
+  std::error_code ec;
+  for (const char* side : {"-wal", "-shm", "-journal"}) fs::remove(file.path().string() + side, ec);
+}
+
 bool embedded_tokenizer_available() {
   return embedded_tokenizer() != nullptr;
 }
@@ -379,6 +467,7 @@ Target target_named(std::string_view name) {
   if (name == "head_file") return head_file;
   if (name == "tokenizer_text") return tokenizer_text;
   if (name == "sampler_rows") return sampler_rows;
+  if (name == "database_file") return database_file;
   return nullptr;
 }
 

@@ -30,17 +30,22 @@ void tokenizer_text(std::span<const uint8_t> bytes);
 // (kernels::filter_candidates under candidate_filter), draws, accepts and resamples exactly as
 // one drawing from the whole row, from the same seed, and every token lies in the row.
 void sampler_rows(std::span<const uint8_t> bytes);
+// The bytes as the registry's database file: opened (migrated), then every table read through
+// the stores the app uses (models, domains, heads with their evaluations and files, the best head
+// per domain, conversations with their messages, runs).
+void database_file(std::span<const uint8_t> bytes);
 // Whether tokenizer_text has the embedded model's tokenizer to work on.
 bool embedded_tokenizer_available();
 
 // Writes the seed inputs into dir/<target>/: a small synthetic model in two weight types (for
 // gguf_file and model_file), a medusa head and an mtp head with layer taps of that model's shape
 // (head_file), a few prompts with chat markup (tokenizer_text), and rows of logits with the
-// default and the greedy parameters (sampler_rows). Throws Error on failure.
+// default and the greedy parameters (sampler_rows), and a database holding a row of every table
+// (database_file). Throws Error on failure.
 void write_seeds(const std::filesystem::path& dir);
 
 // The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text",
-// "sampler_rows"); null for any other name.
+// "sampler_rows", "database_file"); null for any other name.
 using Target = void (*)(std::span<const uint8_t>);
 Target target_named(std::string_view name);
 

@@ -11,6 +11,8 @@
 
 #include "core/model/llama_model.h"
 #include "core/speculative/draft_head.h"
+#include "core/storage/database.h"
+#include "core/storage/registry.h"
 #include "tests/fuzz/fuzz_targets.h"
 
 using namespace tokenfab;
@@ -18,8 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kTargets[] = {"gguf_file", "model_file", "head_file", "tokenizer_text",
-                                "sampler_rows"};
+const char* const kTargets[] = {"gguf_file",      "model_file",   "head_file",
+                                "tokenizer_text", "sampler_rows", "database_file"};
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -56,6 +58,10 @@ class TestFuzzReplay : public QObject {
     QCOMPARE(heads.size(), size_t{2});
     for (const fs::path& p : heads) QCOMPARE(load_draft_head(p).info.n_embd, 64);
     QVERIFY(!files_in(seeds() / "tokenizer_text").empty());
+    // (A copy: opening the seed itself would leave its WAL files among the inputs.)
+    const fs::path copy = fs::path(checks_.path().toStdString()) / "registry.db";
+    fs::copy_file(seeds() / "database_file" / "registry.db", copy);
+    QCOMPARE(Registry(*Database::open(copy)).heads().size(), size_t{1});
     if (!fuzz::embedded_tokenizer_available())
       qWarning("the embedded model is not fetched: tokenizer_text inputs pass without a tokenizer");
   }
@@ -85,6 +91,7 @@ class TestFuzzReplay : public QObject {
  private:
   fs::path seeds() const { return fs::path(dir_.path().toStdString()); }
   QTemporaryDir dir_;
+  QTemporaryDir checks_;
 };
 
 QTEST_GUILESS_MAIN(TestFuzzReplay)
