@@ -13,6 +13,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "core/common/error.h"
@@ -85,12 +86,6 @@ void refused_or_done(const char* what, F&& body) {
   }
 }
 
-// The small model heads are tried against: the smallest synthetic shape the writer allows (its
-// vocabulary is the byte-level minimum), written once per process.
-struct SmallModel {
-  std::unique_ptr<LlamaModel> model;
-};
-
 SyntheticShape small_shape() {
   SyntheticShape shape;
   shape.name = "fuzz-small";
@@ -104,16 +99,19 @@ SyntheticShape small_shape() {
   return shape;
 }
 
-const SmallModel& small_model() {
+// The small model heads are tried against: the smallest synthetic shape the writer allows (its
+// vocabulary is the byte-level minimum), written once per process. (Its file is removed at once:
+// the loaded model keeps its mapping.)
+const LlamaModel& small_model() {
   static std::once_flag once;
-  static SmallModel small;
+  static std::unique_ptr<LlamaModel> model;
   std::call_once(once, [] {
     const fs::path path = scratch_file("-small-model.gguf");
     write_synthetic_llama(path, small_shape(), kernels::WeightType::Q8_0, 7);
-    small.model = LlamaModel::load(path);
+    model = LlamaModel::load(path);
     fs::remove(path);
   });
-  return small;
+  return *model;
 }
 
 // The embedded model's tokenizer, when its file is here (null otherwise).
@@ -245,8 +243,8 @@ void head_file(std::span<const uint8_t> bytes) {
   const ScratchFile file("-head.gguf", bytes);
   refused_or_done("draft head load", [&] {
     const DraftHead head = load_draft_head(file.path());
-    const SmallModel& small = small_model();
-    const HParams& hp = small.model->hparams();
+    const LlamaModel& small = small_model();
+    const HParams& hp = small.hparams();
     check_head_matches(head.info, head.info.base_model_sha256, head.info.n_embd, head.info.n_vocab,
                        "fuzz");
     // A head of the small model's shape is put to work as the engine would.
@@ -257,9 +255,9 @@ void head_file(std::span<const uint8_t> bytes) {
       std::vector<TokenId> draft;
       std::vector<int32_t> parent;
       const std::vector<int32_t> chain(static_cast<size_t>(head.n_heads()), 1);
-      head.mtp_propose(*small.model, h.data(), 5, chain, head.n_heads(), draft, parent);
+      head.mtp_propose(small, h.data(), 5, chain, head.n_heads(), draft, parent);
       const std::vector<int32_t> tree{2, 2};
-      head.mtp_propose_best_first(*small.model, h.data(), 5, tree, 6, draft, parent);
+      head.mtp_propose_best_first(small, h.data(), 5, tree, 6, draft, parent);
     } else {
       std::vector<float> z(static_cast<size_t>(d));
       for (int k = 0; k < head.n_heads(); ++k) head.residual(k, h.data(), 1, z.data());
