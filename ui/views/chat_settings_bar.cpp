@@ -119,9 +119,9 @@ std::string ChatSettingsBar::to_json() const {
       .dump();
 }
 
+namespace {
 // A saved setting, or `fallback` when it is absent or of another type (a database edited by hand
 // or damaged loses that setting, not the conversation).
-namespace {
 template <typename T>
 T field(const nlohmann::json& j, const char* key, T fallback) {
   try {
