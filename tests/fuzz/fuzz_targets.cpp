@@ -245,8 +245,6 @@ void head_file(std::span<const uint8_t> bytes) {
     const DraftHead head = load_draft_head(file.path());
     const LlamaModel& small = small_model();
     const HParams& hp = small.hparams();
-    check_head_matches(head.info, head.info.base_model_sha256, head.info.n_embd, head.info.n_vocab,
-                       "fuzz");
     // A head of the small model's shape is put to work as the engine would.
     check_head_matches(head.info, head.info.base_model_sha256, hp.n_embd, hp.n_vocab, "fuzz-small");
     const int64_t d = hp.n_embd;
@@ -272,17 +270,16 @@ void tokenizer_text(std::span<const uint8_t> bytes) {
   std::vector<TokenId> ids;
   refused_or_done("encode", [&] { ids = tokenizer->encode(text, false, false); });
   // Byte-level BPE gives back every byte it has a token for.
+  static const std::vector<bool> has_token = [&] {
+    std::vector<bool> has(256);
+    for (int b = 0; b < 256; ++b)
+      has[static_cast<size_t>(b)] =
+          !tokenizer->encode(std::string(1, static_cast<char>(b)), false, false).empty();
+    return has;
+  }();
   std::string kept;
-  for (const char c : text) {
-    static const std::vector<bool> has_token = [&] {
-      std::vector<bool> has(256);
-      for (int b = 0; b < 256; ++b)
-        has[static_cast<size_t>(b)] =
-            !tokenizer->encode(std::string(1, static_cast<char>(b)), false, false).empty();
-      return has;
-    }();
+  for (const char c : text)
     if (has_token[static_cast<uint8_t>(c)]) kept.push_back(c);
-  }
   const std::string decoded = tokenizer->decode(ids, true);
   if (decoded != kept) finding("decode(encode(text)) differs from the text");
   // The incremental detokenizer emits the same bytes for valid UTF-8 (it only ever holds back

@@ -19,7 +19,8 @@ void gguf_file(std::span<const uint8_t> bytes);
 // The bytes as a model file: LlamaModel::load, the tokenizer and the chat template from it, and
 // when all load, a prompt encoded and decoded.
 void model_file(std::span<const uint8_t> bytes);
-// The bytes as a draft-head file: load_draft_head, then check_head_matches against its own info.
+// The bytes as a draft-head file: load_draft_head, then, when check_head_matches finds it of a
+// small model's shape, its proposals (mtp) or residual blocks (medusa) on that model.
 void head_file(std::span<const uint8_t> bytes);
 // The bytes as prompt text for the embedded model's tokenizer (skipped when its file is absent):
 // decode(encode(text)) gives back the text less the bytes the vocabulary has no token for, and
