@@ -8,6 +8,8 @@
 
 #include <QSignalSpy>
 #include <QtTest>
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -52,9 +54,13 @@ class GuiDevicesTest : public QObject {
   void initTestCase();
   void roofline_matches_hand_computed_limits();
   void page_shows_devices_and_roofline_of_a_real_run();
+  void limits_measured_while_busy_are_measured_again_when_idle();
   void apply_rejects_overlapping_roles_and_applies_valid_ones();
 
  private:
+  // A finished disaggregated run of kPrompts (24 tokens each); the engine is idle.
+  std::shared_ptr<const EngineSnapshot> idle_run_snapshot();
+
   std::unique_ptr<LlamaModel> model_;
   std::optional<Tokenizer> tokenizer_;
 };
@@ -85,7 +91,7 @@ void GuiDevicesTest::roofline_matches_hand_computed_limits() {
   QCOMPARE(p.bound_s, 0.0);
 }
 
-void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
+std::shared_ptr<const EngineSnapshot> GuiDevicesTest::idle_run_snapshot() {
   EngineConfig config;
   config.devices = "";
   config.prefill = "cpu:0";
@@ -100,7 +106,11 @@ void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
     engine.submit(std::move(request));
   }
   engine.wait_idle();
-  const auto snapshot = std::make_shared<const EngineSnapshot>(engine.snapshot());
+  return std::make_shared<const EngineSnapshot>(engine.snapshot());
+}
+
+void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
+  const auto snapshot = idle_run_snapshot();
   QCOMPARE(snapshot->devices.size(), size_t{2});
 
   DevicesPage page;
@@ -131,6 +141,7 @@ void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
   QTRY_VERIFY_WITH_TIMEOUT(page.limits(threads).has_value(), 120000);
   QVERIFY(page.limits(threads)->bandwidth_gbs > 0);
   QVERIFY(page.limits(threads)->peak_gmacs > 0);
+  QVERIFY(!page.limits_provisional(threads));  // the engine was idle throughout
   page.on_snapshot(snapshot);
   QCOMPARE(page.roofline_points(decode, "measured"), timed_steps);
   QCOMPARE(page.roofline_points(decode, "memory"), timed_steps);
@@ -140,8 +151,56 @@ void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
       qPrintable(page.roofline_summary(decode)));
   QVERIFY2(page.roofline_summary(decode).contains(QString("%1 kernels").arg(cpu_matmul_kernels())),
            qPrintable(page.roofline_summary(decode)));
+  QVERIFY2(!page.roofline_summary(decode).contains("measured again"),
+           qPrintable(page.roofline_summary(decode)));
   qInfo().noquote() << decode << page.roofline_summary(decode);
   QCOMPARE(page.roofline_points("cpu:9", "measured"), -1);
+
+  // The time axis ends at the newest step and spans at least a second, back to the oldest one.
+  const auto& steps = snapshot->devices[1].recent_steps;
+  const double oldest = std::chrono::duration<double>(steps.front().end - steps.back().end).count();
+  const auto [x_min, x_max] = page.roofline_x_range(decode);
+  QCOMPARE(x_max, 0.0);
+  QVERIFY2(x_min <= std::min(oldest, -1.0), qPrintable(QString::number(x_min)));
+}
+
+// Limits measured while the engine had a request are marked provisional and said to be so; the
+// next snapshot of an idle engine measures them again, which clears the mark and keeps the
+// higher value of each limit.
+void GuiDevicesTest::limits_measured_while_busy_are_measured_again_when_idle() {
+  const auto idle = idle_run_snapshot();
+  auto busy_copy = std::make_shared<EngineSnapshot>(*idle);
+  RequestInfo running;
+  running.id = 99;
+  running.state = RequestState::kDecoding;
+  busy_copy->requests.push_back(running);
+  const std::shared_ptr<const EngineSnapshot> busy = busy_copy;
+  const QString decode = QString::fromStdString(idle->devices[1].name);
+  const int threads = idle->devices[1].threads;
+
+  DevicesPage page;
+  QSignalSpy measured(&page, &DevicesPage::limitsMeasured);
+  page.on_snapshot(busy);
+  page.set_model(model_.get());
+  QTRY_VERIFY_WITH_TIMEOUT(measured.count() >= 1, 120000);
+  QVERIFY(page.limits(threads).has_value());
+  QVERIFY(page.limits_provisional(threads));
+  QVERIFY2(page.roofline_summary(decode).contains("measured again when it is idle"),
+           qPrintable(page.roofline_summary(decode)));
+  const MachineLimits first = *page.limits(threads);
+
+  // Still busy: nothing is measured again.
+  page.on_snapshot(busy);
+  QTest::qWait(200);
+  QCOMPARE(measured.count(), 1);
+
+  page.on_snapshot(idle);
+  QTRY_VERIFY_WITH_TIMEOUT(measured.count() >= 2, 120000);
+  QVERIFY(!page.limits_provisional(threads));
+  QVERIFY(page.limits(threads)->bandwidth_gbs >= first.bandwidth_gbs);
+  QVERIFY(page.limits(threads)->peak_gmacs >= first.peak_gmacs);
+  QVERIFY2(!page.roofline_summary(decode).contains("measured again"),
+           qPrintable(page.roofline_summary(decode)));
 }
 
 void GuiDevicesTest::apply_rejects_overlapping_roles_and_applies_valid_ones() {

@@ -31,6 +31,17 @@ const QStringList kTableHeader = {
 const QStringList kRoles = {"unused", "prefill", "decode", "both"};
 enum RoleIndex { kUnused = 0, kPrefill = 1, kDecode = 2, kBoth = 3 };
 
+// No request queued, running or transferring.
+bool engine_idle(const EngineSnapshot& snapshot) {
+  return snapshot.requests.empty();
+}
+
+int64_t engine_steps(const EngineSnapshot& snapshot) {
+  int64_t steps = 0;
+  for (const DeviceSnapshot& d : snapshot.devices) steps += d.steps;
+  return steps;
+}
+
 int cpu_device_count() {
   return std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
 }
@@ -134,6 +145,7 @@ void DevicesPage::set_model(const LlamaModel* model) {
   model_ = model;
   ++model_generation_;
   limits_.clear();
+  provisional_.clear();
   if (last_snapshot_)
     for (const DeviceSnapshot& d : last_snapshot_->devices) wanted_.insert(d.threads);
   measure_next();
@@ -304,7 +316,8 @@ void DevicesPage::update_panel(Panel& panel, const DeviceSnapshot& device) {
   panel.chart->set_points("memory", memory);
   panel.chart->set_points("compute", compute);
   const double x_min = measured.isEmpty() ? -1.0 : measured.front().x();
-  panel.chart->fit_axes(x_min, 0.0);
+  // At least the last second, ending now (the newest step).
+  panel.chart->fit_axes(std::min(x_min, -1.0), 0.0);
 
   QString text;
   if (!model_) {
@@ -330,15 +343,28 @@ void DevicesPage::update_panel(Panel& panel, const DeviceSnapshot& device) {
                .arg(device.threads)
                .arg(QString::fromLatin1(cpu_matmul_kernels()));
   }
+  if (limits && limits_provisional(device.threads))
+    text +=
+        tr(" The limits were measured while the engine was running, which slows the probe; "
+           "they are measured again when it is idle.");
   if (panel.summary->text() != text) panel.summary->setText(text);
 }
 
 void DevicesPage::measure_next() {
-  if (!model_ || measuring_.load() || wanted_.empty()) return;
+  if (!model_ || measuring_.load()) return;
+  int threads = 0;
+  if (!wanted_.empty()) {
+    threads = *wanted_.begin();
+    wanted_.erase(wanted_.begin());
+    if (limits_.count(threads)) return measure_next();
+  } else if (!provisional_.empty() && last_snapshot_ && engine_idle(*last_snapshot_)) {
+    threads = *provisional_.begin();
+  } else {
+    return;
+  }
   join_measurer();  // the previous one has finished
-  const int threads = *wanted_.begin();
-  wanted_.erase(wanted_.begin());
-  if (limits_.count(threads)) return measure_next();
+  steps_at_start_ = last_snapshot_ ? engine_steps(*last_snapshot_) : 0;
+  busy_at_start_ = last_snapshot_ && !engine_idle(*last_snapshot_);
   measuring_ = true;
   const LlamaModel* model = model_;
   const uint64_t generation = model_generation_;
@@ -360,7 +386,19 @@ void DevicesPage::on_measured(int threads, MachineLimits limits, uint64_t genera
   measuring_ = false;
   join_measurer();
   if (generation == model_generation_) {
+    const bool busy =
+        busy_at_start_ || (last_snapshot_ && (!engine_idle(*last_snapshot_) ||
+                                              engine_steps(*last_snapshot_) != steps_at_start_));
+    const auto known = limits_.find(threads);
+    if (known != limits_.end()) {
+      limits.bandwidth_gbs = std::max(limits.bandwidth_gbs, known->second.bandwidth_gbs);
+      limits.peak_gmacs = std::max(limits.peak_gmacs, known->second.peak_gmacs);
+    }
     limits_[threads] = limits;
+    if (busy)
+      provisional_.insert(threads);
+    else
+      provisional_.erase(threads);
     if (last_snapshot_) update_panels(*last_snapshot_);
     emit limitsMeasured(threads);
   }
@@ -389,6 +427,11 @@ QString DevicesPage::cell(int row, int column) const {
 int DevicesPage::roofline_points(const QString& device, const QString& series) const {
   const auto it = panels_.find(device.toStdString());
   return it == panels_.end() ? -1 : it->second.chart->points(series);
+}
+
+std::pair<double, double> DevicesPage::roofline_x_range(const QString& device) const {
+  const auto it = panels_.find(device.toStdString());
+  return it == panels_.end() ? std::pair<double, double>{} : it->second.chart->x_range();
 }
 
 QString DevicesPage::roofline_summary(const QString& device) const {

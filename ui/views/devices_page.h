@@ -13,9 +13,13 @@
 //
 // The limits are measured on a background thread, once per distinct device thread count, after
 // the model loads (bandwidth and the model's matmul peak both depend on the threads used); the
-// panel says "measuring…" until its device's limits are in. The measuring thread reads the
-// model's weights: the page joins it before it is destroyed, and a measurement for a model that
-// has since been replaced is discarded.
+// panel says "measuring…" until its device's limits are in. A measurement shares the cores with
+// whatever the engine runs meanwhile, and steps then read the weights as fast as the probe reads
+// its buffer, so limits measured while the engine had requests or took steps are provisional:
+// the panel says so, and they are measured again at the next snapshot of an idle engine. Each
+// limit keeps the highest value measured (a busy core only ever makes a probe slower). The
+// measuring thread reads the model's weights: the page joins it before it is destroyed, and a
+// measurement for a model that has since been replaced is discarded.
 //
 // Works without a bridge: tests call set_model / on_snapshot directly; attach() connects the
 // bridge's loaded() and snapshotTaken().
@@ -28,6 +32,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/device/roofline.h"
@@ -78,7 +83,12 @@ class DevicesPage : public Page {
   // Points of a device's roofline series: "measured", "memory", "compute"; -1 when unknown.
   int roofline_points(const QString& device, const QString& series) const;
   QString roofline_summary(const QString& device) const;  // the sentence under the chart
+  // The roofline chart's time axis (seconds before the newest step); (0, 0) when unknown.
+  std::pair<double, double> roofline_x_range(const QString& device) const;
   std::optional<MachineLimits> limits(int threads) const;
+  // Whether the limits for `threads` were measured while the engine was busy (to be measured
+  // again when it is idle).
+  bool limits_provisional(int threads) const { return provisional_.count(threads) != 0; }
   int cpu_choices() const { return static_cast<int>(role_boxes_.size()); }
 
  public slots:
@@ -113,8 +123,12 @@ class DevicesPage : public Page {
 
   std::map<int, MachineLimits> limits_;  // by threads
   std::set<int> wanted_;                 // thread counts seen, not yet measured
+  std::set<int> provisional_;            // measured while the engine was busy
   std::thread measurer_;
   std::atomic<bool> measuring_{false};
+  // The running measurement's start: the engine's steps then, and whether it had requests.
+  int64_t steps_at_start_ = 0;
+  bool busy_at_start_ = false;
 
   QTableWidget* table_ = nullptr;
   QRadioButton* colocated_ = nullptr;

@@ -102,4 +102,8 @@ void TimeChart::fit_axes(double x_min, double x_max) {
   }
 }
 
+std::pair<double, double> TimeChart::x_range() const {
+  return {x_axis_->min(), x_axis_->max()};
+}
+
 }  // namespace tokenfab::ui

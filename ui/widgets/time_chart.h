@@ -12,6 +12,7 @@
 #include <QStringList>
 #include <map>
 #include <set>
+#include <utility>
 
 class QLineSeries;
 class QValueAxis;
@@ -44,6 +45,7 @@ class TimeChart : public QChartView {
   // x range [x_min, x_max] seconds; each y axis from 0 (or its data's minimum, when negative) to
   // a little above the largest point of its series (1 when there are none).
   void fit_axes(double x_min, double x_max);
+  std::pair<double, double> x_range() const;  // the x axis' (min, max)
 
  private:
   std::map<QString, QLineSeries*> series_;
