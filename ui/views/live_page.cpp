@@ -53,8 +53,8 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
       new BarChart("Accept length (completed requests)", "steps", "% of steps", std::nullopt, this);
   position_chart_ = new BarChart("Draft acceptance by position (completed requests)", "accepted",
                                  "% accepted", 100.0, this);
-  accept_chart_ = new TimeChart("ACCEPT/STEP and verifying step time (completed requests)",
-                                "tokens/step", this);
+  accept_chart_ =
+      new TimeChart("ACCEPT/STEP and verifying step time (completed requests)", "tok/step", this);
   accept_chart_->ensure_series("accept_per_step", "ACCEPT/STEP");
   // Where a verifying step's time goes, on an axis of its own: proposing its drafts, and the step.
   accept_chart_->ensure_series("draft_ms", "drafting, ms");
@@ -67,7 +67,7 @@ LivePage::LivePage(QWidget* parent) : Page(parent) {
   ttft_chart_ = new TimeChart("Time to first token (completed requests)", "ms", this);
   ttft_chart_->ensure_series("ttft_p50", "TTFT p50");
   ttft_chart_->ensure_series("ttft_p99", "TTFT p99");
-  kv_chart_ = new TimeChart("KV cache owned per device", "% of blocks", this);
+  kv_chart_ = new TimeChart("KV cache owned per device", "% blocks", this);
   transfer_chart_ = new TimeChart("KV transfer (transfers ended per interval)", "GB/s", this);
   transfer_chart_->ensure_series("transfer_gb_s", "GB/s over copy time");
 
