@@ -348,6 +348,23 @@ void CliTest::bad_input_data() {
   QTest::addColumn<QString>("message");  // a substring the one stderr line must contain
   QTest::addColumn<bool>("needs_model");
 
+  QTest::newRow("no command") << QStringList{} << "tokenfab-cli needs a command: fetch, info"
+                              << false;
+  QTest::newRow("unknown command")
+      << QStringList{"frobnicate"}
+      << "unknown command 'frobnicate' for tokenfab-cli (commands: fetch, info" << false;
+  QTest::newRow("unknown heads command")
+      << QStringList{"heads", "retrain"}
+      << "unknown command 'retrain' for heads (commands: train, eval, list" << false;
+  QTest::newRow("unknown option where a command is needed")
+      << QStringList{"heads", "--verbose"}
+      << "unknown option '--verbose' for heads, which needs a command: train" << false;
+  QTest::newRow("unknown flag")
+      << QStringList{"generate", "--prompt", "hi", "--temprature", "0.5"}
+      << "arguments were not expected" << false;
+  QTest::newRow("flag value of the wrong type")
+      << QStringList{"generate", "--prompt", "hi", "--max-tokens", "many"}
+      << "Could not convert: --max-tokens = many" << false;
   QTest::newRow("missing model file")
       << QStringList{"generate", "--model", "/nonexistent.gguf", "--prompt", "hi"}
       << "model file not found: /nonexistent.gguf" << false;
