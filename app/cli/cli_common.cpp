@@ -1,6 +1,8 @@
 #include "cli_common.h"
 
+#include <cstdint>
 #include <iostream>
+#include <limits>
 #include <thread>
 
 #include "core/common/error.h"
@@ -28,6 +30,7 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& s) {
   cmd.add_option("--temperature", s.temperature, "sampling temperature; 0 is greedy")
       ->capture_default_str();
   cmd.add_option("--top-k", s.top_k, "keep the K most likely tokens (0 disables)")
+      ->check(CLI::Range(0, std::numeric_limits<int32_t>::max()))
       ->capture_default_str();
   cmd.add_option("--top-p", s.top_p, "nucleus sampling mass (1 disables)")->capture_default_str();
   cmd.add_option("--min-p", s.min_p, "drop tokens below min-p × the top probability")

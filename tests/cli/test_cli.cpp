@@ -365,6 +365,9 @@ void CliTest::bad_input_data() {
   QTest::newRow("flag value of the wrong type")
       << QStringList{"generate", "--prompt", "hi", "--max-tokens", "many"}
       << "Could not convert: --max-tokens = many" << false;
+  QTest::newRow("negative top-k")
+      << QStringList{"generate", "--prompt", "hi", "--top-k", "-5"}
+      << "--top-k: Value -5 not in range 0 to" << false;
   QTest::newRow("missing model file")
       << QStringList{"generate", "--model", "/nonexistent.gguf", "--prompt", "hi"}
       << "model file not found: /nonexistent.gguf" << false;
