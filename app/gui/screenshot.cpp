@@ -15,6 +15,7 @@
 #include "ui/models/conversation_list_model.h"
 #include "ui/views/chat_page.h"
 #include "ui/views/demo_page.h"
+#include "ui/views/devices_page.h"
 #include "ui/views/history_page.h"
 #include "ui/views/main_window.h"
 
@@ -62,6 +63,8 @@ void ScreenshotRun::start() {
     start_demo(page);
   else if (view_ == QLatin1String("history"))
     start_history(page);
+  else if (view_ == QLatin1String("devices"))
+    start_devices(page);
   else
     start_requests();
 }
@@ -99,7 +102,20 @@ void ScreenshotRun::start_demo(ui::Page* page) {
     fail(QStringLiteral("the demo did not start: %1").arg(demo->status_text()));
 }
 
+void ScreenshotRun::start_devices(ui::Page* page) {
+  auto* devices = qobject_cast<ui::DevicesPage*>(page);
+  if (!devices) return fail(QStringLiteral("the devices page is not a DevicesPage"));
+  // The roofline's limits measured while no request runs, as a user who opens the page first
+  // gets them; then the steps to set against them.
+  if (devices->limits_settled()) return start_requests();
+  connect(devices, &ui::DevicesPage::limitsMeasured, this, [this, devices] {
+    if (devices->limits_settled()) start_requests();
+  });
+}
+
 void ScreenshotRun::start_requests() {
+  if (requests_started_) return;
+  requests_started_ = true;
   connect(bridge_, &ui::EngineBridge::streamed, this, &ScreenshotRun::on_streamed);
   const Tokenizer& tokenizer = *bridge_->tokenizer();
   std::optional<ChatTemplate> chat_template;

@@ -1,6 +1,7 @@
 #pragma once
 // `tokenfab --screenshot FILE --view VIEW`: once the model has loaded, runs a short real workload
 // suited to the view (chat: one message; live, kv: 8 short requests streamed for up to ~3 s;
+// devices: the same, once the page has measured the machine's limits on the idle engine;
 // demo: a 16-agent run of kDemoTokens tokens each, to its end; history: with fewer than two runs
 // recorded, kHistoryBatches batches of short requests, each recorded as a "screenshot-workload" run
 // with its measured figures, then the two newest runs selected for comparison),
@@ -42,6 +43,7 @@ class ScreenshotRun : public QObject {
   void start();
   void start_chat(ui::Page* page);
   void start_demo(ui::Page* page);
+  void start_devices(ui::Page* page);  // once the limits are measured, start_requests()
   void start_requests();
   void start_history(ui::Page* page);
   void start_history_batch();
@@ -59,6 +61,7 @@ class ScreenshotRun : public QObject {
   std::set<RequestId> pending_;
   QTimer timeout_;
   bool grabbing_ = false;
+  bool requests_started_ = false;
   int64_t conversation_id_ = 0;  // chat: the conversation made for the screenshot (deleted after)
   // history: the requests of each batch (batch i has kHistoryBatches[i] requests), and those of
   // the running batch that have not ended.

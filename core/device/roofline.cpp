@@ -100,7 +100,9 @@ double measure_int8_peak_gmacs(const LlamaModel& model, int threads) {
   return macs / best / 1e9;
 }
 
-const char* cpu_matmul_kernels() { return kernels::kernel_isa_name(); }
+const char* cpu_matmul_kernels() {
+  return kernels::kernel_isa_name();
+}
 
 int64_t layer_matrix_elements(const HParams& hp) {
   const int64_t attention = hp.q_dim() * hp.n_embd         // wq
@@ -117,12 +119,12 @@ RooflinePoint roofline(const StepWork& step, const HParams& hp, uint64_t weight_
   const double kv_bytes = static_cast<double>(step.kv_positions) * 2.0 *
                           static_cast<double>(hp.n_layer) * static_cast<double>(hp.kv_dim()) * 2.0;
   const double bytes = static_cast<double>(weight_bytes) + kv_bytes;
-  const double macs =
-      static_cast<double>(step.rows) * static_cast<double>(layer_matrix_elements(hp)) +
-      static_cast<double>(step.logit_rows) * static_cast<double>(hp.n_vocab) *
-          static_cast<double>(hp.n_embd) +
-      2.0 * static_cast<double>(step.attended_positions) * static_cast<double>(hp.q_dim()) *
-          static_cast<double>(hp.n_layer);
+  const double macs = static_cast<double>(step.rows) * static_cast<double>(hp.n_layer) *
+                          static_cast<double>(layer_matrix_elements(hp)) +
+                      static_cast<double>(step.logit_rows) * static_cast<double>(hp.n_vocab) *
+                          static_cast<double>(hp.n_embd) +
+                      2.0 * static_cast<double>(step.attended_positions) *
+                          static_cast<double>(hp.q_dim()) * static_cast<double>(hp.n_layer);
   if (bandwidth_gbs > 0) p.memory_bound_s = bytes / (bandwidth_gbs * 1e9);
   if (peak_gmacs > 0) p.compute_bound_s = macs / (peak_gmacs * 1e9);
   p.bound_s = std::max(p.memory_bound_s, p.compute_bound_s);

@@ -47,12 +47,12 @@ double measure_int8_peak_gmacs(const LlamaModel& model, int threads);
 // kernels dispatch to on this machine, TOKENFAB_CPU_KERNELS applied).
 const char* cpu_matmul_kernels();
 
-// Multiply-accumulates of the layer matrices per row: wq, wk, wv, wo, gate, up, down.
+// Multiply-accumulates of one layer's matrices per row: wq, wk, wv, wo, gate, up, down.
 int64_t layer_matrix_elements(const HParams& hp);
 
 // The limits of one step (pure arithmetic):
 //   bytes = weight_bytes + kv_positions × 2 (K, V) × n_layer × kv_dim × 2 (fp16)
-//   MACs  = rows × layer_matrix_elements
+//   MACs  = rows × n_layer × layer_matrix_elements
 //         + logit_rows × n_vocab × n_embd              (LM head)
 //         + 2 × attended_positions × q_dim × n_layer   (QKᵀ and the weighted sum of V)
 //   memory_bound_s = bytes / (bandwidth_gbs × 1e9); compute_bound_s = MACs / (peak_gmacs × 1e9)

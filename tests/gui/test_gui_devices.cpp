@@ -74,14 +74,15 @@ void GuiDevicesTest::roofline_matches_hand_computed_limits() {
   QCOMPARE(layer_matrix_elements(hp), int64_t{576});
   const StepWork step{
       .rows = 3, .logit_rows = 2, .attended_positions = 10, .kv_positions = 20, .compute_s = 0.5};
-  // MACs = 3·576 + 2·100·8 + 2·10·8·2 = 1728 + 1600 + 320 = 3648.
+  // MACs = 3·2·576 (rows × layers × per layer) + 2·100·8 (LM head) + 2·10·8·2 (attention)
+  //      = 3456 + 1600 + 320 = 5376.
   // bytes = 1000 + 20·2·2·4·2 = 1000 + 640 = 1640.
-  // 1e-6 GB/s = 1000 B/s and 1e-6 GMAC/s = 1000 MAC/s: 1.64 s and 3.648 s.
+  // 1e-6 GB/s = 1000 B/s and 1e-6 GMAC/s = 1000 MAC/s: 1.64 s and 5.376 s.
   RooflinePoint p = roofline(step, hp, 1000, 1e-6, 1e-6);
   QCOMPARE(p.measured_s, 0.5);
   QVERIFY(qFuzzyCompare(p.memory_bound_s, 1.64));
-  QVERIFY(qFuzzyCompare(p.compute_bound_s, 3.648));
-  QVERIFY(qFuzzyCompare(p.bound_s, 3.648));
+  QVERIFY(qFuzzyCompare(p.compute_bound_s, 5.376));
+  QVERIFY(qFuzzyCompare(p.bound_s, 5.376));
   // Ten times less bandwidth: memory-bound (16.4 s).
   p = roofline(step, hp, 1000, 1e-7, 1e-6);
   QVERIFY(qFuzzyCompare(p.memory_bound_s, 16.4));
@@ -89,6 +90,28 @@ void GuiDevicesTest::roofline_matches_hand_computed_limits() {
   // No limits measured: no bound.
   p = roofline(step, hp, 1000, 0, 0);
   QCOMPARE(p.bound_s, 0.0);
+
+  // The embedded model: a one-row step with its logits and no attention does one multiply-add
+  // per element of the file's matrices (every block's attention and FFN matrices, and the LM
+  // head — the output matrix, or the embedding when the two are tied), counted from the file.
+  uint64_t elements = 0;
+  bool has_output = false;
+  for (const gguf::TensorInfo& t : model_->file().tensors()) {
+    const std::string& n = t.name;
+    const bool matrix = n.ends_with("attn_q.weight") || n.ends_with("attn_k.weight") ||
+                        n.ends_with("attn_v.weight") || n.ends_with("attn_output.weight") ||
+                        n.ends_with("ffn_gate.weight") || n.ends_with("ffn_up.weight") ||
+                        n.ends_with("ffn_down.weight");
+    if (n.starts_with("blk.") && matrix) elements += t.n_elements;
+    if (n == "output.weight") {
+      elements += t.n_elements;
+      has_output = true;
+    }
+  }
+  if (!has_output) elements += model_->file().tensor("token_embd.weight").n_elements;
+  const StepWork one_row{.rows = 1, .logit_rows = 1, .compute_s = 1.0};
+  p = roofline(one_row, model_->hparams(), 0, 0, 1e-9);  // 1 MAC/s: seconds = MACs
+  QCOMPARE(p.compute_bound_s, static_cast<double>(elements));
 }
 
 std::shared_ptr<const EngineSnapshot> GuiDevicesTest::idle_run_snapshot() {

@@ -395,6 +395,7 @@ void DevicesPage::on_measured(int threads, MachineLimits limits, uint64_t genera
       limits.peak_gmacs = std::max(limits.peak_gmacs, known->second.peak_gmacs);
     }
     limits_[threads] = limits;
+    wanted_.erase(threads);  // snapshots during the measurement asked for it again
     if (busy)
       provisional_.insert(threads);
     else

@@ -89,6 +89,10 @@ class DevicesPage : public Page {
   // Whether the limits for `threads` were measured while the engine was busy (to be measured
   // again when it is idle).
   bool limits_provisional(int threads) const { return provisional_.count(threads) != 0; }
+  // Whether the limits of every thread count seen so far are measured, none provisionally.
+  bool limits_settled() const {
+    return !limits_.empty() && wanted_.empty() && provisional_.empty() && !measuring_.load();
+  }
   int cpu_choices() const { return static_cast<int>(role_boxes_.size()); }
 
  public slots:
