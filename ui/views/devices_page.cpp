@@ -350,8 +350,13 @@ void DevicesPage::update_panel(Panel& panel, const DeviceSnapshot& device) {
   if (panel.summary->text() != text) panel.summary->setText(text);
 }
 
+void DevicesPage::showEvent(QShowEvent* event) {
+  Page::showEvent(event);
+  measure_next();
+}
+
 void DevicesPage::measure_next() {
-  if (!model_ || measuring_.load()) return;
+  if (!model_ || measuring_.load() || !isVisible()) return;
   int threads = 0;
   if (!wanted_.empty()) {
     threads = *wanted_.begin();

@@ -11,15 +11,16 @@
 //     measured compute time against the memory-bound and compute-bound times, and the share of
 //     the physical limit the steps reached (Σ bound ÷ Σ measured).
 //
-// The limits are measured on a background thread, once per distinct device thread count, after
-// the model loads (bandwidth and the model's matmul peak both depend on the threads used); the
-// panel says "measuring…" until its device's limits are in. A measurement shares the cores with
-// whatever the engine runs meanwhile, and steps then read the weights as fast as the probe reads
-// its buffer, so limits measured while the engine had requests or took steps are provisional:
-// the panel says so, and they are measured again at the next snapshot of an idle engine. Each
-// limit keeps the highest value measured (a busy core only ever makes a probe slower). The
-// measuring thread reads the model's weights: the page joins it before it is destroyed, and a
-// measurement for a model that has since been replaced is discarded.
+// The limits are measured on a background thread, once per distinct device thread count, while
+// the page is shown and a model is loaded (bandwidth and the model's matmul peak both depend on
+// the threads used; a probe takes the cores for a second or two, so it is not run for a user
+// who never opens the page); the panel says "measuring…" until its device's limits are in. A
+// measurement shares the cores with whatever the engine runs meanwhile, and steps then read the
+// weights as fast as the probe reads its buffer, so limits measured while the engine had requests
+// or took steps are provisional: the panel says so, and they are measured again at the next
+// snapshot of an idle engine. Each limit keeps the highest value measured (a busy core only ever
+// makes a probe slower). The measuring thread reads the model's weights: the page joins it before
+// it is destroyed, and a measurement for a model that has since been replaced is discarded.
 //
 // Works without a bridge: tests call set_model / on_snapshot directly; attach() connects the
 // bridge's loaded() and snapshotTaken().
@@ -68,7 +69,7 @@ class DevicesPage : public Page {
   void attach(EngineBridge* bridge) override;
 
   // The model the roofline is computed for; starts measuring the limits for every thread count
-  // seen so far. nullptr clears it.
+  // seen so far (once the page is shown). nullptr clears it.
   void set_model(const LlamaModel* model);
   // Restarts the engine with `config` through the bridge; returns the error message (empty on
   // success). Without a bridge, says so.
@@ -98,6 +99,9 @@ class DevicesPage : public Page {
  public slots:
   void on_snapshot(const tokenfab::ui::SnapshotPtr& snapshot);
 
+ protected:
+  void showEvent(QShowEvent* event) override;  // starts measuring what is wanted
+
  signals:
   void limitsMeasured(int threads);
 
@@ -115,7 +119,8 @@ class DevicesPage : public Page {
   Panel& panel_for(const std::string& device);
   void load_editor(const EngineConfig& config);
   void on_apply_clicked();
-  // Starts measuring the next wanted thread count when the model is set and nothing is running.
+  // Starts measuring the next wanted thread count when the page is shown, the model is set and
+  // no measurement is running.
   void measure_next();
   void on_measured(int threads, MachineLimits limits, uint64_t generation);
   void join_measurer();
