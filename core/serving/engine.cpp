@@ -280,9 +280,10 @@ RequestId Engine::submit(GenerationRequest request) {
   {
     std::lock_guard lock(mutex_);
     const RequestId id = next_id_++;
-    record = std::make_shared<Record>(id, std::move(request), MetricsClock::now());
+    const MetricsTime now = MetricsClock::now();
+    record = std::make_shared<Record>(id, std::move(request), now);
     requests_.emplace(id, record);
-    ++n_active_;
+    if (n_active_++ == 0) busy_since_ = now;
   }
   metrics_.on_submitted();
   Worker& worker = router_->route_prompt(record->request.prompt);
@@ -396,8 +397,13 @@ EngineSnapshot Engine::snapshot() const {
   snap.connector = std::string(connector_->backend());
   for (const auto& w : workers_) snap.devices.push_back(w->snapshot());
   snap.summary = metrics_.summary(snap.time);
-  snap.output_rate = metrics_.output_rate(snap.time, kRateWindow);
   std::lock_guard lock(mutex_);
+  // A request submitted since snap.time was read makes the window empty: no rate yet.
+  const auto since_busy =
+      std::max(std::chrono::nanoseconds{0},
+               std::chrono::duration_cast<std::chrono::nanoseconds>(snap.time - busy_since_));
+  snap.output_rate =
+      metrics_.output_rate(snap.time, std::min<std::chrono::nanoseconds>(kRateWindow, since_busy));
   snap.transfers = transfers_;
   for (const auto& [id, record] : requests_) {
     std::lock_guard record_lock(record->mutex);

@@ -234,8 +234,11 @@ struct EngineSnapshot {
   std::string mode;  // "colocated" or "disaggregated"
   std::string connector;
   std::vector<DeviceSnapshot> devices;
-  ServingSummary summary;                  // since the engine started
-  WindowRate output_rate;                  // output tokens per second over the last kRateWindow
+  ServingSummary summary;  // since the engine started
+  // Output tokens per second over the last kRateWindow, or since the engine last went from no
+  // request to one when that is later: idle time before a run's first request does not count
+  // (so a run shorter than the window shows its own rate, not a share of it).
+  WindowRate output_rate;
   std::vector<KvTransferStats> transfers;  // most recent last (up to kTransferHistory)
   std::vector<RequestInfo> requests;       // not yet ended
 };
@@ -249,7 +252,7 @@ class Engine {
   using EndOfGeneration = std::function<bool(TokenId)>;
   static constexpr size_t kTransferHistory = 256;
   static constexpr size_t kEndedHistory = 10000;  // ended requests request() still knows
-  static constexpr std::chrono::seconds kRateWindow{5};
+  static constexpr std::chrono::seconds kRateWindow{2};  // the live output rate's window
 
   // Creates the devices and workers and starts their threads. `model` outlives the engine.
   // Throws Error for a bad configuration (see EngineConfig::validate, parse_device_list).
@@ -306,6 +309,7 @@ class Engine {
   std::vector<KvTransferStats> transfers_;
   RequestId next_id_ = 1;
   int64_t n_active_ = 0;
+  MetricsTime busy_since_{};  // when n_active_ last rose from 0
 
   mutable std::mutex subscribers_mutex_;
   std::map<int64_t, TokenCallback> subscribers_;

@@ -62,6 +62,7 @@ class EngineTest : public QObject {
   void follow_up_turn_prefills_only_new_tokens_on_the_decode_device();
   void long_prompts_use_their_own_prefill_pool();
   void lifecycle_timestamps_are_ordered();
+  void output_rate_leaves_out_idle_time_before_a_run();
   void bad_requests_and_configurations_throw();
 
  private:
@@ -451,6 +452,24 @@ void EngineTest::lifecycle_timestamps_are_ordered() {
   QCOMPARE(info.metrics->output_tokens, int64_t{kMaxTokens});
   QCOMPARE(info.metrics->itl_s.size(), size_t{kMaxTokens - 1});
   QVERIFY(*info.metrics->ttft_s > 0.0);
+}
+
+// The live output rate of a run that follows idle time counts from the run's first request:
+// its span is at most the time since that submit, and it holds every token the run emitted.
+void EngineTest::output_rate_leaves_out_idle_time_before_a_run() {
+  Engine engine(*model_, config("cpu:0"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle
+  QCOMPARE(engine.snapshot().output_rate.events, int64_t{0});
+  const MetricsTime before_submit = MetricsClock::now();
+  engine.wait(engine.submit({prompts_[1], kMaxTokens}));
+  const EngineSnapshot snap = engine.snapshot();
+  const double since_submit = std::chrono::duration<double>(snap.time - before_submit).count();
+  QVERIFY2(snap.output_rate.span_s <= since_submit,
+           qPrintable(QString("span %1 s, %2 s since the submit")
+                          .arg(snap.output_rate.span_s)
+                          .arg(since_submit)));
+  QCOMPARE(snap.output_rate.sum, static_cast<double>(kMaxTokens));
+  QVERIFY(snap.output_rate.per_second > 0.0);
 }
 
 void EngineTest::bad_requests_and_configurations_throw() {
