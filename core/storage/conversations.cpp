@@ -122,6 +122,24 @@ int64_t Conversations::add_message(const MessageRecord& message) {
   return id;
 }
 
+bool Conversations::update_message(int64_t id, std::string_view content,
+                                   std::string_view stats_json) {
+  const std::string stats = json_or_empty_object(stats_json, "message stats");
+  sqlite::Transaction transaction(db_.connection());
+  sqlite::Statement update(db_.connection(),
+                           "UPDATE messages SET content = ?2, stats_json = ?3 WHERE id = ?1");
+  update.bind(1, id).bind(2, content).bind(3, stats);
+  update.run();
+  if (db_.connection().changes() == 0) return false;
+  sqlite::Statement touch(db_.connection(),
+                          "UPDATE conversations SET updated_unix = max(updated_unix, ?2) "
+                          "WHERE id = (SELECT conversation_id FROM messages WHERE id = ?1)");
+  touch.bind(1, id).bind(2, now_unix());
+  touch.run();
+  transaction.commit();
+  return true;
+}
+
 std::vector<MessageRecord> Conversations::messages(int64_t conversation_id) {
   sqlite::Statement select(db_.connection(),
                            "SELECT id, conversation_id, role, content, created_unix, stats_json "

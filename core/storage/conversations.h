@@ -51,6 +51,10 @@ class Conversations {
   // Throws Error for an unknown conversation, a bad role or stats that are not JSON. Returns the
   // new id.
   int64_t add_message(const MessageRecord& message);
+  // Replaces a message's content and stats (a reply saved as it streams), and marks its
+  // conversation updated now. False when there is no such message; throws Error for stats that
+  // are not JSON.
+  bool update_message(int64_t id, std::string_view content, std::string_view stats_json);
   // Oldest first.
   std::vector<MessageRecord> messages(int64_t conversation_id);
 

@@ -55,6 +55,7 @@ class GuiChatTest : public QObject {
   void context_lookup_is_saved_and_greedy_only();
   void drafted_reply_shows_draft_and_verify_time();
   void damaged_saved_fields_are_left_out();
+  void long_reply_is_saved_as_it_streams();
   void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
@@ -389,6 +390,62 @@ void GuiChatTest::damaged_saved_fields_are_left_out() {
   QVERIFY2(text.contains("Quite.") && text.contains("88.5 tok/s"), qPrintable(text));
   QVERIFY2(!text.contains("TTFT") && !text.contains("tokens") && !text.contains("verify"),
            qPrintable(text));
+}
+
+// A reply longer than ChatPage::kSaveEveryMs is in the database before it ends (state
+// "generating", a prefix of the reply); reopening the conversation meanwhile shows it once; at
+// its end the same row holds the whole reply. A saved reply left "generating" (the app stopped
+// during it) shows as interrupted.
+void GuiChatTest::long_reply_is_saved_as_it_streams() {
+  auto bridge = loaded_bridge();
+  if (QTest::currentTestFailed()) return;
+  MainWindow window(bridge.get());
+  auto* page = new ChatPage;
+  window.add_page(page);
+  window.show();
+  const int64_t conversation = page->create_conversation("saved as it streams");
+  Conversations store(*page->database());
+  store.set_settings(conversation, R"({"max_tokens": 600, "temperature": 0})");
+  page->select_conversation(conversation);
+  QSignalSpy ended(page, &ChatPage::replyEnded);
+  page->send_message("Write a long story about a lighthouse keeper and the sea.");
+  QVERIFY(page->generating());
+
+  const auto assistant_rows = [&] {
+    std::vector<MessageRecord> rows;
+    for (const MessageRecord& m : store.messages(conversation))
+      if (m.role == "assistant") rows.push_back(m);
+    return rows;
+  };
+  QTRY_VERIFY_WITH_TIMEOUT(!assistant_rows().empty() || !page->generating(), kReplyTimeoutMs);
+  QVERIFY2(page->generating(), "the reply ended before its first save; it is too short a test");
+  const MessageRecord partial = assistant_rows().front();
+  QCOMPARE(nlohmann::json::parse(partial.stats_json).at("state").get<std::string>(),
+           std::string("generating"));
+  QVERIFY(!partial.content.empty());
+
+  page->select_conversation(conversation);  // reopened mid-reply: the partial row is not shown
+  const QString opening = QString::fromStdString(partial.content).left(24);
+  const QString shown = page->findChild<QTextBrowser*>()->toPlainText();
+  QCOMPARE(shown.count(opening), 1);
+
+  QVERIFY(ended.wait(kReplyTimeoutMs) || !ended.isEmpty());
+  const auto rows = assistant_rows();
+  QCOMPARE(rows.size(), size_t(1));
+  QCOMPARE(rows[0].id, partial.id);
+  QCOMPARE(nlohmann::json::parse(rows[0].stats_json).at("state").get<std::string>(),
+           std::string("finished"));
+  QVERIFY(rows[0].content.starts_with(partial.content));
+  QVERIFY(rows[0].content.size() > partial.content.size());
+
+  MessageRecord left = rows[0];
+  left.content = "Half a sto";
+  left.stats_json = R"({"state": "generating", "tokens": 4})";
+  store.add_message(left);
+  page->select_conversation(conversation);
+  const QString reopened = page->findChild<QTextBrowser*>()->toPlainText();
+  QVERIFY2(reopened.contains("Half a sto") && reopened.contains("interrupted"),
+           qPrintable(reopened));
 }
 
 void GuiChatTest::start_long_reply(EngineBridge& bridge, ChatPage& page) {

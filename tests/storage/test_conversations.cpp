@@ -22,6 +22,7 @@ class ConversationsTest : public QObject {
   void list_is_newest_first();
   void messages_keep_their_order_and_stats();
   void delete_removes_messages();
+  void update_replaces_a_message_in_place();
   void search_by_title_and_content();
   void rejects_bad_input();
   void survives_reopening();
@@ -113,6 +114,31 @@ void ConversationsTest::delete_removes_messages() {
   sqlite::Statement count(db_->connection(), "SELECT count(*) FROM messages");
   QVERIFY(count.step());
   QCOMPARE(count.column_int64(0), int64_t(1));
+}
+
+// A reply saved as it streams: the same row takes the longer text and new stats, the message
+// order stays, and the conversation counts as updated now.
+void ConversationsTest::update_replaces_a_message_in_place() {
+  Conversations c(*db_);
+  const int64_t id = c.create("chat");
+  c.add_message({.conversation_id = id, .role = "user", .content = "Tell me"});
+  const int64_t reply = c.add_message({.conversation_id = id,
+                                       .role = "assistant",
+                                       .content = "Once",
+                                       .created_unix = 1000,
+                                       .stats_json = R"({"state":"generating"})"});
+  const int64_t before = c.find(id)->updated_unix;
+  QVERIFY(c.update_message(reply, "Once upon a time", R"({"state":"finished","tokens":4})"));
+  const auto messages = c.messages(id);
+  QCOMPARE(messages.size(), size_t(2));
+  QCOMPARE(messages[1].id, reply);
+  QCOMPARE(messages[1].content, std::string("Once upon a time"));
+  QCOMPARE(messages[1].stats_json, std::string(R"({"state":"finished","tokens":4})"));
+  QCOMPARE(messages[1].created_unix, int64_t{1000});  // when the reply began
+  QVERIFY(c.find(id)->updated_unix >= before);
+  QVERIFY(!c.update_message(reply + 100, "nobody", "{}"));
+  QVERIFY_THROWS_EXCEPTION(Error, c.update_message(reply, "x", "not json"));
+  QCOMPARE(c.messages(id)[1].content, std::string("Once upon a time"));  // unchanged by the throw
 }
 
 void ConversationsTest::search_by_title_and_content() {

@@ -65,8 +65,12 @@ QString stats_line(const std::string& stats_json) {
                  .arg(*draft, 0, 'f', 2)
                  .arg(*verify, 0, 'f', 2);
   if (const auto it = j.find("state");
-      it != j.end() && it->is_string() && it->get<std::string>() != "finished")
-    parts << from_std(it->get<std::string>());
+      it != j.end() && it->is_string() && it->get<std::string>() != "finished") {
+    // A saved reply still "generating" is one the app stopped running during (a crash, a kill):
+    // the reply in flight itself is never shown from its saved row.
+    const std::string state = it->get<std::string>();
+    parts << (state == "generating" ? QStringLiteral("interrupted") : from_std(state));
+  }
   return parts.join(QStringLiteral(" · "));
 }
 
@@ -232,6 +236,7 @@ void ChatPage::select_conversation(int64_t id) {
   conversation_id_ = id;
   shown_.clear();
   for (const MessageRecord& m : store_->messages(id)) {
+    if (active_ && m.id == active_->message_id) continue;  // shown as it streams
     shown_.push_back(message_view(from_std(m.role), from_std(m.content), stats_line(m.stats_json)));
   }
   if (const int row = model_->row_of(id); row >= 0 && list_->currentIndex().row() != row)
@@ -399,6 +404,7 @@ void ChatPage::send_message(const QString& text) {
   active_->conversation_id = conversation_id_;
   active_->view = message_view(QStringLiteral("assistant"), QString());
   active_->view.streaming = true;
+  active_->saved = std::chrono::steady_clock::now();
   active_->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer);
   show_status(tr("Generating…"));
   render();
@@ -430,7 +436,30 @@ void ChatPage::on_streamed(const QVector<StreamUpdate>& updates) {
       return;
     }
   }
+  save_partial_reply();
   if (active_->conversation_id == conversation_id_) render();
+}
+
+void ChatPage::save_partial_reply() {
+  ActiveReply& reply = *active_;
+  const auto now = std::chrono::steady_clock::now();
+  if (reply.view.content.isEmpty() || now - reply.saved < std::chrono::milliseconds(kSaveEveryMs))
+    return;
+  reply.saved = now;
+  const std::string stats =
+      nlohmann::json{{"state", "generating"}, {"tokens", reply.tokens}}.dump();
+  try {
+    if (reply.message_id == 0) {
+      reply.message_id = store_->add_message({.conversation_id = reply.conversation_id,
+                                              .role = "assistant",
+                                              .content = reply.view.content.toStdString(),
+                                              .stats_json = stats});
+    } else {
+      store_->update_message(reply.message_id, reply.view.content.toStdString(), stats);
+    }
+  } catch (const std::exception& e) {
+    show_status(QStringLiteral("The reply so far could not be saved: %1").arg(e.what()));
+  }
 }
 
 void ChatPage::finish_reply(const StreamUpdate& last) {
@@ -486,11 +515,15 @@ void ChatPage::save_reply(const QString& state, const std::string& stats_json) {
   ActiveReply& reply = *active_;
   reply.view.streaming = false;
   reply.view.stats = stats_line(stats_json);
-  if (reply.view.content.isEmpty() && state == QLatin1String("failed")) return;
-  store_->add_message({.conversation_id = reply.conversation_id,
-                       .role = "assistant",
-                       .content = reply.view.content.toStdString(),
-                       .stats_json = stats_json});
+  if (reply.message_id != 0) {
+    store_->update_message(reply.message_id, reply.view.content.toStdString(), stats_json);
+  } else {
+    if (reply.view.content.isEmpty() && state == QLatin1String("failed")) return;
+    store_->add_message({.conversation_id = reply.conversation_id,
+                         .role = "assistant",
+                         .content = reply.view.content.toStdString(),
+                         .stats_json = stats_json});
+  }
   if (reply.conversation_id == conversation_id_) shown_.push_back(reply.view);
   if (model_) {
     const int64_t current = conversation_id_;

@@ -6,9 +6,12 @@
 // sends; until then the engine keeps what it runs), and under each
 // assistant message the figures the engine measured for it (TTFT, tok/s, tokens, ACCEPT/STEP).
 // The prompt is the whole conversation in the model's chat template; the engine's prefix cache
-// makes earlier turns cheap.
+// makes earlier turns cheap. A reply is saved as it streams (about once a second, from its first
+// second on), so a crash or a killed app loses at most the last second of it; such a reply
+// shows as interrupted when the conversation is opened again.
 
 #include <QPointer>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -76,9 +79,13 @@ class ChatPage : public Page {
   void replyEnded(qint64 request_id, int tokens, const QString& state);
 
  private:
+  static constexpr int kSaveEveryMs = 1000;  // a streaming reply's saves
+
   struct ActiveReply {
     RequestId id = 0;
     int64_t conversation_id = 0;
+    int64_t message_id = 0;  // its row once first saved while streaming; 0 before
+    std::chrono::steady_clock::time_point saved;  // the send, then the last save
     MessageView view;
     int tokens = 0;
     int drafted_tokens = 0;
@@ -89,6 +96,8 @@ class ChatPage : public Page {
   void on_streamed(const QVector<StreamUpdate>& updates);
   void finish_reply(const StreamUpdate& last);
   void save_reply(const QString& state, const std::string& stats_json);
+  // Writes the reply so far (state "generating") when kSaveEveryMs have passed since the last save.
+  void save_partial_reply();
   void render();
   void load_settings();
   void save_settings();
