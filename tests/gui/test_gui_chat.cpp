@@ -7,6 +7,8 @@
 #include <QAbstractItemModelTester>
 #include <QCheckBox>
 #include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
 #include <QStatusBar>
 #include <QTextBrowser>
 #include <QtTest>
@@ -56,6 +58,7 @@ class GuiChatTest : public QObject {
   void drafted_reply_shows_draft_and_verify_time();
   void damaged_saved_fields_are_left_out();
   void long_reply_is_saved_as_it_streams();
+  void unsent_message_stays_in_the_input();
   void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
@@ -446,6 +449,36 @@ void GuiChatTest::long_reply_is_saved_as_it_streams() {
   const QString reopened = page->findChild<QTextBrowser*>()->toPlainText();
   QVERIFY2(reopened.contains("Half a sto") && reopened.contains("interrupted"),
            qPrintable(reopened));
+}
+
+// A message the engine refuses (longer than the model's context) is not lost: it goes back to
+// the input box, the status says why, and nothing is saved for it.
+void GuiChatTest::unsent_message_stays_in_the_input() {
+  auto bridge = loaded_bridge();
+  if (QTest::currentTestFailed()) return;
+  MainWindow window(bridge.get());
+  auto* page = new ChatPage;
+  window.add_page(page);
+  window.show();
+  const int64_t conversation = page->create_conversation("too long");
+  QString text;
+  for (int i = 0; i < 10'000; ++i) text += QStringLiteral("lighthouse ");
+  text = text.trimmed();
+  auto* input = page->findChild<QPlainTextEdit*>();
+  QVERIFY(input != nullptr);
+  input->setPlainText(text);
+  QPushButton* send = nullptr;
+  for (QPushButton* b : page->findChildren<QPushButton*>())
+    if (b->text() == "Send") send = b;
+  QVERIFY(send != nullptr);
+  send->click();
+  QVERIFY(!page->generating());
+  QCOMPARE(input->toPlainText(), text);
+  bool said = false;
+  for (const QLabel* label : page->findChildren<QLabel*>())
+    said = said || (label->text().contains("Not sent") && label->text().contains("context"));
+  QVERIFY(said);
+  QVERIFY(Conversations(*page->database()).messages(conversation).empty());
 }
 
 void GuiChatTest::start_long_reply(EngineBridge& bridge, ChatPage& page) {

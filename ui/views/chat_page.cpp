@@ -353,13 +353,17 @@ void ChatPage::delete_conversation() {
 
 void ChatPage::send_message(const QString& text) {
   if (!store_) return;
+  // A message that is not sent goes back to the input box (unless something new is typed there).
+  const auto keep_unsent = [&] {
+    if (input_->toPlainText().isEmpty()) input_->setPlainText(text);
+  };
   if (active_) {
     show_status(tr("A reply is still being generated; Stop it first."));
-    return;
+    return keep_unsent();
   }
   if (!bridge_ || !bridge_->ready() || !template_) {
     show_status(tr("The model is not loaded yet."));
-    return;
+    return keep_unsent();
   }
   if (conversation_id_ == 0) create_conversation(text.simplified().left(48));
   if (!engine_ready_for(text)) return;
@@ -394,7 +398,7 @@ void ChatPage::send_message(const QString& text) {
     id = bridge_->submit(std::move(request));
   } catch (const std::exception& e) {
     show_status(QStringLiteral("Not sent: %1").arg(e.what()));
-    return;
+    return keep_unsent();
   }
   store_->add_message(
       {.conversation_id = conversation_id_, .role = "user", .content = text.toStdString()});
