@@ -66,6 +66,13 @@ class GuiChatTest : public QObject {
  private:
   // A bridge with the default model loaded (QVERIFY inside: check QTest::currentTestFailed()).
   std::unique_ptr<EngineBridge> loaded_bridge();
+  // A loaded bridge and a shown window with a chat page (QVERIFY inside, as loaded_bridge).
+  struct ChatWindow {
+    std::unique_ptr<EngineBridge> bridge;
+    std::unique_ptr<MainWindow> window;  // destroyed first
+    ChatPage* page = nullptr;            // owned by the window
+  };
+  ChatWindow open_chat();
   // Starts a long reply in `page` and waits until its first tokens arrived.
   void start_long_reply(EngineBridge& bridge, ChatPage& page);
 
@@ -247,18 +254,16 @@ void GuiChatTest::cancelled_load_leaves_no_model_and_the_next_load_works() {
 }
 
 void GuiChatTest::reply_streams_and_is_saved() {
-  auto bridge = loaded_bridge();
+  ChatWindow chat = open_chat();
   if (QTest::currentTestFailed()) return;
-  MainWindow window(bridge.get());
-  auto* page = new ChatPage;
-  window.add_page(page);
-  window.show();
+  EngineBridge* bridge = chat.bridge.get();
+  ChatPage* page = chat.page;
 
   int streamed_tokens = 0;
   int streamed_updates = 0;
   QString streamed_text;
   RequestId watched = 0;  // set right after send: updates come from the GUI-thread timer, later
-  connect(bridge.get(), &EngineBridge::streamed, this, [&](const QVector<StreamUpdate>& updates) {
+  connect(bridge, &EngineBridge::streamed, this, [&](const QVector<StreamUpdate>& updates) {
     for (const StreamUpdate& u : updates) {
       if (u.id != watched) continue;
       streamed_tokens += static_cast<int>(u.tokens.size());
@@ -305,7 +310,8 @@ void GuiChatTest::reply_streams_and_is_saved() {
   QTRY_VERIFY_WITH_TIMEOUT(bridge->last_snapshot() != nullptr, 5'000);
   QTest::qWait(2 * 1000 / EngineBridge::kSnapshotHz);
   QStringList status;
-  for (const QLabel* label : window.statusBar()->findChildren<QLabel*>()) status << label->text();
+  for (const QLabel* label : chat.window->statusBar()->findChildren<QLabel*>())
+    status << label->text();
   const QString shown = status.join(" | ");
   QVERIFY2(shown.contains("SmolLM2-135M-Instruct"), qPrintable(shown));
   QVERIFY2(shown.contains("cpu:0: colocated"), qPrintable(shown));
@@ -326,12 +332,10 @@ void GuiChatTest::reply_streams_and_is_saved() {
 // saved figures and its stats line give the time per verifying step, proposing (0 for copied
 // drafts) and verifying, from the request's totals.
 void GuiChatTest::drafted_reply_shows_draft_and_verify_time() {
-  auto bridge = loaded_bridge();
+  ChatWindow chat = open_chat();
   if (QTest::currentTestFailed()) return;
-  MainWindow window(bridge.get());
-  auto* page = new ChatPage;
-  window.add_page(page);
-  window.show();
+  EngineBridge* bridge = chat.bridge.get();
+  ChatPage* page = chat.page;
   QVERIFY(page->database() != nullptr);
   Conversations store(*page->database());
   const int64_t conversation =
@@ -400,12 +404,9 @@ void GuiChatTest::damaged_saved_fields_are_left_out() {
 // its end the same row holds the whole reply. A saved reply left "generating" (the app stopped
 // during it) shows as interrupted.
 void GuiChatTest::long_reply_is_saved_as_it_streams() {
-  auto bridge = loaded_bridge();
+  ChatWindow chat = open_chat();
   if (QTest::currentTestFailed()) return;
-  MainWindow window(bridge.get());
-  auto* page = new ChatPage;
-  window.add_page(page);
-  window.show();
+  ChatPage* page = chat.page;
   const int64_t conversation = page->create_conversation("saved as it streams");
   Conversations store(*page->database());
   store.set_settings(conversation, R"({"max_tokens": 600, "temperature": 0})");
@@ -454,12 +455,9 @@ void GuiChatTest::long_reply_is_saved_as_it_streams() {
 // A message the engine refuses (longer than the model's context) is not lost: it goes back to
 // the input box, the status says why, and nothing is saved for it.
 void GuiChatTest::unsent_message_stays_in_the_input() {
-  auto bridge = loaded_bridge();
+  ChatWindow chat = open_chat();
   if (QTest::currentTestFailed()) return;
-  MainWindow window(bridge.get());
-  auto* page = new ChatPage;
-  window.add_page(page);
-  window.show();
+  ChatPage* page = chat.page;
   const int64_t conversation = page->create_conversation("too long");
   QString text;
   for (int i = 0; i < 10'000; ++i) text += QStringLiteral("lighthouse ");
@@ -479,6 +477,17 @@ void GuiChatTest::unsent_message_stays_in_the_input() {
     said = said || (label->text().contains("Not sent") && label->text().contains("context"));
   QVERIFY(said);
   QVERIFY(Conversations(*page->database()).messages(conversation).empty());
+}
+
+GuiChatTest::ChatWindow GuiChatTest::open_chat() {
+  ChatWindow chat;
+  chat.bridge = loaded_bridge();
+  if (QTest::currentTestFailed()) return chat;
+  chat.window = std::make_unique<MainWindow>(chat.bridge.get());
+  chat.page = new ChatPage;
+  chat.window->add_page(chat.page);
+  chat.window->show();
+  return chat;
 }
 
 void GuiChatTest::start_long_reply(EngineBridge& bridge, ChatPage& page) {
