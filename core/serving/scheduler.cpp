@@ -162,7 +162,12 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
     s.draft.clear();
     s.draft_parent.clear();
     if (!reserve_last_token(seq, plan)) continue;
-    plan.chunks.push_back({seq, s.n_computed, 1, true});
+    plan.chunks.push_back({.seq = seq,
+                           .first_token = s.n_computed,
+                           .n_tokens = 1,
+                           .wants_logits = true,
+                           .n_draft = 0,
+                           .tree_parent = {}});
     --budget;
   }
 }
@@ -256,7 +261,12 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
     const SequenceState& s = state(seq);
     if (s.n_pending() <= 1 || s.n_draft_in_flight > 0) continue;  // decoding: planned above
     const int32_t n = prefill_chunk(s.n_pending(), budget);
-    plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
+    plan.chunks.push_back({.seq = seq,
+                           .first_token = s.n_computed,
+                           .n_tokens = n,
+                           .wants_logits = n == s.n_pending(),
+                           .n_draft = 0,
+                           .tree_parent = {}});
   }
 }
 
@@ -283,7 +293,12 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     s.status = SequenceStatus::kRunning;
     running_.push_back(seq);
     const int32_t n = prefill_chunk(s.n_pending(), budget);
-    plan.chunks.push_back({seq, s.n_computed, n, n == s.n_pending()});
+    plan.chunks.push_back({.seq = seq,
+                           .first_token = s.n_computed,
+                           .n_tokens = n,
+                           .wants_logits = n == s.n_pending(),
+                           .n_draft = 0,
+                           .tree_parent = {}});
   }
 }
 
