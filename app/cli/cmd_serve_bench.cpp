@@ -141,7 +141,7 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"max_tokens", c.max_tokens},
                       {"seed", c.seed},
                       {"temperature", c.temperature},
-                      {"threads", c.common.threads},
+                      {"threads", e.total_threads()},
                       {"devices", e.devices},
                       {"prefill", e.prefill},
                       {"decode", e.decode},

@@ -236,7 +236,7 @@ void ScreenshotRun::record_history_batch() {
   run.model = std::filesystem::path(bridge_->model()->file().name()).filename().string();
   run.config_json = nlohmann::json{{"requests", batch.size()},  {"max_tokens", kHistoryTokens},
                                    {"devices", config.devices}, {"prefill", config.prefill},
-                                   {"decode", config.decode},   {"threads", config.threads}}
+                                   {"decode", config.decode},   {"threads", config.total_threads()}}
                         .dump();
   run.summary_json = summary.dump();
   try {

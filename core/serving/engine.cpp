@@ -34,6 +34,11 @@ const char* request_state_name(RequestState state) {
   return "unknown";
 }
 
+int EngineConfig::total_threads() const {
+  return threads > 0 ? threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 void EngineConfig::validate() const {
   auto fail = [](const std::string& what) { throw Error("engine configuration: " + what); };
   if (prefill.empty() != decode.empty())
@@ -134,10 +139,8 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
       metrics_(started_) {
   config_.validate();
   const std::vector<DevicePlan> plan = plan_devices(config_);
-  const int total_threads =
-      config_.threads > 0 ? config_.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::vector<int> threads = divide_threads(total_threads, static_cast<int>(plan.size()));
+  const std::vector<int> threads =
+      divide_threads(config_.total_threads(), static_cast<int>(plan.size()));
   const int32_t kv_blocks = kv_blocks_for_budget(model.hparams(), config_.block_size,
                                                  config_.kv_mem_mb, config_.kv_blocks);
   connector_ = make_kv_connector(connector_for(config_, plan));

@@ -87,6 +87,7 @@ struct EngineConfig {
 
   // Throws Error naming the field for an inconsistent configuration.
   void validate() const;
+  int total_threads() const;  // `threads`, or the hardware's when 0
   bool disaggregated() const { return !prefill.empty() || !decode.empty(); }
 };
 
@@ -251,7 +252,7 @@ class Engine {
   using TokenCallback = std::function<void(const TokenEvent&)>;
   using EndOfGeneration = std::function<bool(TokenId)>;
   static constexpr size_t kTransferHistory = 256;
-  static constexpr size_t kEndedHistory = 10000;  // ended requests request() still knows
+  static constexpr size_t kEndedHistory = 10000;         // ended requests request() still knows
   static constexpr std::chrono::seconds kRateWindow{2};  // the live output rate's window
 
   // Creates the devices and workers and starts their threads. `model` outlives the engine.

@@ -400,16 +400,15 @@ void DemoPage::record_run() {
                     .toStdString();
     run.model = std::filesystem::path(bridge_->model()->file().name()).filename().string();
     const EngineConfig& c = bridge_->config();
-    run.config_json = nlohmann::json{
-        {"agents", summary_.agents},
-        {"prompt_set", summary_.prompt_set.toStdString()},
-        {"max_tokens", summary_.max_tokens},
-        {"mode", c.disaggregated() ? "disaggregated" : "colocated"},
-        {"devices", c.devices},
-        {"prefill", c.prefill},
-        {"decode", c.decode},
-        {"threads",
-         c.threads}}.dump();
+    run.config_json = nlohmann::json{{"agents", summary_.agents},
+                                     {"prompt_set", summary_.prompt_set.toStdString()},
+                                     {"max_tokens", summary_.max_tokens},
+                                     {"mode", c.disaggregated() ? "disaggregated" : "colocated"},
+                                     {"devices", c.devices},
+                                     {"prefill", c.prefill},
+                                     {"decode", c.decode},
+                                     {"threads", c.total_threads()}}
+                          .dump();
     run.summary_json = summary_.to_json().dump();
     const auto db = Database::open_default();
     RunStore(*db).add(run);
