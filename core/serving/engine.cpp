@@ -39,6 +39,10 @@ int EngineConfig::total_threads() const {
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int64_t EngineConfig::context_limit(const HParams& hp) const {
+  return max_context > 0 ? max_context : hp.n_ctx_train;
+}
+
 void EngineConfig::validate() const {
   auto fail = [](const std::string& what) { throw Error("engine configuration: " + what); };
   if (prefill.empty() != decode.empty())
@@ -273,7 +277,7 @@ RequestId Engine::submit(GenerationRequest request) {
              static_cast<int32_t>(request.tree_shape.size()) > c.head->n_heads();
     });
   }
-  const int64_t limit = config_.max_context > 0 ? config_.max_context : hp.n_ctx_train;
+  const int64_t limit = config_.context_limit(hp);
   const int64_t needed = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (limit > 0 && needed > limit)
     throw Error("request: the prompt (" + std::to_string(request.prompt.size()) + " tokens) plus " +

@@ -88,6 +88,9 @@ struct EngineConfig {
   // Throws Error naming the field for an inconsistent configuration.
   void validate() const;
   int total_threads() const;  // `threads`, or the hardware's when 0
+  // The most tokens a request's prompt and max_tokens may add up to: max_context, or the model's
+  // training context when 0 (0 when neither is known: no limit).
+  int64_t context_limit(const HParams& hp) const;
   bool disaggregated() const { return !prefill.empty() || !decode.empty(); }
 };
 

@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QStatusBar>
 #include <QTextBrowser>
 #include <QtTest>
@@ -59,20 +60,21 @@ class GuiChatTest : public QObject {
   void damaged_saved_fields_are_left_out();
   void long_reply_is_saved_as_it_streams();
   void unsent_message_stays_in_the_input();
+  void long_conversation_leaves_oldest_messages_out_of_the_prompt();
   void cancelled_load_leaves_no_model_and_the_next_load_works();
   void closing_window_mid_reply_is_clean();
   void losing_bridge_mid_reply_is_clean();
 
  private:
   // A bridge with the default model loaded (QVERIFY inside: check QTest::currentTestFailed()).
-  std::unique_ptr<EngineBridge> loaded_bridge();
+  std::unique_ptr<EngineBridge> loaded_bridge(const EngineConfig& config = test_config());
   // A loaded bridge and a shown window with a chat page (QVERIFY inside, as loaded_bridge).
   struct ChatWindow {
     std::unique_ptr<EngineBridge> bridge;
     std::unique_ptr<MainWindow> window;  // destroyed first
     ChatPage* page = nullptr;            // owned by the window
   };
-  ChatWindow open_chat();
+  ChatWindow open_chat(const EngineConfig& config = test_config());
   // Starts a long reply in `page` and waits until its first tokens arrived.
   void start_long_reply(EngineBridge& bridge, ChatPage& page);
 
@@ -84,11 +86,11 @@ void GuiChatTest::initTestCase() {
   TOKENFAB_DEFAULT_MODEL_WITH_HOME(model_path_, home_);
 }
 
-std::unique_ptr<EngineBridge> GuiChatTest::loaded_bridge() {
+std::unique_ptr<EngineBridge> GuiChatTest::loaded_bridge(const EngineConfig& config) {
   auto bridge = std::make_unique<EngineBridge>();
   QSignalSpy loaded(bridge.get(), &EngineBridge::loaded);
   QSignalSpy failed(bridge.get(), &EngineBridge::failed);
-  bridge->load(model_path_, test_config());
+  bridge->load(model_path_, config);
   [&] { QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, kLoadTimeoutMs); }();
   if (!failed.isEmpty()) qWarning() << "load failed:" << failed.first().first().toString();
   [&] { QVERIFY(bridge->ready()); }();
@@ -479,9 +481,58 @@ void GuiChatTest::unsent_message_stays_in_the_input() {
   QVERIFY(Conversations(*page->database()).messages(conversation).empty());
 }
 
-GuiChatTest::ChatWindow GuiChatTest::open_chat() {
+// A conversation longer than the context: the oldest messages are left out of the prompt (an
+// even number: the prompt still opens with a user turn), prompt and max tokens fit the limit,
+// the status says how many were left out, and the conversation keeps every message.
+void GuiChatTest::long_conversation_leaves_oldest_messages_out_of_the_prompt() {
+  constexpr int kLimit = 512, kMaxTokens = 16, kTurns = 12;
+  EngineConfig config = test_config();
+  config.max_context = kLimit;
+  ChatWindow chat = open_chat(config);
+  if (QTest::currentTestFailed()) return;
+  ChatPage* page = chat.page;
+  const int64_t conversation = page->create_conversation("long");
+  Conversations store(*page->database());
+  store.set_settings(
+      conversation,
+      QStringLiteral(R"({"max_tokens": %1, "temperature": 0})").arg(kMaxTokens).toStdString());
+  for (int i = 0; i < kTurns; ++i) {
+    store.add_message({.conversation_id = conversation,
+                       .role = "user",
+                       .content = "Tell me about lighthouse number " + std::to_string(i) + "."});
+    store.add_message({.conversation_id = conversation,
+                       .role = "assistant",
+                       .content = "Lighthouse " + std::to_string(i) +
+                                  " stands on a rocky point above a cold harbour. Its keeper "
+                                  "climbs one hundred and twelve steps each evening to light "
+                                  "the lamp, and writes the weather in a book by the window."});
+  }
+  page->select_conversation(conversation);
+  QSignalSpy ended(page, &ChatPage::replyEnded);
+  page->send_message("And which one is the tallest?");
+  QVERIFY(page->generating());
+  const RequestInfo info = chat.bridge->engine()->request(page->active_request());
+  QVERIFY2(info.n_prompt + kMaxTokens <= kLimit, qPrintable(QString::number(info.n_prompt)));
+  QString status;
+  for (const QLabel* label : page->findChildren<QLabel*>())
+    if (label->text().contains("left out of the prompt")) status = label->text();
+  const QRegularExpressionMatch match =
+      QRegularExpression(R"(The (\d+) oldest messages were left out)").match(status);
+  QVERIFY2(match.hasMatch(), qPrintable(status));
+  const int left_out = match.captured(1).toInt();
+  QVERIFY(left_out > 0 && left_out < 2 * kTurns && left_out % 2 == 0);
+  QVERIFY(ended.wait(kReplyTimeoutMs) || !ended.isEmpty());
+  QCOMPARE(ended.first().at(2).toString(), QString("finished"));
+  QCOMPARE(store.messages(conversation).size(), size_t(2 * kTurns + 2));
+  bool still_said = false;  // the note outlasts the reply
+  for (const QLabel* label : page->findChildren<QLabel*>())
+    still_said = still_said || label->text().startsWith(match.captured(0));
+  QVERIFY(still_said);
+}
+
+GuiChatTest::ChatWindow GuiChatTest::open_chat(const EngineConfig& config) {
   ChatWindow chat;
-  chat.bridge = loaded_bridge();
+  chat.bridge = loaded_bridge(config);
   if (QTest::currentTestFailed()) return chat;
   chat.window = std::make_unique<MainWindow>(chat.bridge.get());
   chat.page = new ChatPage;

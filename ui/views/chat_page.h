@@ -6,9 +6,11 @@
 // sends; until then the engine keeps what it runs), and under each
 // assistant message the figures the engine measured for it (TTFT, tok/s, tokens, ACCEPT/STEP).
 // The prompt is the whole conversation in the model's chat template; the engine's prefix cache
-// makes earlier turns cheap. A reply is saved as it streams (about once a second, from its first
-// second on), so a crash or a killed app loses at most the last second of it; such a reply
-// shows as interrupted when the conversation is opened again.
+// makes earlier turns cheap; a conversation longer than the model's context leaves its oldest
+// messages out of the prompt (never out of the conversation) and says so. A reply is saved as
+// it streams (about once a second, from its first second on), so a crash or a killed app loses
+// at most the last second of it; such a reply shows as interrupted when the conversation is
+// opened again.
 
 #include <QPointer>
 #include <chrono>
@@ -85,6 +87,7 @@ class ChatPage : public Page {
     RequestId id = 0;
     int64_t conversation_id = 0;
     int64_t message_id = 0;  // its row once first saved while streaming; 0 before
+    QString note;            // what the status keeps saying about it (messages left out)
     std::chrono::steady_clock::time_point saved;  // the send, then the last save
     MessageView view;
     int tokens = 0;
@@ -95,6 +98,16 @@ class ChatPage : public Page {
   void build_ui();
   void on_streamed(const QVector<StreamUpdate>& updates);
   void finish_reply(const StreamUpdate& last);
+  // The prompt for `history` (ending with the new user message), with the oldest messages left
+  // out (system messages and the new one kept) as far as needed for it and `max_tokens` to fit
+  // the engine's context limit. When even that does not fit, all are left out, and the engine
+  // refuses the request, naming the new message's length and max_tokens.
+  struct PromptFit {
+    std::vector<TokenId> prompt;
+    int left_out = 0;
+    int64_t limit = 0;
+  };
+  PromptFit fit_prompt(const std::vector<ChatMessage>& history, int32_t max_tokens) const;
   void save_reply(const QString& state, const std::string& stats_json);
   // Writes the reply so far (state "generating") when kSaveEveryMs have passed since the last save.
   void save_partial_reply();
