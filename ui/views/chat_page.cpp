@@ -450,9 +450,10 @@ void ChatPage::send_message(const QString& text) {
   active_->saved = std::chrono::steady_clock::now();
   active_->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer);
   if (fit.left_out > 0)
-    active_->note = tr("The %1 oldest messages were left out of the prompt to fit the model's "
-                       "context of %2 tokens (they stay in the conversation).")
-                        .arg(fit.left_out)
+    active_->note = (fit.left_out == 1 ? tr("The oldest message was")
+                                       : tr("The %1 oldest messages were").arg(fit.left_out)) +
+                    tr(" left out of the prompt to fit the model's context of %1 tokens (the "
+                       "conversation keeps it all).")
                         .arg(fit.limit);
   show_status(active_->note.isEmpty() ? tr("Generating…")
                                       : tr("Generating… %1").arg(active_->note));
