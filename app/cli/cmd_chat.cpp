@@ -1,7 +1,8 @@
 // chat: interactive terminal chat through the engine (any mode: --devices, --prefill/--decode).
 // Replies stream as they are generated; the conversation is kept until exit, and each turn finds
 // the earlier ones in the prefix cache (in disaggregated mode, on the decode device that served
-// them), so only new tokens are prefilled.
+// them), so only new tokens are prefilled. When it outgrows the context, its oldest turns are left
+// out of the prompt (fit_chat_prompt), as few as the reply's max tokens need.
 // Ctrl-C stops the reply in progress; at the prompt it ends the chat. /reset forgets the history.
 
 #include <csignal>
@@ -79,14 +80,19 @@ void run_chat(const ChatCommand& c) {
       continue;
     }
     history.push_back({"user", line});
-    const auto ids =
-        m.tokenizer->encode(tmpl.apply(history, true), m.tokenizer->add_bos_token(), true);
+    // The oldest turns leave the prompt (not the history) as far as the reply's max tokens need.
+    const FittedPrompt fit =
+        fit_chat_prompt(*m.tokenizer, tmpl, history, c.options.max_tokens, config.max_context);
+    const std::vector<TokenId>& ids = fit.tokens;
     if (static_cast<int64_t>(ids.size()) + 1 >= config.max_context) {
-      std::cout << "(the conversation no longer fits in the context of " << config.max_context
-                << " tokens; /reset to start over)\n";
+      std::cout << "(this message alone does not fit in the context of " << config.max_context
+                << " tokens)\n";
       history.pop_back();
       continue;
     }
+    if (fit.left_out > 0)
+      std::cout << "(the " << fit.left_out << " oldest messages are left out of the prompt to fit "
+                << "the context of " << config.max_context << " tokens)\n";
     HeadChoice choice = heads.choose(ids);
     spec.head = std::move(choice.head);
     spec.candidates = std::move(choice.candidates);

@@ -121,4 +121,40 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
   return out;
 }
 
+FittedPrompt fit_chat_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                             std::span<const ChatMessage> messages, int64_t reserve,
+                             int64_t limit) {
+  // The messages that may be left out, oldest first.
+  std::vector<size_t> droppable;
+  for (size_t i = 0; i + 1 < messages.size(); ++i)
+    if (messages[i].role != "system") droppable.push_back(i);
+  const auto prompt_without = [&](size_t k) {  // the k oldest droppable ones left out
+    std::vector<ChatMessage> kept;
+    for (size_t i = 0, next = 0; i < messages.size(); ++i) {
+      if (next < k && droppable[next] == i) {
+        ++next;
+        continue;
+      }
+      kept.push_back(messages[i]);
+    }
+    return tokenizer.encode(chat_template.apply(kept, true), tokenizer.add_bos_token(), true);
+  };
+  const auto fits = [&](const std::vector<TokenId>& prompt) {
+    return limit <= 0 || static_cast<int64_t>(prompt.size()) + reserve <= limit;
+  };
+  FittedPrompt fit;
+  fit.tokens = prompt_without(0);
+  if (fits(fit.tokens) || droppable.empty()) return fit;
+  // Leaving out more never lengthens the prompt, so the fewest is found by halving.
+  size_t low = 0, high = droppable.size();  // low does not fit; high does, or is all of them
+  while (high - low > 1) {
+    const size_t middle = low + (high - low) / 2;
+    (fits(prompt_without(middle)) ? high : low) = middle;
+  }
+  while (high < droppable.size() && messages[droppable[high]].role == "assistant") ++high;
+  fit.tokens = prompt_without(high);
+  fit.left_out = static_cast<int>(high);
+  return fit;
+}
+
 }  // namespace tokenfab

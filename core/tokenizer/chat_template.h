@@ -3,9 +3,13 @@
 // execute); ChatML (SmolLM2, Qwen2) is supported, with the model's default system prompt taken
 // from the template text when the conversation has none.
 
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "core/tokenizer/tokenizer.h"
 
 namespace tokenfab::gguf {
 class GgufFile;
@@ -37,5 +41,19 @@ class ChatTemplate {
   Family family_ = Family::ChatML;
   std::optional<std::string> default_system_;
 };
+
+// A conversation's prompt within a context limit.
+struct FittedPrompt {
+  std::vector<TokenId> tokens;
+  int left_out = 0;  // the oldest messages not in the prompt
+};
+
+// The generation prompt for `messages` (the last one the new user message), leaving out the
+// oldest messages — as few as needed, never a system message or the last one — so that the
+// prompt plus `reserve` tokens (the reply) is at most `limit` (no limit when limit <= 0). What is
+// kept after the system messages opens with a user turn. When even leaving out all of them does
+// not fit, all are left out: the engine then refuses the request, naming that prompt's length.
+FittedPrompt fit_chat_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                             std::span<const ChatMessage> messages, int64_t reserve, int64_t limit);
 
 }  // namespace tokenfab

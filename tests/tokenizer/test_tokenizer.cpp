@@ -15,6 +15,8 @@
 
 using tokenfab::ChatMessage;
 using tokenfab::ChatTemplate;
+using tokenfab::fit_chat_prompt;
+using tokenfab::FittedPrompt;
 using tokenfab::IncrementalDetokenizer;
 using tokenfab::TokenId;
 using tokenfab::Tokenizer;
@@ -34,7 +36,9 @@ const char* const kVariedText[] = {
     "<|im_start|>not parsed unless asked<|im_end|>",
 };
 
-std::string to_std(const QString& s) { return s.toStdString(); }
+std::string to_std(const QString& s) {
+  return s.toStdString();
+}
 
 }  // namespace
 
@@ -228,6 +232,53 @@ void TokenizerTest::chat_template_smollm2() {
   QCOMPARE(ids.front(), 1);
   QCOMPARE(int(std::count(ids.begin(), ids.end(), 1)), 3);
   QCOMPARE(int(std::count(ids.begin(), ids.end(), 2)), 2);
+}
+
+// fit_chat_prompt on the embedded model's template and tokenizer: the fewest oldest messages are
+// left out (one turn fewer would not fit), the system message and the new one stay, the kept
+// part opens with a user turn, and the prompt is exactly that of the kept messages.
+void TokenizerTest::fit_chat_prompt_leaves_out_the_fewest_oldest_messages() {
+  REQUIRE_MODEL();
+  const ChatTemplate chat = ChatTemplate::from_gguf(*model_file_);
+  const Tokenizer& tok = *tokenizer_;
+  std::vector<ChatMessage> messages = {{"system", "Be brief."}};
+  for (int i = 0; i < 10; ++i) {
+    messages.push_back({"user", "Tell me about harbour number " + std::to_string(i) + "."});
+    messages.push_back({"assistant", "Harbour " + std::to_string(i) +
+                                         " shelters fishing boats behind a long stone wall, "
+                                         "and its lighthouse turns all night."});
+  }
+  messages.push_back({"user", "Which is the oldest?"});
+  const auto prompt_of = [&](size_t left_out) {  // system, then all but the left_out oldest
+    std::vector<ChatMessage> kept = {messages[0]};
+    kept.insert(kept.end(), messages.begin() + 1 + static_cast<std::ptrdiff_t>(left_out),
+                messages.end());
+    return tok.encode(chat.apply(kept, true), tok.add_bos_token(), true);
+  };
+  const int64_t reserve = 16;
+  const int64_t whole = static_cast<int64_t>(prompt_of(0).size());
+
+  // No limit, or room for everything: nothing is left out.
+  for (const int64_t limit : {int64_t{0}, whole + reserve}) {
+    const FittedPrompt fit = fit_chat_prompt(tok, chat, messages, reserve, limit);
+    QCOMPARE(fit.left_out, 0);
+    QVERIFY(fit.tokens == prompt_of(0));
+  }
+  // Room for about half: an even number of the oldest go, the fewest that fit.
+  const int64_t limit = whole / 2 + reserve;
+  const FittedPrompt fit = fit_chat_prompt(tok, chat, messages, reserve, limit);
+  QVERIFY(fit.left_out > 0 && fit.left_out % 2 == 0 && fit.left_out < 20);
+  QVERIFY(fit.tokens == prompt_of(static_cast<size_t>(fit.left_out)));
+  QVERIFY(static_cast<int64_t>(fit.tokens.size()) + reserve <= limit);
+  QVERIFY(static_cast<int64_t>(prompt_of(static_cast<size_t>(fit.left_out) - 2).size()) + reserve >
+          limit);
+  QVERIFY(tok.decode(fit.tokens)
+              .starts_with("<|im_start|>system\nBe brief.<|im_end|>\n"
+                           "<|im_start|>user\n"));
+  // Not even the new message fits: all the others are left out.
+  const FittedPrompt tight = fit_chat_prompt(tok, chat, messages, reserve, 8);
+  QCOMPARE(tight.left_out, 20);
+  QVERIFY(tight.tokens == prompt_of(20));
 }
 
 QTEST_MAIN(TokenizerTest)

@@ -47,6 +47,7 @@ class TokenizerTest : public QObject {
   void special_tokens();
   void end_of_generation();
   void chat_template_smollm2();
+  void fit_chat_prompt_leaves_out_the_fewest_oldest_messages();
 
   // No model file needed.
   void pre_tokenizer_gpt2();

@@ -351,45 +351,6 @@ void ChatPage::delete_conversation() {
   }
 }
 
-ChatPage::PromptFit ChatPage::fit_prompt(const std::vector<ChatMessage>& history,
-                                         int32_t max_tokens) const {
-  const Tokenizer& tokenizer = *bridge_->tokenizer();
-  PromptFit fit;
-  fit.limit = bridge_->config().context_limit(bridge_->model()->hparams());
-  // The messages that may be left out: those before the new one, system messages excepted.
-  std::vector<size_t> droppable;
-  for (size_t i = 0; i + 1 < history.size(); ++i)
-    if (history[i].role != "system") droppable.push_back(i);
-  // The prompt without the `k` oldest droppable messages, and whether it fits with the reply.
-  const auto prompt_without = [&](size_t k) {
-    std::vector<ChatMessage> kept;
-    for (size_t i = 0, next = 0; i < history.size(); ++i) {
-      if (next < k && droppable[next] == i) {
-        ++next;
-        continue;
-      }
-      kept.push_back(history[i]);
-    }
-    return tokenizer.encode(template_->apply(kept, true), tokenizer.add_bos_token(), true);
-  };
-  const auto fits = [&](const std::vector<TokenId>& prompt) {
-    return fit.limit <= 0 || static_cast<int64_t>(prompt.size()) + max_tokens <= fit.limit;
-  };
-  fit.prompt = prompt_without(0);
-  if (fits(fit.prompt) || droppable.empty()) return fit;
-  // The fewest to leave out (leaving out more never lengthens the prompt): a binary search.
-  size_t low = 0, high = droppable.size();  // low does not fit; high does, or is all of them
-  while (high - low > 1) {
-    const size_t middle = low + (high - low) / 2;
-    (fits(prompt_without(middle)) ? high : low) = middle;
-  }
-  // The prompt then starts with a user turn, as the conversation did.
-  while (high < droppable.size() && history[droppable[high]].role == "assistant") ++high;
-  fit.prompt = prompt_without(high);
-  fit.left_out = static_cast<int>(high);
-  return fit;
-}
-
 void ChatPage::send_message(const QString& text) {
   if (!store_) return;
   // A message that is not sent goes back to the input box (unless something new is typed there).
@@ -414,8 +375,10 @@ void ChatPage::send_message(const QString& text) {
   const Tokenizer& tokenizer = *bridge_->tokenizer();
   GenerationRequest request;
   request.max_tokens = settings_->max_tokens();
-  const PromptFit fit = fit_prompt(history, request.max_tokens);
-  request.prompt = fit.prompt;
+  const int64_t limit = bridge_->config().context_limit(bridge_->model()->hparams());
+  const FittedPrompt fit =
+      fit_chat_prompt(tokenizer, *template_, history, request.max_tokens, limit);
+  request.prompt = fit.tokens;
   request.sampling = settings_->sampling();
   request.sampling.seed = QRandomGenerator::global()->generate64();
   RequestId id = 0;
@@ -454,7 +417,7 @@ void ChatPage::send_message(const QString& text) {
                                        : tr("The %1 oldest messages were").arg(fit.left_out)) +
                     tr(" left out of the prompt to fit the model's context of %1 tokens (the "
                        "conversation keeps it all).")
-                        .arg(fit.limit);
+                        .arg(limit);
   show_status(active_->note.isEmpty() ? tr("Generating…")
                                       : tr("Generating… %1").arg(active_->note));
   render();

@@ -98,16 +98,6 @@ class ChatPage : public Page {
   void build_ui();
   void on_streamed(const QVector<StreamUpdate>& updates);
   void finish_reply(const StreamUpdate& last);
-  // The prompt for `history` (ending with the new user message), with the oldest messages left
-  // out (system messages and the new one kept) as far as needed for it and `max_tokens` to fit
-  // the engine's context limit. When even that does not fit, all are left out, and the engine
-  // refuses the request, naming the new message's length and max_tokens.
-  struct PromptFit {
-    std::vector<TokenId> prompt;
-    int left_out = 0;
-    int64_t limit = 0;
-  };
-  PromptFit fit_prompt(const std::vector<ChatMessage>& history, int32_t max_tokens) const;
   void save_reply(const QString& state, const std::string& stats_json);
   // Writes the reply so far (state "generating") when kSaveEveryMs have passed since the last save.
   void save_partial_reply();
