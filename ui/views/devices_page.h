@@ -15,11 +15,10 @@
 // the page is shown and a model is loaded (bandwidth and the model's matmul peak both depend on
 // the threads used; a probe takes the cores for a second or two, so it is not run for a user
 // who never opens the page); the panel says "measuring…" until its device's limits are in. A
-// measurement shares the cores with whatever the engine runs meanwhile, and steps then read the
-// weights as fast as the probe reads its buffer, so limits measured while the engine had requests
-// or took steps are provisional: the panel says so, and they are measured again at the next
-// snapshot of an idle engine. Each limit keeps the highest value measured (a busy core only ever
-// makes a probe slower). The measuring thread reads the model's weights: the page joins it before
+// probe shares the cores and the memory bus with whatever the engine runs meanwhile, which slows
+// it, so limits measured while the engine had requests or took steps are provisional: the panel
+// says so, and they are measured again at the next snapshot of an idle engine. Each limit keeps
+// the highest value measured (sharing only ever makes a probe slower). The measuring thread reads the model's weights: the page joins it before
 // it is destroyed, and a measurement for a model that has since been replaced is discarded.
 //
 // Works without a bridge: tests call set_model / on_snapshot directly; attach() connects the
