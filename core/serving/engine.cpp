@@ -404,13 +404,19 @@ EngineSnapshot Engine::snapshot() const {
   snap.connector = std::string(connector_->backend());
   for (const auto& w : workers_) snap.devices.push_back(w->snapshot());
   snap.summary = metrics_.summary(snap.time);
-  std::lock_guard lock(mutex_);
-  // A request submitted since snap.time was read makes the window empty: no rate yet.
+  MetricsTime busy_since;
+  {
+    std::lock_guard lock(mutex_);
+    busy_since = busy_since_;
+  }
+  // The emission scan runs outside the engine's lock, which submit() and every request's end
+  // take. A request submitted since snap.time was read makes the window empty: no rate yet.
   const auto since_busy =
       std::max(std::chrono::nanoseconds{0},
-               std::chrono::duration_cast<std::chrono::nanoseconds>(snap.time - busy_since_));
+               std::chrono::duration_cast<std::chrono::nanoseconds>(snap.time - busy_since));
   snap.output_rate =
       metrics_.output_rate(snap.time, std::min<std::chrono::nanoseconds>(kRateWindow, since_busy));
+  std::lock_guard lock(mutex_);
   snap.transfers = transfers_;
   for (const auto& [id, record] : requests_) {
     std::lock_guard record_lock(record->mutex);

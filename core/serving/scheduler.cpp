@@ -8,6 +8,20 @@
 
 namespace tokenfab {
 
+namespace {
+
+// A chunk that verifies no drafts: n tokens of seq from first_token on.
+ScheduledChunk plain_chunk(SequenceId seq, int32_t first_token, int32_t n, bool wants_logits) {
+  return {.seq = seq,
+          .first_token = first_token,
+          .n_tokens = n,
+          .wants_logits = wants_logits,
+          .n_draft = 0,
+          .tree_parent = {}};
+}
+
+}  // namespace
+
 const char* sequence_status_name(SequenceStatus status) {
   switch (status) {
     case SequenceStatus::kWaiting:
@@ -162,12 +176,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
     s.draft.clear();
     s.draft_parent.clear();
     if (!reserve_last_token(seq, plan)) continue;
-    plan.chunks.push_back({.seq = seq,
-                           .first_token = s.n_computed,
-                           .n_tokens = 1,
-                           .wants_logits = true,
-                           .n_draft = 0,
-                           .tree_parent = {}});
+    plan.chunks.push_back(plain_chunk(seq, s.n_computed, 1, true));
     --budget;
   }
 }
@@ -261,12 +270,7 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
     const SequenceState& s = state(seq);
     if (s.n_pending() <= 1 || s.n_draft_in_flight > 0) continue;  // decoding: planned above
     const int32_t n = prefill_chunk(s.n_pending(), budget);
-    plan.chunks.push_back({.seq = seq,
-                           .first_token = s.n_computed,
-                           .n_tokens = n,
-                           .wants_logits = n == s.n_pending(),
-                           .n_draft = 0,
-                           .tree_parent = {}});
+    plan.chunks.push_back(plain_chunk(seq, s.n_computed, n, n == s.n_pending()));
   }
 }
 
@@ -293,12 +297,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     s.status = SequenceStatus::kRunning;
     running_.push_back(seq);
     const int32_t n = prefill_chunk(s.n_pending(), budget);
-    plan.chunks.push_back({.seq = seq,
-                           .first_token = s.n_computed,
-                           .n_tokens = n,
-                           .wants_logits = n == s.n_pending(),
-                           .n_draft = 0,
-                           .tree_parent = {}});
+    plan.chunks.push_back(plain_chunk(seq, s.n_computed, n, n == s.n_pending()));
   }
 }
 
