@@ -9,8 +9,9 @@
 #    "batch_bench_256_serial_launches":{…},
 #    "bench_llama3_8b_serial_launches":{…},"bench_decode_blocks":{…},
 #    "bench_llama3_8b_decode_blocks":{…},
-#    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"generate_no_head":…,
-#    "generate_head":…},"sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
+#    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
+#    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
+#    "accept_per_step":…,"output_tokens":…,"error":…},…]},"sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
 #    "summary":"…","tail":"…"} or null,"real_model":"…","cublas":"…","elapsed_s":…}
 # The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME, the
 # XDG cache, or the parts gpu_package.sh --model-parts sent in gpu-model/), else with its synthetic
@@ -18,13 +19,13 @@
 # model and gpu-model/head.gguf (null otherwise).
 # Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
 # libraries come from the bundle. Progress goes to stderr. Each suite is cut off after
-# SUITE_TIMEOUT_S seconds (default 150), so the whole check ends in well under 8 minutes.
+# SUITE_TIMEOUT_S seconds (default 200), so the whole check ends in well under 8 minutes.
 # GPU_CHECK_LOG=FILE appends each suite's and each benchmark's whole output to FILE as it ends, so
 # that a check cut short still leaves what it saw.
 # gpu-bundle/ is git-ignored: name it among the paths carried to the GPU machine.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-suite_timeout="${SUITE_TIMEOUT_S:-150}"
+suite_timeout="${SUITE_TIMEOUT_S:-200}"
 log="${GPU_CHECK_LOG:-/dev/null}"
 start=$(date +%s)
 
@@ -174,17 +175,46 @@ serve32_partitions_json="$(serve_bench serve-bench-32-partitions 32 64 0 --prefi
 serve32_partitions_sms_json="$(serve_bench serve-bench-32-partitions-66-sms 32 64 0 --prefill cuda:0 --decode cuda:0 --decode-sms 66)"
 # What each partition got (the device log's one line each: SMs, green context or why not).
 partition_notes="$(grep -ho 'cuda:0/[a-z]*: [a-z]* partition: .*' /tmp/gpu_check_bench.err | head -2 | tr '\n' ';')"
-# Single-stream decode with and without the draft head sent in gpu-model/ (real model only).
-head_json=null
-no_head_json=null
+# What a speculative verifying step costs against a one-row step (one sequence, all rows' logits).
+verify_json="$(run_bench bench-verify-rows 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8,16,64)"
+# Greedy decode on cuda:0 of the first code validation prompts with the draft head sent in
+# gpu-model/ (real model only), as chat would: no head, the adaptive chain (the default), a fixed
+# chain of 4 and the static tree. Each run says whether its tokens are those of the run without a
+# head (lossless) and its decode tok/s and ACCEPT/STEP.
+head_runs=null
 if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
-  prompt="Write a Python function that returns the n-th Fibonacci number, with a docstring."
-  no_head_json="$(run_bench generate-no-head 60 generate --model "$model" --devices cuda:0 \
-    --chat "$prompt" --max-tokens 256 --temperature 0)"
-  head_json="$(run_bench generate-head 60 generate --model "$model" --devices cuda:0 \
-    --head "$root/gpu-model/head.gguf" --chat "$prompt" --max-tokens 256 --temperature 0)"
+  prompts_dir="$libs/prompts"
+  mkdir -p "$prompts_dir"
+  # Entries are separated by %% lines; the header's # lines come before the first.
+  awk -v dir="$prompts_dir" 'BEGIN { n = 0; cur = "" }
+    /^#/ && n == 0 && cur == "" { next }
+    /^%%$/ { print cur > (dir "/" n); close(dir "/" n); n++; cur = ""; next }
+    { cur = cur (cur == "" ? "" : "\n") $0 }' "$root/resources/domains/code/validation.txt"
+  head_runs=""
+  for i in 0 1 2 3; do
+    [ -f "$prompts_dir/$i" ] || continue
+    prompt="$(cat "$prompts_dir/$i")"
+    plain_ids=""
+    for config in none chain fixed-chain-4 tree; do
+      case "$config" in
+        none) args=() ;;
+        chain) args=(--head "$root/gpu-model/head.gguf") ;;
+        fixed-chain-4) args=(--head "$root/gpu-model/head.gguf" --fixed-draft --draft-len 4) ;;
+        tree) args=(--head "$root/gpu-model/head.gguf" --spec tree) ;;
+      esac
+      out="$(run_bench "generate-$i-$config" 60 generate --model "$model" --devices cuda:0 \
+        --chat "$prompt" --max-tokens 256 --temperature 0 "${args[@]}")"
+      ids="$(printf '%s' "$out" | grep -o '"ids":\[[^]]*\]')"
+      [ "$config" = none ] && plain_ids="$ids"
+      same=false
+      [ -n "$ids" ] && [ "$ids" = "$plain_ids" ] && same=true
+      field() { printf '%s' "$out" | grep -o "\"$1\":[-0-9.e+]*" | head -n 1 | cut -d: -f2; }
+      head_runs="$head_runs${head_runs:+,}{\"prompt\":$i,\"config\":\"$config\",\"lossless\":$same,\"decode_tok_s\":$(field decode_tok_s | grep . || echo null),\"accept_per_step\":$(field accept_per_step | grep . || echo null),\"output_tokens\":$(field output_tokens | grep . || echo null),\"error\":$(printf '%s' "$out" | grep -q '^{"error"' && printf '%s' "$out" | sed 's/^{"error":\(.*\)}$/\1/' || echo null)}"
+    done
+  done
+  head_runs="[$head_runs]"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"generate_no_head\":$no_head_json,\"generate_head\":$head_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

@@ -121,7 +121,7 @@ struct TrainCommand {
   int batch = HeadTrainingRequest{}.batch;
   float lr = HeadTrainingRequest{}.lr;
   int rollout = -1;
-  std::string taps = HeadTrainingRequest{}.taps ? "on" : "off";
+  std::string taps;  // on, off, or empty: on for mtp heads (HeadTrainingRequest's default)
   int samples = 0;
   int self_prompts = 0;
   float sample_temperature = HeadTrainingRequest{}.sample_temperature;
@@ -143,7 +143,7 @@ void run_train(const TrainCommand& c) {
   r.batch = c.batch;
   r.lr = c.lr;
   r.rollout = c.rollout;
-  r.taps = c.taps == "on";
+  r.taps = c.taps.empty() ? c.type == "mtp" && HeadTrainingRequest{}.taps : c.taps == "on";
   r.samples = c.samples;
   r.self_prompts = c.self_prompts;
   r.sample_temperature = c.sample_temperature;
@@ -365,10 +365,10 @@ void register_heads(CLI::App& app) {
       ->check(CLI::Range(0, 16));
   train
       ->add_option("--taps", t->taps,
-                   "mtp: the first draft step also reads the target's inner layers (EAGLE-3 "
-                   "style features)")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+                   std::string("mtp: the first draft step also reads the target's inner layers "
+                               "(EAGLE-3 style features; default: ") +
+                       (HeadTrainingRequest{}.taps ? "on" : "off") + " for mtp heads)")
+      ->check(CLI::IsMember({"on", "off"}));
   train->add_option("--seed", t->seed, "seed")->capture_default_str();
   train->add_flag("--no-cache", t->no_cache, "record traces again even when cached");
   train->callback([t] { run_train(*t); });

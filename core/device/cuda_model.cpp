@@ -91,8 +91,8 @@ using cuda_backend::shared_weights;
 // attention grid covers the bucket (about 1 µs of idle splits per 1,024 keys).
 constexpr int32_t kGraphKeyBucket = 1024;
 
-// Causal chunks of at least this many tokens use the tiled prefill attention kernel (their rows
-// share each key tile); shorter ones are decode rows.
+// Prompt chunks of at least this many tokens use the tiled prefill attention kernel (their rows
+// share each key tile); shorter ones, and the rows of verification steps, are decode rows.
 constexpr int64_t kMinPrefillChunk = 4;
 
 // The paged KV storage in device memory: per layer, K and V as fp16 bits, (n_blocks, n_kv_head,
@@ -631,13 +631,17 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
     device_seqs_[i].blocks = tables_.get() + offset;
     offset += batch[i].blocks.size();
   }
-  // Causal chunks of kMinPrefillChunk tokens or more go to the tiled prefill kernel; decode rows
-  // and draft trees to the flash-decoding kernel.
+  // Prompt chunks of kMinPrefillChunk tokens or more go to the tiled prefill kernel; decode rows,
+  // verified chains and draft trees to the flash-decoding kernel, whose rows are computed each on
+  // its own: a verified token's attention is then the same, bit for bit, as when it is decoded
+  // alone, which keeps greedy speculation lossless on the GPU (with the GEMVs, which are the same
+  // per row whatever the row count).
   decode_seqs_.clear();
   h_chunks_.clear();
   int32_t max_chunk_tokens = 0;
-  for (const kernels::PagedSequence& s : device_seqs_) {
-    if (s.parent == nullptr && s.n_tokens >= kMinPrefillChunk) {
+  for (size_t i = 0; i < device_seqs_.size(); ++i) {
+    const kernels::PagedSequence& s = device_seqs_[i];
+    if (s.parent == nullptr && !batch[i].all_logits && s.n_tokens >= kMinPrefillChunk) {
       h_chunks_.push_back(
           {s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens), static_cast<int32_t>(s.pos0)});
       max_chunk_tokens = std::max(max_chunk_tokens, static_cast<int32_t>(s.n_tokens));
@@ -647,11 +651,11 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   }
   kernels::CudaPagedRows att;
   launch(name_, "attention rows", [&] { att = kernels::flatten_paged_rows(decode_seqs_); });
-  // Decode-only steps (one token per sequence, every row's logits, in order) replay a CUDA graph
-  // captured for their row count and a bucket of key counts: the attention kernel's grid is sized
-  // for the bucket, and the splits past a row's own keys return at once.
-  const bool decode_only =
-      use_graphs_ && n_logit == n && static_cast<int64_t>(batch.size()) == n && att.paths.empty();
+  // Steps of decode rows only (no prompt chunk, no tree; every row's logits, in order) replay a
+  // CUDA graph captured for their row count and a bucket of key counts: the attention kernel's
+  // grid is sized for the bucket, and the splits past a row's own keys return at once. Decode
+  // tokens and a verified chain's rows are the same kernels at the same row count.
+  const bool decode_only = use_graphs_ && n_logit == n && h_chunks_.empty() && att.paths.empty();
   const int32_t max_keys =
       decode_only ? (att.max_keys + kGraphKeyBucket - 1) / kGraphKeyBucket * kGraphKeyBucket
                   : att.max_keys;

@@ -42,9 +42,9 @@ struct HeadTrainingRequest {
   float lr = 3e-3f;
   int rollout = -1;  // mtp: rows per position continuing from its own predictions; −1: heads − 1
   // mtp: the first step also reads the target's inner layers (draft_tap_layers; draft_head.h).
-  // Off by default until a GPU run has checked the CUDA device's taps (cuda_model.h): the default
-  // head should draft well everywhere.
-  bool taps = false;
+  // On by default since the CUDA device's taps were checked on a GPU (test_cuda_model): such a
+  // head drafts on either backend. Medusa heads have no taps: set it false for them.
+  bool taps = true;
   uint64_t seed = 0;
   int threads = 0;  // 0: all hardware threads
   bool no_cache = false;
