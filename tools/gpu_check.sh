@@ -8,7 +8,8 @@
 #    "bench_serial_launches":{…},"batch_bench_1_serial_launches":{…},
 #    "batch_bench_256_serial_launches":{…},
 #    "bench_llama3_8b_serial_launches":{…},"bench_decode_blocks":{…},
-#    "bench_llama3_8b_decode_blocks":{…},
+#    "bench_llama3_8b_decode_blocks":{…},"bench_gemv_split_k_off":{…},
+#    "bench_llama3_8b_gemv_split_k_off":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
 #    "accept_per_step":…,"output_tokens":…,"error":…},…]},"sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
@@ -155,6 +156,9 @@ batch256_json="$(run_bench batch-bench-256 120 batch-bench --model "$model" --de
 bench8b_json="$(run_bench bench-llama3-8b 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1)"
 bench8b_serial_json="$(run_bench bench-llama3-8b-serial-launches 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --launch-overlap off)"
 bench8b_blocks_json="$(run_bench bench-llama3-8b-decode-blocks 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --decode-weights blocks)"
+# Narrow matrices' rows split over four warps (the default) against whole rows per warp.
+bench_no_split_json="$(run_bench bench-gemv-split-k-off 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --gemv-split-k off)"
+bench8b_no_split_json="$(run_bench bench-llama3-8b-gemv-split-k-off 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --gemv-split-k off)"
 # The engine on the GPU: serve-bench at 1, 32 and 256 requests in flight (greedy).
 serve_bench() {  # name, concurrency, requests, temperature, device options…
   local name="$1" concurrency="$2" requests="$3" temperature="$4"
@@ -214,7 +218,7 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   done
   head_runs="[$head_runs]"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

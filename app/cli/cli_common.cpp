@@ -114,6 +114,7 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
     CudaOptions options;
     options.overlap_launches = gpu.launch_overlap != "off";
     options.block_gemv = gpu.block_gemv();
+    options.gemv_split_k = gpu.gemv_split_k != "off";
     return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
   }
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
@@ -122,6 +123,7 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
 void GpuBenchOptions::report(nlohmann::json& j) const {
   j["launch_overlap"] = launch_overlap;
   j["decode_weights"] = decode_weights;
+  j["gemv_split_k"] = gemv_split_k;
 }
 
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
@@ -134,6 +136,11 @@ void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
                  "GPU: the weights a few-row step's GEMVs read: the BF16 copies, or the file's "
                  "Q4_0/Q4_1/Q8_0 blocks kept beside them")
       ->check(CLI::IsMember({"bf16", "blocks"}))
+      ->capture_default_str();
+  cmd.add_option("--gemv-split-k", options.gemv_split_k,
+                 "GPU: a few-row step's narrow matrices of long rows split each row over a "
+                 "block's four warps, or each warp takes whole rows")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }
 

@@ -406,6 +406,7 @@ class CudaDevice final : public Device {
   // runs (CudaOptions::overlap_launches on a GPU of compute capability 9.0 or later).
   bool overlap_ = false;
   const bool block_gemv_;  // CudaOptions::block_gemv
+  const bool split_k_;     // CudaOptions::gemv_split_k
   struct Graph {
     int runs = 0;  // direct runs so far (capture on the second)
     cudaGraphExec_t exec = nullptr;
@@ -422,7 +423,8 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
       hp_(model.hparams()),
       pool_(threads),
       use_graphs_(options.graphs),
-      block_gemv_(options.block_gemv) {
+      block_gemv_(options.block_gemv),
+      split_k_(options.gemv_split_k) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
@@ -564,6 +566,7 @@ void CudaDevice::linear(const float* a, const uint16_t* w, float* c, int64_t m, 
       kernels::GemvArgs g = kernels::gemv_product(a, k, static_cast<int>(m), w, n, k,
                                                   kernels::GemvEpilogue::kStore, c, n);
       g.overlap = overlap_;
+      g.split_k = split_k_;
       if (blocks != nullptr) blocks->use_in(g);
       kernels::launch_gemv(g, stream_);
       return;
@@ -837,6 +840,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         g.norm = w.attn_norm.get();
         g.eps = hp_.rms_eps;
         g.overlap = overlap_;
+        g.split_k = split_k_;
         w.qkv_blocks.use_in(g);
         g.rope = rope_.get();
         g.kv_slots = slots_.get();
@@ -860,6 +864,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
                                                     kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
         o.overlap = overlap_;
+        o.split_k = split_k_;
         w.wo_blocks.use_in(o);
         kernels::launch_gemv(o, stream_);
         // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
@@ -869,6 +874,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         f.norm = w.ffn_norm.get();
         f.eps = hp_.rms_eps;
         f.overlap = overlap_;
+        f.split_k = split_k_;
         w.gate_up_blocks.use_in(f);
         kernels::launch_gemv(f, stream_);
         // x += w_down · h
@@ -876,6 +882,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
             kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
                                   kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
         down.overlap = overlap_;
+        down.split_k = split_k_;
         w.down_blocks.use_in(down);
         kernels::launch_gemv(down, stream_);
         if (taps) enqueue_taps(layer, n_logit, gathered);

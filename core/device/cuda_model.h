@@ -61,6 +61,10 @@ struct CudaOptions {
   // per step (0.625 or 1.125 a weight instead of 2), the file's exact weights, more memory.
   // Matrices of other types, or stacked from parts of different types, stay BF16.
   bool block_gemv = false;
+  // Few-row steps multiply narrow matrices of long rows (kernels::gemv_split_k: an 8B model's QKV,
+  // o and down products) with each row's k split over a block's four warps, for four times the
+  // loads in flight; false gives each warp whole rows, as wide matrices always are.
+  bool gemv_split_k = true;
   // A GPU serving as both the prefill and the decode device (DevicePartition): the SMs its
   // decode partition gets to itself, in a green context, prefill getting the rest
   // (core/device/cuda_partition.h). 0: no split; the partitions share the SMs and differ by

@@ -17,10 +17,10 @@ namespace {
 using gemv_detail::Chunk;
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 4;                  // per block
+constexpr int kWarps = 4;  // per block
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kVec = 8;                    // weights per step of the arithmetic
-constexpr int64_t kWidePairs = 4096;       // from this many output pairs, two pairs per warp
+constexpr int kVec = 8;               // weights per step of the arithmetic
+constexpr int64_t kWidePairs = 4096;  // from this many output pairs, two pairs per warp
 
 __device__ float warp_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
@@ -115,14 +115,14 @@ __device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool ha
   }
 }
 
-// Issues the weight loads of the chunks at v0, v0 + kWarp, … (kUnroll of them) of the warp's R
+// Issues the weight loads of the chunks at v0, v0 + stride, … (kUnroll of them) of the warp's R
 // rows; chunks past the row's end are left unloaded.
 template <int R, int kUnroll, class C>
-__device__ void load_chunks(const GemvArgs& a, const int64_t (&rows)[R], int64_t v0, int64_t n_vec,
-                            C (&raw)[kUnroll][R]) {
+__device__ void load_chunks(const GemvArgs& a, const int64_t (&rows)[R], int64_t v0, int64_t stride,
+                            int64_t n_vec, C (&raw)[kUnroll][R]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int64_t v = v0 + u * kWarp;
+    const int64_t v = v0 + u * stride;
     if (v < n_vec) {
 #pragma unroll
       for (int q = 0; q < R; ++q) raw[u][q].load(a, rows[q], v);
@@ -130,23 +130,30 @@ __device__ void load_chunks(const GemvArgs& a, const int64_t (&rows)[R], int64_t
   }
 }
 
-// Grid: one block per kWarps·P output pairs; kThreads threads. Each warp owns P pairs (2·P
-// weight rows), so that every activation load serves 2·P rows. Before it waits for the previous
-// kernel (a.overlap) a warp issues its first chunks' loads and prefetches the rest of its rows
-// into L2 (calls of up to kGemvL2PrefetchBytes); the arithmetic, and so every output, is the same
-// with and without the overlap.
-template <GemvWeights F, int M, int P>
+// Grid: one block per kWarps·P output pairs (S = 1), or per P pairs (S = kWarps); kThreads
+// threads. With S = 1 each warp owns P pairs (2·P weight rows), so that every activation load
+// serves 2·P rows, and a lane takes the chunks lane, lane + 32, … of the rows. With S = kWarps
+// (narrow matrices of long rows: four times the warps streaming) the block's warps share the
+// pairs, warp w taking the chunks 32·w + lane, 32·w + lane + 128, …, and their sums meet in shared
+// memory, added in warp order. Either way a row's sums do not depend on how many x rows the call
+// has, so a row comes out the same, bit for bit, at any m. Before it waits for the previous kernel
+// (a.overlap) a warp issues its first chunks' loads and prefetches the rest of its rows into L2
+// (calls of up to kGemvL2PrefetchBytes); the arithmetic, and so every output, is the same with and
+// without the overlap.
+template <GemvWeights F, int M, int P, int S>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   using C = Chunk<F>;
   constexpr int R = 2 * P;
   constexpr int kUnroll = (M <= 2 ? 4 : 2) / P;  // chunks in flight per lane (P is 1 or 2)
+  static_assert(S == 1 || S == kWarps, "a pair group is one warp's or the whole block's");
   __shared__ float inv_rms[M];
+  __shared__ float partial[S][R][M];  // S = kWarps: each warp's sums, lane r's of x row r
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const bool swiglu = a.epilogue == GemvEpilogue::kSwiGlu;
   const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
-  const int64_t p0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * P;
-  const bool active = p0 < n_pairs;
+  const int64_t p0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / S) + (S == 1 ? warp : 0)) * P;
+  const bool active = p0 < n_pairs;  // the same for the whole block when S = kWarps
   int64_t j0[P], j1[P], rows[R];
   bool has1[P];
 #pragma unroll
@@ -158,15 +165,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     rows[2 * q] = j0[q];
     rows[2 * q + 1] = has1[q] ? j1[q] : j0[q];
   }
-  const int64_t n_vec = a.k / C::kElems;  // chunks per weight row
+  const int64_t n_vec = a.k / C::kElems;                     // chunks per weight row
+  const int64_t first = (S == 1 ? 0 : warp * kWarp) + lane;  // this lane's first chunk
+  constexpr int64_t kStride = kWarp * S;                     // and the distance to its next
   C raw[kUnroll][R];
   if (active) {
-    load_chunks<R, kUnroll>(a, rows, lane, n_vec, raw);
+    load_chunks<R, kUnroll>(a, rows, first, kStride, n_vec, raw);
     // The rest of the rows' bytes past the first chunks, a 128-byte line a lane, into L2.
     const int64_t row_bytes = C::row_bytes(a);
     if (a.n * row_bytes <= kGemvL2PrefetchBytes) {
-      const int64_t first = kUnroll * kWarp * (row_bytes / n_vec);
-      for (int64_t b = first + lane * 128; b < row_bytes; b += kWarp * 128) {
+      const int64_t loaded = kUnroll * kStride * (row_bytes / n_vec);
+      for (int64_t b = loaded + first * 128; b < row_bytes; b += kStride * 128) {
 #pragma unroll
         for (int q = 0; q < R; ++q) {
           const char* line = static_cast<const char*>(C::row_start(a, rows[q])) + b;
@@ -197,16 +206,16 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     for (int r = 0; r < M; ++r) acc[q][r] = 0.0f;
   // kUnroll chunks at a time: all their loads are issued before the arithmetic (the first
   // batch's before the wait).
-  for (int64_t v0 = lane; v0 < n_vec; v0 += kUnroll * kWarp) {
-    if (v0 != lane) load_chunks<R, kUnroll>(a, rows, v0, n_vec, raw);
+  for (int64_t v0 = first; v0 < n_vec; v0 += kUnroll * kStride) {
+    if (v0 != first) load_chunks<R, kUnroll>(a, rows, v0, kStride, n_vec, raw);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + u * kWarp;
+      const int64_t v = v0 + u * kStride;
       if (v < n_vec) accumulate<M, R>(a, inv_rms, v * C::kElems, raw[u], acc);
     }
   }
 
-  // Every lane ends with every sum; lane r finishes x row r.
+  // Every lane ends with every sum of its warp; lane r keeps x row r's.
   float y[R];
 #pragma unroll
   for (int q = 0; q < R; ++q) y[q] = 0.0f;
@@ -218,6 +227,23 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
       if (lane == r) y[q] = sum;
     }
   }
+  if constexpr (S > 1) {  // the warps' sums, added in warp order by warp 0
+    if (lane < M) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) partial[warp][q][lane] = y[q];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    if (lane < M) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        float sum = partial[0][q][lane];
+#pragma unroll
+        for (int w = 1; w < S; ++w) sum += partial[w][q][lane];
+        y[q] = sum;
+      }
+    }
+  }
   if (lane >= a.m) return;
 #pragma unroll
   for (int q = 0; q < P; ++q)
@@ -227,14 +253,19 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 template <GemvWeights F, int M>
 void launch_rows(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
   // Two pairs per warp for wide matrices (fewer activation loads per weight byte); one for narrow
-  // ones, whose few warps would otherwise leave SMs idle.
+  // ones, whose few warps would otherwise leave SMs idle, and for narrow ones whose rows give
+  // every lane of four warps a chunk, a block's four warps per pair (gemv_split_k). The choice
+  // depends on the matrix alone, never on m.
   const bool wide = pairs >= kWidePairs;
-  const int64_t per_block = (wide ? 2 : 1) * kWarps;
+  const bool split = gemv_split_k(a.weights, pairs, a.k) && a.split_k;
+  const int64_t per_block = split ? 1 : (wide ? 2 : 1) * kWarps;
   const dim3 grid(static_cast<unsigned>((pairs + per_block - 1) / per_block));
-  if (wide) {
-    launch_kernel(gemv_kernel<F, M, 2>, grid, dim3(kThreads), stream, a.overlap, a);
+  if (split) {
+    launch_kernel(gemv_kernel<F, M, 1, kWarps>, grid, dim3(kThreads), stream, a.overlap, a);
+  } else if (wide) {
+    launch_kernel(gemv_kernel<F, M, 2, 1>, grid, dim3(kThreads), stream, a.overlap, a);
   } else {
-    launch_kernel(gemv_kernel<F, M, 1>, grid, dim3(kThreads), stream, a.overlap, a);
+    launch_kernel(gemv_kernel<F, M, 1, 1>, grid, dim3(kThreads), stream, a.overlap, a);
   }
 }
 
@@ -253,6 +284,11 @@ void launch_format(const GemvArgs& a, int64_t pairs, cudaStream_t stream) {
 
 }  // namespace
 
+bool gemv_split_k(GemvWeights weights, int64_t pairs, int64_t k) {
+  const int64_t elems = weights == GemvWeights::kBf16 ? 8 : 32;  // per chunk (gemv_chunks.cuh)
+  return pairs < kWidePairs && k / elems >= int64_t{kWarp} * kWarps;
+}
+
 bool gemv_supports(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t k) {
   return m >= 1 && m <= kGemvMaxRows && k > 0 && k % kVec == 0 && x_stride % 4 == 0 &&
          x_stride >= k && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
@@ -262,11 +298,10 @@ bool gemv_supports(const float* x, int64_t x_stride, int m, const uint16_t* w, i
 void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
   const std::string where = "launch_gemv: ";
   if (!gemv_supports(a.x, a.x_stride, a.m, a.w, a.k) || a.n <= 0)
-    throw std::invalid_argument(where + "unsupported shape: m " + std::to_string(a.m) + ", n " +
-                                std::to_string(a.n) + ", k " + std::to_string(a.k) +
-                                ", x_stride " + std::to_string(a.x_stride) +
-                                " (m in 1.." + std::to_string(kGemvMaxRows) +
-                                ", k a multiple of 8, 16-byte aligned x and w)");
+    throw std::invalid_argument(
+        where + "unsupported shape: m " + std::to_string(a.m) + ", n " + std::to_string(a.n) +
+        ", k " + std::to_string(a.k) + ", x_stride " + std::to_string(a.x_stride) + " (m in 1.." +
+        std::to_string(kGemvMaxRows) + ", k a multiple of 8, 16-byte aligned x and w)");
   if (a.norm != nullptr && reinterpret_cast<uintptr_t>(a.norm) % 16 != 0)
     throw std::invalid_argument(where + "the norm weight is not 16-byte aligned");
   if (a.weights != GemvWeights::kBf16 && (a.k % 32 != 0 || a.q == nullptr || a.scales == nullptr ||

@@ -3,8 +3,10 @@
 // f32 activations against BF16 weights (row-major (n, k), the layout the cuBLASLt path takes) or
 // against the file's own Q4_0, Q4_1 or Q8_0 blocks (gemv_blocks.h: 0.625 or 1.125 bytes a weight
 // instead of 2), FP32 accumulation. The weights stream from memory once per call, 16 bytes per
-// load, with a warp per pair of output rows; the activations are read from cache. What cuBLAS would
-// need several kernels around for is fused into the one launch:
+// load, with a warp per pair of output rows (narrow matrices of long rows: a block of four warps
+// per pair, each warp a quarter of the row); the activations are read from cache. A row's result
+// does not depend on how many x rows a call has. What cuBLAS would need several kernels around for
+// is fused into the one launch:
 //   - an optional RMSNorm of each x row (x · 1/√(mean(x²) + eps) · norm) before the product;
 //   - the epilogue: store, add into the output (a residual), SwiGLU of a stacked [gate | up]
 //     product, or RoPE on a stacked [q | k | v] product with k and v written into the fp16
@@ -38,23 +40,26 @@ enum class GemvEpilogue {
 struct GemvArgs {
   const float* x = nullptr;  // (m, k) device f32, x_stride floats between rows
   int64_t x_stride = 0;
-  int m = 0;                     // 1 … kGemvMaxRows
-  const float* norm = nullptr;   // (k) RMSNorm weight, or null for no norm
+  int m = 0;                    // 1 … kGemvMaxRows
+  const float* norm = nullptr;  // (k) RMSNorm weight, or null for no norm
   float eps = 0.0f;
   const uint16_t* w = nullptr;  // kBf16: (n, k) bf16 bits, row-major
   GemvWeights weights = GemvWeights::kBf16;
   const uint8_t* q = nullptr;        // kQ4 / kQ8: the quants (gemv_blocks.h), 16-byte aligned
   const uint32_t* scales = nullptr;  // kQ4 / kQ8: (n, k/32) fp16 pairs (d, m)
   int64_t n = 0;
-  int64_t k = 0;                 // a multiple of 8
+  int64_t k = 0;  // a multiple of 8
   GemvEpilogue epilogue = GemvEpilogue::kStore;
-  float* out = nullptr;          // (m, n) (kSwiGlu: (m, n/2)), out_stride floats between rows
+  float* out = nullptr;  // (m, n) (kSwiGlu: (m, n/2)), out_stride floats between rows
   int64_t out_stride = 0;
   bool overlap = false;  // may overlap the previous kernel (compute capability ≥ 9.0)
+  // Narrow matrices of long rows (gemv_split_k) split each row's k over a block's four warps
+  // instead of giving each warp its own rows; false: never.
+  bool split_k = true;
   // kRopeKv only:
-  const float* rope = nullptr;         // (m, rot_dim) device: row r's cos[rot_dim/2] then
-                                       // sin[rot_dim/2] at its position (the CPU's rope_table)
-  const int32_t* kv_slots = nullptr;   // (m) device: block · block_size + offset in the block
+  const float* rope = nullptr;        // (m, rot_dim) device: row r's cos[rot_dim/2] then
+                                      // sin[rot_dim/2] at its position (the CPU's rope_table)
+  const int32_t* kv_slots = nullptr;  // (m) device: block · block_size + offset in the block
   int q_dim = 0, kv_dim = 0, head_dim = 0, rot_dim = 0;
   int n_kv_head = 0, block_size = 0;
   uint16_t* k_pool = nullptr;  // one layer, (n_blocks, n_kv_head, block_size, head_dim) fp16 bits
@@ -76,6 +81,12 @@ inline GemvArgs gemv_product(const float* x, int64_t x_stride, int m, const uint
   a.out_stride = out_stride;
   return a;
 }
+
+// Whether a matrix of `pairs` output pairs (n/2, rounded up; SwiGLU: n/2) and rows of k weights
+// in `weights`' layout is multiplied with its rows' k split over four warps (GemvArgs::split_k):
+// narrow ones (fewer than 4096 pairs) whose rows give every lane of four warps a chunk (k of at
+// least 1,024 BF16 weights, or 4,096 in blocks).
+bool gemv_split_k(GemvWeights weights, int64_t pairs, int64_t k);
 
 // Whether launch_gemv takes this shape: 1 ≤ m ≤ kGemvMaxRows, k a positive multiple of 8, x and
 // w 16-byte aligned with x_stride a multiple of 4 (the 16-byte loads). Block weights (kQ4, kQ8)

@@ -38,23 +38,30 @@ __device__ __forceinline__ void overlap_release() {
 #endif
 }
 
-// kernel<<<grid, block, 0, stream>>>(args…), allowed to overlap the previous kernel when `overlap`
-// (set it only on devices of compute capability 9.0 or later). Throws std::runtime_error when the
-// launch fails.
+// kernel<<<grid, block, shared_bytes, stream>>>(args…), allowed to overlap the previous kernel
+// when `overlap` (set it only on devices of compute capability 9.0 or later). Throws
+// std::runtime_error when the launch fails.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                   bool overlap, Args&&... args) {
+void launch_kernel_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                          cudaStream_t stream, bool overlap, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = overlap ? &attribute : nullptr;
   config.numAttrs = overlap ? 1 : 0;
   TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// launch_kernel_shared without dynamic shared memory.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                   bool overlap, Args&&... args) {
+  launch_kernel_shared(kernel, grid, block, 0, stream, overlap, std::forward<Args>(args)...);
 }
 
 }  // namespace tokenfab::kernels

@@ -1,11 +1,13 @@
 #pragma once
-// Causal attention of prefill chunks over the fp16 paged KV pool on the GPU, tiled: a block takes
+// Causal attention of prompt chunks over the fp16 paged KV pool on the GPU, tiled: a block takes
 // kPrefillQueryTile query rows of one head of one chunk and walks the keys in tiles of
 // kPrefillKeyTile, each tile of K and V gathered from the pool into shared memory once and read by
-// all the block's rows (the decode kernel reads every key once per row). Each warp keeps the
-// online softmax of its rows, a lane holding head elements lane, lane + 32, ... as in the decode
-// kernel. Mirrors kernels::paged_attention (kernels/cpu/paged_attention.h) for causal rows, to f32
-// rounding. Draft trees and single decode rows go to paged_decode_attention.cuh.
+// all the block's rows (the decode kernel reads every key once per row). A lane takes one key of
+// the tile against each of its warp's rows, so a tile's scores come out side by side; each row's
+// online softmax then moves on by the whole tile, and a lane accumulates head elements lane,
+// lane + 32, … of the rows' weighted V. Mirrors kernels::paged_attention
+// (kernels/cpu/paged_attention.h) for causal rows, to f32 rounding. Decode rows, verified chains
+// and draft trees go to paged_decode_attention.cuh.
 // `overlap`: the launch may start while the previous kernel of the stream finishes, and waits
 // for it before reading anything (launch_overlap.cuh; compute capability 9.0 or later).
 

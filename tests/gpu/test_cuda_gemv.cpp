@@ -164,6 +164,8 @@ class TestCudaGemv : public QObject {
   void rope_kv_matches_loops();
   void overlapped_chain_matches_serial_data();
   void overlapped_chain_matches_serial();
+  void rows_do_not_depend_on_the_row_count_data();
+  void rows_do_not_depend_on_the_row_count();
   void refuses_unsupported_shapes();
 
  private:
@@ -497,6 +499,62 @@ void TestCudaGemv::overlapped_chain_matches_serial() {
   QVERIFY(std::all_of(serial.begin(), serial.end(), [](float v) { return std::isfinite(v); }));
   QVERIFY(serial != x0);
   QVERIFY(overlapped == serial);
+}
+
+void TestCudaGemv::rows_do_not_depend_on_the_row_count_data() {
+  QTest::addColumn<qint64>("n");
+  QTest::addColumn<qint64>("k");
+  QTest::addColumn<bool>("split_k");
+  // Narrow with long rows (split over four warps, and not), narrow with short rows, wide.
+  QTest::newRow("576x1536 split") << qint64{576} << qint64{1536} << true;
+  QTest::newRow("576x1536 whole rows") << qint64{576} << qint64{1536} << false;
+  QTest::newRow("960x576") << qint64{960} << qint64{576} << true;
+  QTest::newRow("8200x1024") << qint64{8200} << qint64{1024} << true;
+}
+
+// A row's outputs are the same bits whether the call has 1 x row or 2 … 8: what keeps greedy
+// speculation lossless on the GPU (a verified chain's rows against one-token steps), with the
+// fused norm and a residual add.
+void TestCudaGemv::rows_do_not_depend_on_the_row_count() {
+  QFETCH(qint64, n);
+  QFETCH(qint64, k);
+  QFETCH(bool, split_k);
+  QCOMPARE(gemv_split_k(GemvWeights::kBf16, (n + 1) / 2, k), n == 576 && k == 1536);
+  std::mt19937 rng(static_cast<uint32_t>(n + k));
+  const std::vector<float> x =
+      random_floats(rng, static_cast<size_t>(kGemvMaxRows * k), -2.0f, 2.0f);
+  const std::vector<float> g = random_floats(rng, static_cast<size_t>(k), 0.25f, 2.0f);
+  const std::vector<float> base =
+      random_floats(rng, static_cast<size_t>(kGemvMaxRows * n), -1.0f, 1.0f);
+  std::vector<uint16_t> w_bits;
+  std::vector<float> w;
+  random_weights(rng, n, k, w_bits, w);
+  DeviceBuffer<float> dx(x.size()), dg(g.size()), dout(base.size());
+  DeviceBuffer<uint16_t> dw(w_bits.size());
+  dx.upload(x);
+  dg.upload(g);
+  dw.upload(w_bits);
+  // Rows [first, first + m) of x into the same rows of out.
+  auto run = [&](int first, int m) {
+    dout.upload(base);
+    GemvArgs a = gemv_product(dx.get() + first * k, k, m, dw.get(), n, k, GemvEpilogue::kAdd,
+                              dout.get() + first * n, n);
+    a.norm = dg.get();
+    a.eps = kEps;
+    a.split_k = split_k;
+    launch_gemv(a, stream_);
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return dout.download();
+  };
+  for (int m = 2; m <= kGemvMaxRows; ++m) {
+    const std::vector<float> together = run(0, m);
+    for (int r = 0; r < m; ++r) {
+      const std::vector<float> alone = run(r, 1);
+      QVERIFY2(
+          std::equal(alone.begin() + r * n, alone.begin() + (r + 1) * n, together.begin() + r * n),
+          qPrintable(QStringLiteral("row %1 of %2 differs from the row alone").arg(r).arg(m)));
+    }
+  }
 }
 
 void TestCudaGemv::refuses_unsupported_shapes() {

@@ -9,8 +9,9 @@
 // the exponentials (std::exp vs CUDA's expf, ≤ 2 ulp) and the dot products (≤ 256 f32 terms) add
 // about 1e-6. Allowed per element: 4e-6 + n_keys·2^-24. Rows with few keys are held to about
 // 1e-5, so a wrong or missing key (which moves an output by ~1/n_keys) cannot pass there.
-// The tiled prefill kernel is held to the same bound (one online softmax per row over its keys in
-// order, so its sums are within the same n·2^-24).
+// The tiled prefill kernel is held to the same bound (one online softmax per row over its key
+// tiles in order, each tile's weighted V rows summed in order, so its sums are within the same
+// n·2^-24).
 
 #include <QtTest/QtTest>
 
@@ -93,7 +94,8 @@ RandomBatch random_batch(const std::vector<SequenceShape>& shapes, int n_head, i
 
 // The batch's pool and block tables in device memory.
 struct DeviceBatch {
-  explicit DeviceBatch(const RandomBatch& b) : k(b.k.size()), v(b.v.size()), tables(b.order.size()) {
+  explicit DeviceBatch(const RandomBatch& b)
+      : k(b.k.size()), v(b.v.size()), tables(b.order.size()) {
     k.upload(b.k);
     v.upload(b.v);
     tables.upload(b.order);
@@ -220,7 +222,8 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> again = dout.download();
   const int64_t changed = first_bit_mismatch(again, got);
-  QVERIFY2(changed < 0, qPrintable(QStringLiteral("a second call changed element %1").arg(changed)));
+  QVERIFY2(changed < 0,
+           qPrintable(QStringLiteral("a second call changed element %1").arg(changed)));
 
   for (int64_t r = 0; r < n_rows; ++r) {
     const CudaPagedRow& row = rows.rows[r];
@@ -264,7 +267,7 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
   QFETCH(int, head_dim);
   QFETCH(int, block_size);
   std::mt19937 rng(static_cast<uint32_t>(n_head * 7 + n_kv_head * 13 + head_dim + block_size));
-  const std::vector<SequenceShape> shapes = {{37, 0, {}}, {4, 5, {}},    {16, 0, {}},
+  const std::vector<SequenceShape> shapes = {{37, 0, {}},  {4, 5, {}},     {16, 0, {}},
                                              {17, 33, {}}, {100, 300, {}}, {64, 0, {}}};
   int32_t max_tokens = 0;
   for (const SequenceShape& s : shapes)
