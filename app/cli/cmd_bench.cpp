@@ -8,8 +8,9 @@
 // --synthetic SHAPE benchmarks a synthetic model of that shape (random weights, written to a
 // temporary file and removed after) instead of --model.
 // --verify-rows LIST adds what a speculative verifying step costs on the device: after the
-// prompt, one sequence computes n consecutive tokens with every row's logits and hidden states
-// (as a step verifying n − 1 drafts does), for each n of the list in turn, repeated and
+// prompt, one sequence computes n consecutive tokens with every row's greedy choice and hidden
+// state (as the engine's step verifying n − 1 drafts of a greedy request does: on a GPU only each
+// row's argmax comes back, not its logits), for each n of the list in turn, repeated and
 // interleaved so that a drifting host speed shifts every n alike; the median step per n and its
 // ratio to the one-row step are reported ("verify").
 
@@ -150,10 +151,11 @@ DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int
 nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
                              std::span<const int> rows, int repetitions,
                              std::span<const int32_t> table) {
-  std::vector<float> logits, hidden;
+  std::vector<float> hidden;
+  std::vector<int32_t> argmax;
   const std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   BatchSequence prefill{tokens, 0, table, true};
-  device.run({&prefill, 1}, logits);
+  device.run_greedy({&prefill, 1}, argmax);
   const auto pos0 = static_cast<int64_t>(prompt.size());
   const int most = *std::max_element(rows.begin(), rows.end());
   // The tokens verified: the prompt's first ones again (any valid ids do; the KV they write
@@ -168,7 +170,7 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
         BatchSequence seq{std::span<const int32_t>(drafts).first(static_cast<size_t>(rows[r])),
                           pos0, table, false, true};
         const Clock::time_point start = Clock::now();
-        device.run({&seq, 1}, logits, &hidden);
+        device.run_greedy({&seq, 1}, argmax, &hidden);
         ms[r].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
       }
     }
