@@ -12,7 +12,8 @@
 #    "bench_llama3_8b_gemv_split_k_off":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
-#    "accept_per_step":…,"output_tokens":…,"error":…},…],"profile_decode_step":{…} or null},
+#    "accept_per_step":…,"output_tokens":…,"error":…},…],"heads_eval_code":{"chain_4":{…},
+#    "adaptive":{…},"tree":{…}} or null,"profile_decode_step":{…} or null},
 #    "sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
 #    "summary":"…","tail":"…"} or null,"real_model":"…","cublas":"…","elapsed_s":…}
 # The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME, the
@@ -219,6 +220,19 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   done
   head_runs="[$head_runs]"
 fi
+# The same head over all the code validation prompts on cuda:0 (`heads eval`, which refuses a run
+# whose outputs with the head differ from those without): a fixed chain of 4, the adaptive chain
+# and the static tree.
+heads_eval_json=null
+if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
+  heads_eval() {  # name, then more heads eval arguments
+    local name="$1"
+    shift
+    run_bench "$name" 120 heads eval --model "$model" --head "$root/gpu-model/head.gguf" \
+      --prompt-set code --max-tokens 128 --devices cuda:0 --no-record "$@"
+  }
+  heads_eval_json="{\"chain_4\":$(heads_eval heads-eval-chain-4),\"adaptive\":$(heads_eval heads-eval-adaptive --adaptive),\"tree\":$(heads_eval heads-eval-tree --spec tree)}"
+fi
 # Where a decode step's time goes: each kernel of one step (about 160 launches, past the warm-up
 # run) timed by Nsight Compute, where the machine has it (null otherwise).
 profile_json=null
@@ -232,7 +246,7 @@ if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-co
     profile_json="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_profile.err)")}"
   fi
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"profile_decode_step\":$profile_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

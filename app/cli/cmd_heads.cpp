@@ -199,6 +199,7 @@ struct EvalCommand {
   bool no_record = false;
   bool adaptive = false;
   std::string target_quant = "native";
+  EngineConfig engine;  // the devices it generates on (--devices, --prefill/--decode, …)
 };
 
 void run_eval(const EvalCommand& c) {
@@ -223,6 +224,7 @@ void run_eval(const EvalCommand& c) {
   r.lookup = c.head.lookup;
   r.adaptive = c.adaptive;
   r.target_quant = c.target_quant;
+  r.config = c.engine;
   r.config.threads = c.common.threads;
   std::signal(SIGINT, on_sigint);
   const GenerationEvalResult result =
@@ -261,7 +263,8 @@ void run_eval(const EvalCommand& c) {
       {"adaptive", r.adaptive},
       {"length_steps", result.with.length_steps},
       {"domain", c.prompt_set ? *c.prompt_set : "file:" + *c.prompts_file},
-      {"target_quant", c.target_quant}};
+      {"target_quant", c.target_quant},
+      {"devices", r.config.devices_text()}};
   if (result.native) {
     out["native_decode_tok_s"] = result.native->tok_s();
     out["net_speedup_vs_native"] = result.net_speedup_vs_native();
@@ -390,6 +393,7 @@ void register_heads(CLI::App& app) {
   eval->add_option("--target-quant", e->target_quant,
                    "re-quantize the target in memory first: native, f16, q8_0, q4_1, q4_0")
       ->capture_default_str();
+  add_engine_options(*eval, e->engine);
   eval->callback([e] { run_eval(*e); });
 
   auto json = std::make_shared<bool>(false);

@@ -39,6 +39,13 @@ int EngineConfig::total_threads() const {
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+std::string EngineConfig::devices_text() const {
+  if (!disaggregated()) return devices;
+  std::string text = "prefill " + prefill + ", decode " + decode;
+  if (!long_prefill.empty()) text += ", long prefill " + long_prefill;
+  return text;
+}
+
 int64_t EngineConfig::context_limit(const HParams& hp) const {
   return max_context > 0 ? max_context : hp.n_ctx_train;
 }

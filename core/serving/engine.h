@@ -92,6 +92,9 @@ struct EngineConfig {
   // training context when 0 (0 when neither is known: no limit).
   int64_t context_limit(const HParams& hp) const;
   bool disaggregated() const { return !prefill.empty() || !decode.empty(); }
+  // The devices in a line: "cuda:0" (colocated), or "prefill cpu:0, decode cuda:0" (with ", long
+  // prefill cpu:1" when a long-prompt pool is set).
+  std::string devices_text() const;
 };
 
 enum class RequestState : uint8_t {

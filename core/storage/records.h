@@ -51,6 +51,10 @@ struct EvaluationRecord {
   // baseline for a native target, the unquantized model for the quantization study; 0 where it
   // was not measured (evaluations recorded before schema version 4).
   double native_decode_tok_s = 0;
+  // The devices it generated on, as the engine was configured: "cpu:0", "cuda:0", or
+  // "prefill cpu:0, decode cuda:0" (EngineConfig::devices_text); "" for evaluations recorded before
+  // schema version 5.
+  std::string devices;
   int64_t prompts = 0;
   int64_t tokens = 0;
   int64_t created_unix = 0;

@@ -18,7 +18,7 @@ constexpr const char* kHeadColumns =
 constexpr const char* kEvaluationColumns =
     "e.id, e.head_id, e.domain, e.spec, e.accept_per_step, e.per_position_json, e.decode_tok_s, "
     "e.baseline_decode_tok_s, e.target_quant, e.prompts, e.tokens, e.created_unix, "
-    "e.native_decode_tok_s";
+    "e.native_decode_tok_s, e.devices";
 constexpr int kHeadColumnCount = 9;
 
 int64_t now_unix() {
@@ -66,6 +66,7 @@ EvaluationRecord read_evaluation(const sqlite::Statement& row, const fs::path& d
   e.tokens = row.column_int64(first + 10);
   e.created_unix = row.column_int64(first + 11);
   e.native_decode_tok_s = row.column_double(first + 12);
+  e.devices = row.column_text(first + 13);
   try {
     e.per_position = nlohmann::json::parse(per_position).get<std::vector<double>>();
   } catch (const nlohmann::json::exception& ex) {
@@ -238,15 +239,15 @@ int64_t Registry::add_evaluation(const EvaluationRecord& evaluation) {
   sqlite::Statement insert(db_.connection(),
                            "INSERT INTO evaluations (head_id, domain, spec, accept_per_step, "
                            "per_position_json, decode_tok_s, baseline_decode_tok_s, target_quant, "
-                           "prompts, tokens, created_unix, native_decode_tok_s) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+                           "prompts, tokens, created_unix, native_decode_tok_s, devices) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
   insert.bind(1, evaluation.head_id).bind(2, evaluation.domain).bind(3, evaluation.spec);
   insert.bind(4, evaluation.accept_per_step);
   insert.bind(5, nlohmann::json(evaluation.per_position).dump());
   insert.bind(6, evaluation.decode_tok_s).bind(7, evaluation.baseline_decode_tok_s);
   insert.bind(8, evaluation.target_quant).bind(9, evaluation.prompts).bind(10, evaluation.tokens);
   insert.bind(11, evaluation.created_unix != 0 ? evaluation.created_unix : now_unix());
-  insert.bind(12, evaluation.native_decode_tok_s);
+  insert.bind(12, evaluation.native_decode_tok_s).bind(13, evaluation.devices);
   insert.run();
   const int64_t id = db_.connection().last_insert_rowid();
   transaction.commit();

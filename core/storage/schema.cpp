@@ -104,11 +104,14 @@ constexpr const char* kVersion4 = R"sql(
 ALTER TABLE evaluations ADD COLUMN native_decode_tok_s REAL NOT NULL DEFAULT 0;
 )sql";
 
+// Version 5: an evaluation names the devices it generated on (its decode speeds are theirs);
+// rows from before read "", "not recorded".
+constexpr const char* kVersion5 = R"sql(
+ALTER TABLE evaluations ADD COLUMN devices TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr Migration kMigrations[] = {
-    {1, kVersion1},
-    {2, kVersion2},
-    {3, kVersion3},
-    {4, kVersion4},
+    {1, kVersion1}, {2, kVersion2}, {3, kVersion3}, {4, kVersion4}, {5, kVersion5},
 };
 
 static_assert(kApplicationId == 1416316514, "migration 1 writes kApplicationId in decimal");

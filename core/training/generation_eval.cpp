@@ -118,6 +118,7 @@ EvaluationRecord evaluation_record(const GenerationEvalRequest& r,
   e.baseline_decode_tok_s = result.without.tok_s();
   e.target_quant = r.target_quant;
   e.native_decode_tok_s = result.native ? result.native->tok_s() : result.without.tok_s();
+  e.devices = r.config.devices_text();
   e.prompts = result.prompts;
   e.tokens = result.with.tokens;
   return e;

@@ -67,6 +67,7 @@ class CliTest : public QObject {
   void perplexity_json();
   void synth_json();
   void devices_json();
+  void heads_eval_names_its_devices();
 
   void bad_input_data();
   void bad_input();
@@ -190,16 +191,24 @@ void CliTest::generate_json() {
 // all give the same tokens.
 void CliTest::generate_is_identical_in_every_mode() {
   REQUIRE_MODEL();
-  const QStringList base = {"generate", "--chat", "Name three rivers in Europe.", "--temperature",
-                            "0", "--max-tokens", "24", "--threads", "2"};
+  const QStringList base = {"generate",
+                            "--chat",
+                            "Name three rivers in Europe.",
+                            "--temperature",
+                            "0",
+                            "--max-tokens",
+                            "24",
+                            "--threads",
+                            "2"};
   QJsonArray first;
-  for (const QStringList& mode : {QStringList{"--devices", "cpu:0"},
-                                  QStringList{"--devices", "cpu:0,cpu:1"},
-                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:1"},
-                                  QStringList{"--prefill", "cpu:0", "--decode", "cpu:0"}}) {
+  for (const QStringList& mode :
+       {QStringList{"--devices", "cpu:0"}, QStringList{"--devices", "cpu:0,cpu:1"},
+        QStringList{"--prefill", "cpu:0", "--decode", "cpu:1"},
+        QStringList{"--prefill", "cpu:0", "--decode", "cpu:0"}}) {
     const QJsonObject j = run_json(base + mode);
     RETURN_IF_FAILED();
-    QCOMPARE(j["mode"].toString(), QString(mode.first() == "--devices" ? "colocated" : "disaggregated"));
+    QCOMPARE(j["mode"].toString(),
+             QString(mode.first() == "--devices" ? "colocated" : "disaggregated"));
     if (first.isEmpty()) first = j["ids"].toArray();
     QVERIFY2(j["ids"].toArray() == first, qPrintable(mode.join(' ')));
   }
@@ -218,9 +227,9 @@ void CliTest::serve_bench_json() {
                              "--threads", "2", "--seed", "3", "--no-record"} +
                  mode);
     RETURN_IF_FAILED();
-    for (const char* key : {"requests", "completed", "failed", "preemptions", "duration_s",
-                            "throughput_tok_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms",
-                            "prefix_hit_rate", "transfer"})
+    for (const char* key :
+         {"requests", "completed", "failed", "preemptions", "duration_s", "throughput_tok_s",
+          "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "prefix_hit_rate", "transfer"})
       QVERIFY2(j.contains(key), key);
     QCOMPARE(j["requests"].toInt(), 6);
     QCOMPARE(j["completed"].toInt(), 6);
@@ -343,6 +352,21 @@ void CliTest::devices_json() {
   }
 }
 
+// heads eval generates on the devices it is given (the engine's options) and says which: here
+// the context lookup alone, on two partitions of cpu:0.
+void CliTest::heads_eval_names_its_devices() {
+  REQUIRE_MODEL();
+  const QJsonObject j =
+      run_json({"heads", "eval", "--head", "none", "--lookup", "3", "--prompt-set", "code",
+                "--max-prompts", "1", "--max-tokens", "8", "--threads", "2", "--prefill", "cpu:0",
+                "--decode", "cpu:0", "--no-record"});
+  RETURN_IF_FAILED();
+  QCOMPARE(j["devices"].toString(), QStringLiteral("prefill cpu:0, decode cpu:0"));
+  QCOMPARE(j["prompts"].toInt(), 1);
+  QVERIFY(j["lossless"].toBool());
+  QVERIFY(j["decode_tok_s"].toDouble() > 0.0);
+}
+
 void CliTest::bad_input_data() {
   QTest::addColumn<QStringList>("args");
   QTest::addColumn<QString>("message");  // a substring the one stderr line must contain
@@ -359,15 +383,13 @@ void CliTest::bad_input_data() {
   QTest::newRow("unknown option where a command is needed")
       << QStringList{"heads", "--verbose"}
       << "unknown option '--verbose' for heads, which needs a command: train" << false;
-  QTest::newRow("unknown flag")
-      << QStringList{"generate", "--prompt", "hi", "--temprature", "0.5"}
-      << "arguments were not expected" << false;
+  QTest::newRow("unknown flag") << QStringList{"generate", "--prompt", "hi", "--temprature", "0.5"}
+                                << "arguments were not expected" << false;
   QTest::newRow("flag value of the wrong type")
       << QStringList{"generate", "--prompt", "hi", "--max-tokens", "many"}
       << "Could not convert: --max-tokens = many" << false;
-  QTest::newRow("negative top-k")
-      << QStringList{"generate", "--prompt", "hi", "--top-k", "-5"}
-      << "--top-k: Value -5 not in range 0 to" << false;
+  QTest::newRow("negative top-k") << QStringList{"generate", "--prompt", "hi", "--top-k", "-5"}
+                                  << "--top-k: Value -5 not in range 0 to" << false;
   QTest::newRow("missing model file")
       << QStringList{"generate", "--model", "/nonexistent.gguf", "--prompt", "hi"}
       << "model file not found: /nonexistent.gguf" << false;
@@ -398,13 +420,17 @@ void CliTest::bad_input_data() {
                      "code",  "--corpus", "notes",  "--samples", "2"}
       << "--samples continues the prompts of --prompt-set" << false;
   QTest::newRow("layer taps on a medusa head")
-      << QStringList{"heads",  "train",  "--name",  "h",      "--domain", "code",
-                     "--type", "medusa", "--taps",  "on",     "--prompt-set", "code"}
+      << QStringList{"heads",  "train",  "--name", "h",  "--domain",     "code",
+                     "--type", "medusa", "--taps", "on", "--prompt-set", "code"}
       << "--taps on is for mtp heads (--type mtp)" << false;
   QTest::newRow("unknown target quantization")
       << QStringList{"heads", "eval",         "--head", "none",           "--lookup",
                      "3",     "--prompt-set", "code",   "--target-quant", "q2_k"}
       << "--target-quant q2_k: expected native, f16, q8_0, q4_1 or q4_0" << false;
+  QTest::newRow("heads eval on an unknown device")
+      << QStringList{"heads", "eval",         "--head", "none",      "--lookup",
+                     "3",     "--prompt-set", "code",   "--devices", "tpu:0"}
+      << "unknown device kind \"tpu\"" << true;
   QTest::newRow("adaptive tree")
       << QStringList{"heads",        "eval", "--head", "none", "--lookup",  "3",
                      "--prompt-set", "code", "--spec", "tree", "--adaptive"}
@@ -416,8 +442,9 @@ void CliTest::bad_input_data() {
       << QStringList{"generate", "--prompt", "hi", "--devices", "tpu:0"}
       << "unknown device kind \"tpu\"" << true;
   QTest::newRow("same device for prefill and long prefill")
-      << QStringList{"serve-bench", "--prefill", "cpu:0", "--decode", "cpu:1", "--long-prefill",
-                     "cpu:0", "--long-prompt-tokens", "64"}
+      << QStringList{"serve-bench", "--prefill",      "cpu:0", "--decode",
+                     "cpu:1",       "--long-prefill", "cpu:0", "--long-prompt-tokens",
+                     "64"}
       << "the device lists must be disjoint" << true;
   QTest::newRow("fewer threads than devices")
       << QStringList{"generate", "--prompt", "hi", "--devices", "cpu:0,cpu:1", "--threads", "1"}
@@ -438,8 +465,8 @@ void CliTest::bad_input_data() {
       << QStringList{"bench", "--device", "cuda:7", "--synthetic", "smollm2-135m"} << "cuda:7"
       << false;
   QTest::newRow("GPU connector without a GPU")
-      << QStringList{"generate", "--prompt", "hi", "--prefill", "cpu:0", "--decode", "cpu:1",
-                     "--connector", "host_staged"}
+      << QStringList{"generate", "--prompt", "hi",          "--prefill",  "cpu:0",
+                     "--decode", "cpu:1",    "--connector", "host_staged"}
       << "every device is a CPU (use loopback)" << true;
   QTest::newRow("bad prompt length range")
       << QStringList{"serve-bench", "--prompt-len", "90:40"} << "expected MIN:MAX" << true;

@@ -278,6 +278,8 @@ void GuiHeadsTest::evaluation_fills_the_matrix_export_and_delete() {
   QCOMPARE(table->item(1, 2)->text(), QString("q8_0"));
   QCOMPARE(table->item(1, 3)->text(), QString::number(studied.front().accept_per_step, 'f', 2));
   QVERIFY(table->item(1, 7)->text().endsWith(QString::fromUtf8("×")));
+  QCOMPARE(studied.front().devices, std::string("cpu:0"));  // the app's engine, as configured
+  QCOMPARE(table->item(1, 8)->text(), QString("cpu:0"));
   // An unknown target quantization is refused with the accepted names.
   QVERIFY(page.start_evaluation(record->id, "code", 1, 16, "q2_k"));
   QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 3, kTrainTimeoutMs);

@@ -85,6 +85,7 @@ EvaluationRecord make_evaluation(int64_t head_id, const std::string& domain,
   e.baseline_decode_tok_s = 50.25;
   e.target_quant = quant;
   e.native_decode_tok_s = 62.125;
+  e.devices = "prefill cpu:0, decode cuda:0";
   e.prompts = 16;
   e.tokens = 4096;
   return e;
@@ -159,8 +160,9 @@ class TestStorage : public QObject {
     QVERIFY(fs::exists(fresh));
   }
 
-  // A database at schema version 3 (before evaluations kept the model's own speed) opens at the
-  // latest version with its evaluations intact, their native_decode_tok_s read as 0.
+  // A database at schema version 3 (before evaluations kept the model's own speed and their
+  // devices) opens at the latest version with its evaluations intact, their native_decode_tok_s
+  // read as 0 and their devices as "".
   void migration_keeps_older_evaluations() {
     QTemporaryDir dir;
     const fs::path file = temp_path(dir, "v3.db");
@@ -183,6 +185,7 @@ class TestStorage : public QObject {
     QCOMPARE(evaluations.front().accept_per_step, 1.5);
     QCOMPARE(evaluations.front().target_quant, std::string("q4_0"));
     QCOMPARE(evaluations.front().native_decode_tok_s, 0.0);
+    QCOMPARE(evaluations.front().devices, std::string());
   }
 
   void not_a_database() {
@@ -372,6 +375,7 @@ class TestStorage : public QObject {
     QCOMPARE(e.decode_tok_s, 80.5);
     QCOMPARE(e.baseline_decode_tok_s, 50.25);
     QCOMPARE(e.native_decode_tok_s, 62.125);
+    QCOMPARE(e.devices, std::string("prefill cpu:0, decode cuda:0"));
     QCOMPARE(e.target_quant, std::string("native"));
     QCOMPARE(e.prompts, int64_t{16});
     QCOMPARE(e.tokens, int64_t{4096});

@@ -224,10 +224,10 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   matrix_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   matrix_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   matrix_->horizontalHeader()->setMinimumSectionSize(64);
-  evaluations_table_ = new QTableWidget(0, 8, this);
+  evaluations_table_ = new QTableWidget(0, 9, this);
   evaluations_table_->setHorizontalHeaderLabels({"Domain", "Spec", "Target", "ACCEPT/STEP",
-                                                 "tok/s with head", "without", "model's own",
-                                                 "net"});
+                                                 "tok/s with head", "without", "model's own", "net",
+                                                 "Devices"});
   evaluations_table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   evaluations_table_->verticalHeader()->hide();
   evaluations_table_->verticalHeader()->setDefaultSectionSize(fontMetrics().height() + 8);
@@ -242,6 +242,8 @@ HeadsPage::HeadsPage(QWidget* parent) : Page(parent) {
   evaluations_table_->horizontalHeaderItem(7)->setToolTip(
       QStringLiteral("tok/s with the head on this target over the model's own tok/s without "
                      "drafts: above 1, this target with this head is faster than the plain model"));
+  evaluations_table_->horizontalHeaderItem(8)->setToolTip(
+      QStringLiteral("The devices the evaluation generated on: its tok/s are theirs"));
 
   train_button_ = new QPushButton(QStringLiteral("Train…"));
   evaluate_button_ = new QPushButton(QStringLiteral("Evaluate…"));
@@ -540,6 +542,8 @@ void HeadsPage::show_evaluations() {
       ratio->setBackground(net >= 1.0 ? QColor::fromHsvF(0.33f, 0.35f, 0.95f)
                                       : QColor::fromHsvF(0.0f, 0.3f, 0.97f));
     evaluations_table_->setItem(row, 7, ratio);
+    evaluations_table_->setItem(
+        row, 8, cell(e.devices.empty() ? QStringLiteral("–") : QString::fromStdString(e.devices)));
   }
   evaluations_table_->resizeColumnsToContents();
 }

@@ -42,9 +42,10 @@ std::vector<RunRecord> evaluation_runs(Registry& registry) {
       }
       summary["tokens"] = e.tokens;
       summary["per_position"] = e.per_position;
-      const nlohmann::ordered_json config = {
+      nlohmann::ordered_json config = {
           {"head", head.name}, {"head_type", head.type},         {"domain", e.domain},
           {"spec", e.spec},    {"target_quant", e.target_quant}, {"prompts", e.prompts}};
+      if (!e.devices.empty()) config["devices"] = e.devices;
       RunRecord r;
       r.id = e.id;
       r.kind = HistoryPage::kHeadsEvalKind;
