@@ -371,7 +371,7 @@ class CudaDevice final : public Device {
   DeviceArray<int32_t> tokens_, positions_, slots_, tables_, paths_;
   DeviceArray<int32_t> logit_rows_;  // rows_.logit_rows (steps whose logit rows are gathered)
   DeviceArray<kernels::CudaPagedRow> att_rows_;
-  DeviceArray<float> x_, qkv_, att_, proj_, gate_up_, workspace_;
+  DeviceArray<float> x_, qkv_, att_, gate_up_, workspace_;
   DeviceArray<float> rope_;               // h_rope_ on the device
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
@@ -516,7 +516,6 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |=
       qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
   grew |= att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
-  grew |= proj_.reserve(r * e, name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
   if (workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
@@ -819,7 +818,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
     // A few rows (decode steps, short chunks) take the fused GEMVs: a layer is then the QKV
     // product with its norm, RoPE and KV store, attention, and three more products with their
     // norm, SwiGLU and residual adds fused — five launches (six with a prefill chunk) where the
-    // cuBLAS path takes fourteen.
+    // cuBLAS path takes twelve.
     const bool few_rows = n <= kernels::kGemvMaxRows &&
                           kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n),
                                                  w_->layers[0].wqkv.get(), n_embd) &&
@@ -906,15 +905,15 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
                                               qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
                                               scale, stream_, overlap_);
-      linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
-      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
+      // x += wo · att: the residual add in the GEMM's epilogue (one launch fewer).
+      kernels::launch_f32_to_bf16(att_.get(), act16_.get(), n * q_dim, stream_, overlap_);
+      gemm_->bf16_nt(act16_.get(), w.wo.get(), x_.get(), n, n_embd, q_dim, stream_, true);
       // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
       kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd,
                                     hp_.rms_eps, stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, stream_);
       kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
-      gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
-      kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
+      gemm_->bf16_nt(act16_.get(), w.w_down.get(), x_.get(), n, n_embd, n_ff, stream_, true);
       if (taps) enqueue_taps(layer, n_logit, gathered);
     }
     if (n_logit == 0) return;

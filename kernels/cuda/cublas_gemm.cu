@@ -89,14 +89,14 @@ const CublasGemm::Plan& CublasGemm::plan_for(int64_t m, int64_t n, int64_t k) {
 }
 
 void CublasGemm::bf16_nt(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n,
-                         int64_t k, cudaStream_t stream) {
+                         int64_t k, cudaStream_t stream, bool accumulate) {
   if (m < 0 || n < 0 || k <= 0 || k % 8 != 0)
     throw std::invalid_argument("CublasGemm::bf16_nt: shape (" + std::to_string(m) + ", " +
                                 std::to_string(n) + ", " + std::to_string(k) +
                                 "): k must be a positive multiple of 8");
   if (m == 0 || n == 0) return;
   const Plan& p = plan_for(m, n, k);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C and D are the same matrix
   TOKENFAB_CUBLAS_CHECK(cublaslt().matmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c,
                                           p.c, &p.algo, workspace_, workspace_bytes_, stream));
 }

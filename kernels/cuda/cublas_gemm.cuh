@@ -29,12 +29,13 @@ class CublasGemm {
 
   // c (m, n) f32 = a (m, k) bf16 · b (n, k) bf16 ᵀ; all row-major, device memory, bf16 as raw
   // bits. k must be a multiple of 8 (16-byte rows, what cuBLASLt's tensor-core kernels need).
-  // The first call of a shape picks cuBLASLt's heuristic algorithm and keeps it (the only
-  // allocation); later calls of that shape only launch. Asynchronous on `stream`. Throws
-  // std::invalid_argument for a bad shape, std::runtime_error when cuBLASLt fails or has no
-  // algorithm for the shape.
+  // With `accumulate`, c += a · bᵀ instead (c is read; the f32 sum of the product and c is
+  // rounded once: a residual add in the product's epilogue). The first call of a shape picks
+  // cuBLASLt's heuristic algorithm and keeps it (the only allocation); later calls of that shape
+  // only launch. Asynchronous on `stream`. Throws std::invalid_argument for a bad shape,
+  // std::runtime_error when cuBLASLt fails or has no algorithm for the shape.
   void bf16_nt(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
-               cudaStream_t stream);
+               cudaStream_t stream, bool accumulate = false);
 
  private:
   // One shape's descriptors and chosen algorithm.

@@ -782,6 +782,21 @@ void TestCudaOps::gemm_bf16_matches_cpu_loop() {
       QVERIFY2(std::fabs(double{got[i]} - want[i]) <= bound[i],
                mismatch_message("gemm", i, n, got, want).constData());
   }
+  // Accumulating: c = c0 + a·bᵀ (a residual add in the epilogue), within the same bound plus the
+  // one rounding of the sum.
+  const std::vector<float> c0 = random_floats(rng, static_cast<size_t>(m * n), -4.0f, 4.0f);
+  dc.upload(c0);
+  gemm.bf16_nt(da.get(), db.get(), dc.get(), m, n, k, stream_, true);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> summed = dc.download();
+  std::vector<float> want_sum(want.size());
+  for (int64_t i = 0; i < m * n; ++i) {
+    want_sum[i] = static_cast<float>(double{want[i]} + c0[i]);
+    const double allowed =
+        bound[i] + std::ldexp(std::fabs(double{want_sum[i]}), -23) + std::ldexp(1.0, -24);
+    QVERIFY2(std::fabs(double{summed[i]} - want_sum[i]) <= allowed,
+             mismatch_message("accumulating gemm", i, n, summed, want_sum).constData());
+  }
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            gemm.bf16_nt(da.get(), db.get(), dc.get(), m, n, 12, stream_));
 }
