@@ -39,7 +39,6 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/gemv.cuh"
-#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/overlap_support.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
@@ -818,7 +817,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
     // A few rows (decode steps, short chunks) take the fused GEMVs: a layer is then the QKV
     // product with its norm, RoPE and KV store, attention, and three more products with their
     // norm, SwiGLU and residual adds fused — five launches (six with a prefill chunk) where the
-    // cuBLAS path takes twelve.
+    // cuBLAS path takes eleven.
     const bool few_rows = n <= kernels::kGemvMaxRows &&
                           kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n),
                                                  w_->layers[0].wqkv.get(), n_embd) &&
@@ -888,16 +887,22 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         continue;
       }
       // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
-      // the row), K/V into the pool, attention, output projection, residual. The kernels between
-      // the GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
+      // the row) with K/V into the pool, attention, output projection with the residual add. The
+      // kernels between the GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
       kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd,
                                     hp_.rms_eps, stream_, overlap_);
       gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
+      // RoPE on q and k, then k and v into the pool, in one launch.
+      kernels::RopeKvStore store;
+      store.k_offset = q_dim;
+      store.v_offset = q_dim + kv_dim;
+      store.kv_slots = slots_.get();
+      store.n_kv_head = static_cast<int>(hp_.n_kv_head);
+      store.block_size = bs;
+      store.k_pool = kv_->k(layer);
+      store.v_pool = kv_->v(layer);
       kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
-                           hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_);
-      kernels::launch_kv_store_rows(qkv_.get() + q_dim, qkv_.get() + q_dim + kv_dim, qkv_dim,
-                                    slots_.get(), n, hp_.n_kv_head, hp_.head_dim, bs, kv_->k(layer),
-                                    kv_->v(layer), stream_, overlap_);
+                           hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_, &store);
       kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
                                              has_paths ? paths_.get() : nullptr, max_keys,
                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,

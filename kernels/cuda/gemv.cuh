@@ -10,7 +10,7 @@
 //   - an optional RMSNorm of each x row (x · 1/√(mean(x²) + eps) · norm) before the product;
 //   - the epilogue: store, add into the output (a residual), SwiGLU of a stacked [gate | up]
 //     product, or RoPE on a stacked [q | k | v] product with k and v written into the fp16
-//     paged pool (the kv_store kernel's slots and layout).
+//     paged pool (block · block_size + row slots, the pool layout of rope.cuh's RopeKvStore).
 // With `overlap` (launch_overlap.cuh) the launch may start while the previous kernel runs: each
 // warp issues its first weight loads and prefetches the rest of its rows into L2 (calls of up to
 // kGemvL2PrefetchBytes of weights), and reads x only once that kernel has finished.

@@ -31,7 +31,6 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
-#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/row_logsumexp.cuh"
@@ -131,8 +130,8 @@ class TestCudaOps : public QObject {
   void gemm_bf16_matches_cpu_loop();
   void f32_to_bf16_matches_cpu_exactly_data() { add_shape_rows(); }
   void f32_to_bf16_matches_cpu_exactly();
-  void kv_store_matches_cpu_exactly_data();
-  void kv_store_matches_cpu_exactly();
+  void rope_kv_store_matches_cpu_exactly_data();
+  void rope_kv_store_matches_cpu_exactly();
   void bf16_outputs_equal_the_f32_ops_rounded_data() { add_shape_rows(); }
   void bf16_outputs_equal_the_f32_ops_rounded();
 
@@ -829,27 +828,37 @@ void TestCudaOps::f32_to_bf16_matches_cpu_exactly() {
                             .arg(static_cast<uint>(want[i]), 4, 16)));
 }
 
-void TestCudaOps::kv_store_matches_cpu_exactly_data() {
+void TestCudaOps::rope_kv_store_matches_cpu_exactly_data() {
   QTest::addColumn<int>("n_kv_head");
   QTest::addColumn<int>("head_dim");
   QTest::addColumn<int>("block_size");
   QTest::addColumn<qint64>("rows");
-  QTest::newRow("smollm2 decode") << 3 << 64 << 16 << qint64{1};
-  QTest::newRow("smollm2 chunk") << 3 << 64 << 16 << qint64{37};
-  QTest::newRow("llama3 rows") << 8 << 128 << 16 << qint64{9};
-  QTest::newRow("odd block") << 2 << 96 << 5 << qint64{23};
+  QTest::addColumn<bool>("rotate");
+  QTest::newRow("smollm2 decode") << 3 << 64 << 16 << qint64{1} << true;
+  QTest::newRow("smollm2 chunk") << 3 << 64 << 16 << qint64{37} << true;
+  QTest::newRow("smollm2 chunk, store only") << 3 << 64 << 16 << qint64{37} << false;
+  QTest::newRow("llama3 rows") << 8 << 128 << 16 << qint64{9} << true;
+  QTest::newRow("odd block, store only") << 2 << 96 << 5 << qint64{23} << false;
 }
 
-void TestCudaOps::kv_store_matches_cpu_exactly() {
+// launch_rope's KV store (the many-row path's RoPE and store in one launch): each row's k heads,
+// as rotated in the same launch (or as given, with rot_dim 0), and its v heads land in the row's
+// slot of the fp16 pool exactly as the CPU stores them (kernels::fp32_to_fp16_row into
+// KvStorage's layout), and nothing else of the pool changes.
+void TestCudaOps::rope_kv_store_matches_cpu_exactly() {
   QFETCH(int, n_kv_head);
   QFETCH(int, head_dim);
   QFETCH(int, block_size);
   QFETCH(qint64, rows);
-  std::mt19937 rng(static_cast<uint32_t>(n_kv_head * 7 + head_dim + rows));
+  QFETCH(bool, rotate);
+  std::mt19937 rng(static_cast<uint32_t>(n_kv_head * 7 + head_dim + rows + rotate));
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
-  const int64_t stride = 3 * kv_dim + 8;  // the rows sit inside wider (fused qkv) rows
+  const int64_t stride = 3 * kv_dim + 8;  // [q | k | v] rows (q of kv_dim here) and padding
   const std::vector<float> qkv =
       random_floats(rng, static_cast<size_t>(rows * stride), -8.0f, 8.0f);
+  std::uniform_int_distribution<int32_t> pos(0, 5000);
+  std::vector<int32_t> positions(static_cast<size_t>(rows));
+  for (int32_t& p : positions) p = pos(rng);
   const int32_t n_blocks = static_cast<int32_t>((rows + block_size - 1) / block_size) * 2 + 1;
   // Each row to its own slot, scattered over the pool in a random order.
   std::vector<int32_t> slot_of(static_cast<size_t>(n_blocks) * block_size);
@@ -857,6 +866,29 @@ void TestCudaOps::kv_store_matches_cpu_exactly() {
   std::shuffle(slot_of.begin(), slot_of.end(), rng);
   slot_of.resize(static_cast<size_t>(rows));
   const size_t pool_halves = static_cast<size_t>(n_blocks) * kv_dim * block_size;
+
+  DeviceBuffer<float> dqkv(qkv.size());
+  DeviceBuffer<int32_t> d_slot_of(slot_of.size()), dpos(positions.size());
+  DeviceBuffer<uint16_t> dk(pool_halves), dv(pool_halves);
+  dqkv.upload(qkv);
+  d_slot_of.upload(slot_of);
+  dpos.upload(positions);
+  dk.upload(std::vector<uint16_t>(pool_halves, 0x7e00));  // slots no row takes keep this NaN
+  dv.upload(std::vector<uint16_t>(pool_halves, 0x7e00));
+  RopeKvStore store;
+  store.k_offset = kv_dim;
+  store.v_offset = 2 * kv_dim;
+  store.kv_slots = d_slot_of.get();
+  store.n_kv_head = n_kv_head;
+  store.block_size = block_size;
+  store.k_pool = dk.get();
+  store.v_pool = dv.get();
+  launch_rope(dqkv.get(), dpos.get(), rows, stride, 2 * n_kv_head, head_dim, rotate ? head_dim : 0,
+              10000.0f, stream_, false, &store);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The rows as the launch left them: rotated q and k (RoPE itself is checked above), v as given.
+  const std::vector<float> after = dqkv.download();
+  if (!rotate) QVERIFY(after == qkv);
   std::vector<uint16_t> want_k(pool_halves, 0x7e00), want_v(pool_halves, 0x7e00);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t slot = slot_of[static_cast<size_t>(r)];
@@ -864,25 +896,19 @@ void TestCudaOps::kv_store_matches_cpu_exactly() {
       const int64_t dst = ((static_cast<int64_t>(slot / block_size) * n_kv_head + g) * block_size +
                            slot % block_size) *
                           head_dim;
-      fp32_to_fp16_row(qkv.data() + r * stride + kv_dim + g * head_dim, want_k.data() + dst,
+      fp32_to_fp16_row(after.data() + r * stride + kv_dim + g * head_dim, want_k.data() + dst,
                        head_dim);
-      fp32_to_fp16_row(qkv.data() + r * stride + 2 * kv_dim + g * head_dim, want_v.data() + dst,
+      fp32_to_fp16_row(after.data() + r * stride + 2 * kv_dim + g * head_dim, want_v.data() + dst,
                        head_dim);
     }
   }
-
-  DeviceBuffer<float> dqkv(qkv.size());
-  DeviceBuffer<int32_t> d_slot_of(slot_of.size());
-  DeviceBuffer<uint16_t> dk(pool_halves), dv(pool_halves);
-  dqkv.upload(qkv);
-  d_slot_of.upload(slot_of);
-  dk.upload(std::vector<uint16_t>(pool_halves, 0x7e00));  // untouched slot_of keep this NaN
-  dv.upload(std::vector<uint16_t>(pool_halves, 0x7e00));
-  launch_kv_store_rows(dqkv.get() + kv_dim, dqkv.get() + 2 * kv_dim, stride, d_slot_of.get(), rows,
-                       n_kv_head, head_dim, block_size, dk.get(), dv.get(), stream_);
-  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   QVERIFY2(dk.download() == want_k, "K pool differs from the CPU store");
   QVERIFY2(dv.download() == want_v, "V pool differs from the CPU store");
+  RopeKvStore bad = store;
+  bad.v_offset = stride - kv_dim + 1;  // past the row's end
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           launch_rope(dqkv.get(), dpos.get(), rows, stride, 2 * n_kv_head,
+                                       head_dim, head_dim, 10000.0f, stream_, false, &bad));
 }
 
 // The fused bf16 outputs (rms_norm_bf16, silu_mul_rows_bf16) are the f32 ops (each tested
