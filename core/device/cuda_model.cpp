@@ -817,7 +817,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
     // A few rows (decode steps, short chunks) take the fused GEMVs: a layer is then the QKV
     // product with its norm, RoPE and KV store, attention, and three more products with their
     // norm, SwiGLU and residual adds fused — five launches (six with a prefill chunk) where the
-    // cuBLAS path takes eleven.
+    // cuBLAS path takes ten.
     const bool few_rows = n <= kernels::kGemvMaxRows &&
                           kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n),
                                                  w_->layers[0].wqkv.get(), n_embd) &&
@@ -903,15 +903,15 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       store.v_pool = kv_->v(layer);
       kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
                            hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_, &store);
-      kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
-                                             has_paths ? paths_.get() : nullptr, max_keys,
-                                             qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                             scale, workspace_.get(), ws_floats, stream_, overlap_);
+      // The attention writes its rows in bf16, the o GEMM's input.
+      kernels::launch_paged_decode_attention(
+          pool, att_rows_.get(), n_att_rows, has_paths ? paths_.get() : nullptr, max_keys,
+          qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head, scale, workspace_.get(), ws_floats,
+          stream_, overlap_, act16_.get());
       kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
-                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                              scale, stream_, overlap_);
-      // x += wo · att: the residual add in the GEMM's epilogue (one launch fewer).
-      kernels::launch_f32_to_bf16(att_.get(), act16_.get(), n * q_dim, stream_, overlap_);
+                                              qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head,
+                                              scale, stream_, overlap_, act16_.get());
+      // x += wo · att: the residual add in the GEMM's epilogue.
       gemm_->bf16_nt(act16_.get(), w.wo.get(), x_.get(), n, n_embd, q_dim, stream_, true);
       // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
       kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd,

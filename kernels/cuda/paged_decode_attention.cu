@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
 
@@ -58,6 +59,15 @@ __device__ float block_reduce(float v, float* red) {
   return r;
 }
 
+// Output element i: into out16 as bf16 bits (kernels::fp32_to_bf16's rounding) when given, else
+// into out.
+__device__ void write_out(float* out, uint16_t* out16, int64_t i, float v) {
+  if (out16 != nullptr)
+    out16[i] = cuda_detail::to_bf16_bits(v);
+  else
+    out[i] = v;
+}
+
 __device__ int32_t key_position(const CudaPagedRow& row, const int32_t* paths, int32_t key) {
   return key < row.n_ctx ? key : paths[row.path_begin + key - row.n_ctx];
 }
@@ -83,8 +93,8 @@ __device__ float dot8(const float* q, uint4 raw, float dot) {
 // vec: head_dim is a multiple of 8 and both pools 16-byte aligned (else one element at a time).
 __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* rows,
                                           const int32_t* paths, const float* q, int64_t q_stride,
-                                          float* out, int64_t out_stride, int n_head, float scale,
-                                          Partials part, bool vec) {
+                                          float* out, uint16_t* out16, int64_t out_stride,
+                                          int n_head, float scale, Partials part, bool vec) {
   __shared__ float q_s[kPagedDecodeMaxHeadDim];     // q · scale
   __shared__ float p_s[kPagedDecodeSplitKeys];      // scores, then probabilities
   __shared__ int64_t off_s[kPagedDecodeSplitKeys];  // each key's row in the pool (elements)
@@ -169,10 +179,15 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   const int n_row_splits = (n_keys + kPagedDecodeSplitKeys - 1) / kPagedDecodeSplitKeys;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * n_head + head;
   const int64_t slot = pair * part.n_splits + split;
-  float* acc_out = n_row_splits == 1
-                       ? out + row.q_row * out_stride + static_cast<int64_t>(head) * head_dim
-                       : part.acc + slot * head_dim;
+  const int64_t out_at = row.q_row * out_stride + static_cast<int64_t>(head) * head_dim;
   const float acc_scale = n_row_splits == 1 ? 1.0f / l : 1.0f;
+  // Element d of the split's sum: the row's output when it has one split, else its partial.
+  const auto put = [&](int d, float v) {
+    if (n_row_splits > 1)
+      part.acc[slot * head_dim + d] = v;
+    else
+      write_out(out, out16, out_at + d, v);
+  };
   if (vec) {
     const int lanes = head_dim / kVec;  // threads per key, 1 … 32
     const int groups = kSplitThreads / lanes;
@@ -207,14 +222,14 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
     for (int d = tid; d < head_dim; d += kSplitThreads) {
       float sum = 0.0f;
       for (int gg = 0; gg < groups; ++gg) sum += acc_s[gg * head_dim + d];
-      acc_out[d] = sum * acc_scale;
+      put(d, sum * acc_scale);
     }
   } else {
     for (int d = tid; d < head_dim; d += kSplitThreads) {
       float sum = 0.0f;
       for (int i = 0; i < n; ++i)
         sum = fmaf(p_s[i], __half2float(__ushort_as_half(kv.v[off_s[i] + d])), sum);
-      acc_out[d] = sum * acc_scale;
+      put(d, sum * acc_scale);
     }
   }
   if (n_row_splits == 1) return;
@@ -243,12 +258,11 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
     total += __ldcg(part.l + slot0 + s) * expf(__ldcg(part.m + slot0 + s) - big);
   total = block_reduce<false>(total, red_s);
   const float inv = 1.0f / total;
-  float* oh = out + row.q_row * out_stride + static_cast<int64_t>(head) * head_dim;  // (head_dim)
   for (int d = tid; d < head_dim; d += kSplitThreads) {
     float sum = 0.0f;
     for (int s = 0; s < n_row_splits; ++s)
       sum += __ldcg(part.acc + (slot0 + s) * head_dim + d) * expf(__ldcg(part.m + slot0 + s) - big);
-    oh[d] = sum * inv;
+    write_out(out, out16, out_at + d, sum * inv);
   }
   if (tid == 0) part.done[pair] = 0;  // ready for the next call (and the next graph replay)
 }
@@ -278,7 +292,7 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
                                    const int32_t* paths, int32_t max_keys, const float* q,
                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
                                    float scale, float* workspace, int64_t workspace_floats,
-                                   cudaStream_t stream, bool overlap) {
+                                   cudaStream_t stream, bool overlap, uint16_t* out_bf16) {
   const std::string where = "launch_paged_decode_attention: ";
   check_paged_attention_shape(kv, n_head, "launch_paged_decode_attention");
   if (n_rows < 0 || n_rows > 65535 || max_keys < 0)
@@ -299,7 +313,7 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
   const bool vec = kv.head_dim % kVec == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   launch_kernel(paged_decode_split_kernel, split_grid, dim3(kSplitThreads), stream, overlap, kv,
-                rows, paths, q, q_stride, out, out_stride, n_head, scale, part, vec);
+                rows, paths, q, q_stride, out, out_bf16, out_stride, n_head, scale, part, vec);
 }
 
 }  // namespace tokenfab::kernels

@@ -61,11 +61,14 @@ int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, 
 // keys' K and V rows into L2) until that kernel has finished (launch_overlap.cuh). Throws
 // std::invalid_argument for a bad shape (head_dim above kPagedDecodeMaxHeadDim, n_head not a
 // multiple of n_kv_head, a short workspace, more than 65535 rows or n_head above 65535),
-// std::runtime_error if a launch fails.
+// std::runtime_error if a launch fails. With out_bf16 the output goes there instead, as bf16
+// bits (kernels::fp32_to_bf16's rounding of what out would hold), same layout and out_stride, and
+// out is not written: the input of a GEMM.
 void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* rows, int64_t n_rows,
                                    const int32_t* paths, int32_t max_keys, const float* q,
                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
                                    float scale, float* workspace, int64_t workspace_floats,
-                                   cudaStream_t stream, bool overlap = false);
+                                   cudaStream_t stream, bool overlap = false,
+                                   uint16_t* out_bf16 = nullptr);
 
 }  // namespace tokenfab::kernels

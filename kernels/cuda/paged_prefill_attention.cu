@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
 
@@ -80,8 +81,8 @@ constexpr int64_t shared_bytes(int d) {
 template <int P>
 __global__ void __launch_bounds__(kWarps* kWarp)
     paged_prefill_kernel(CudaPagedKv kv, const CudaPrefillChunk* chunks, const float* q,
-                         int64_t q_stride, float* out, int64_t out_stride, int n_head, float scale,
-                         bool vec) {
+                         int64_t q_stride, float* out, uint16_t* out16, int64_t out_stride,
+                         int n_head, float scale, bool vec) {
   extern __shared__ __align__(16) unsigned char smem[];
   overlap_release();
   overlap_wait();  // everything below reads what earlier kernels wrote
@@ -223,20 +224,26 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   for (int i = 0; i < kRowsPerWarp; ++i) {
     if (last_key[i] < 0) continue;
     const int32_t t = t0 + warp * kRowsPerWarp + i;
-    float* oh = out + (chunk.q_row0 + t) * out_stride + static_cast<int64_t>(head) * head_dim;
+    const int64_t at = (chunk.q_row0 + t) * out_stride + static_cast<int64_t>(head) * head_dim;
     const float inv = 1.0f / l[i];  // every row attends at least itself
 #pragma unroll
     for (int c = 0; c < P; ++c) {
       const int d = lane + kWarp * c;
-      if (d < head_dim) oh[d] = acc[i][c] * inv;
+      if (d >= head_dim) continue;
+      if (out16 != nullptr)  // bf16 bits, kernels::fp32_to_bf16's rounding
+        out16[at + d] = cuda_detail::to_bf16_bits(acc[i][c] * inv);
+      else
+        out[at + d] = acc[i][c] * inv;
     }
   }
 }
 
+// Launches paged_prefill_kernel<P> with the dynamic shared memory its head size needs.
 template <int P>
 void launch_prefill(const CudaPagedKv& kv, const CudaPrefillChunk* chunks, dim3 grid,
-                    const float* q, int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                    float scale, bool vec, cudaStream_t stream, bool overlap) {
+                    const float* q, int64_t q_stride, float* out, uint16_t* out16,
+                    int64_t out_stride, int n_head, float scale, bool vec, cudaStream_t stream,
+                    bool overlap) {
   const int64_t bytes = shared_bytes(kv.head_dim);
   if (bytes > 48 * 1024)  // past the default limit (a head of 256): ask for it
     TOKENFAB_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_kernel<P>,
@@ -244,7 +251,7 @@ void launch_prefill(const CudaPagedKv& kv, const CudaPrefillChunk* chunks, dim3 
                                              static_cast<int>(bytes)));
   launch_kernel_shared(paged_prefill_kernel<P>, grid, dim3(kWarps * kWarp),
                        static_cast<size_t>(bytes), stream, overlap, kv, chunks, q, q_stride, out,
-                       out_stride, n_head, scale, vec);
+                       out16, out_stride, n_head, scale, vec);
 }
 
 }  // namespace
@@ -252,7 +259,8 @@ void launch_prefill(const CudaPagedKv& kv, const CudaPrefillChunk* chunks, dim3 
 void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChunk* chunks,
                                     int64_t n_chunks, int32_t max_tokens, const float* q,
                                     int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                                    float scale, cudaStream_t stream, bool overlap) {
+                                    float scale, cudaStream_t stream, bool overlap,
+                                    uint16_t* out_bf16) {
   const std::string where = "launch_paged_prefill_attention: ";
   check_paged_attention_shape(kv, n_head, "launch_paged_prefill_attention");
   if (n_chunks < 0 || n_chunks > 65535 || max_tokens < 0)
@@ -264,20 +272,13 @@ void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChun
   const bool vec = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   // Head elements per lane: the fewest that cover head_dim (kPagedDecodeMaxHeadDim at most).
-  if (kv.head_dim <= kWarp) {
-    launch_prefill<1>(kv, chunks, grid, q, q_stride, out, out_stride, n_head, scale, vec, stream,
-                      overlap);
-  } else if (kv.head_dim <= 2 * kWarp) {
-    launch_prefill<2>(kv, chunks, grid, q, q_stride, out, out_stride, n_head, scale, vec, stream,
-                      overlap);
-  } else if (kv.head_dim <= 4 * kWarp) {
-    launch_prefill<4>(kv, chunks, grid, q, q_stride, out, out_stride, n_head, scale, vec, stream,
-                      overlap);
-  } else {
-    static_assert(kPagedDecodeMaxHeadDim <= 8 * kWarp, "eight elements a lane cover every head");
-    launch_prefill<8>(kv, chunks, grid, q, q_stride, out, out_stride, n_head, scale, vec, stream,
-                      overlap);
-  }
+  static_assert(kPagedDecodeMaxHeadDim <= 8 * kWarp, "eight elements a lane cover every head");
+  const auto launch = kv.head_dim <= kWarp       ? launch_prefill<1>
+                      : kv.head_dim <= 2 * kWarp ? launch_prefill<2>
+                      : kv.head_dim <= 4 * kWarp ? launch_prefill<4>
+                                                 : launch_prefill<8>;
+  launch(kv, chunks, grid, q, q_stride, out, out_bf16, out_stride, n_head, scale, vec, stream,
+         overlap);
 }
 
 }  // namespace tokenfab::kernels

@@ -36,9 +36,12 @@ struct CudaPrefillChunk {
 // Query head h reads kv head h / (n_head / kv.n_kv_head). Asynchronous on `stream`. Throws
 // std::invalid_argument for a bad shape (head_dim above kPagedDecodeMaxHeadDim, n_head not a
 // multiple of n_kv_head, more than 65535 chunks or heads), std::runtime_error if the launch fails.
+// With out_bf16 the output goes there instead, as bf16 bits (kernels::fp32_to_bf16's rounding of
+// what out would hold), same layout and out_stride, and out is not written.
 void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChunk* chunks,
                                     int64_t n_chunks, int32_t max_tokens, const float* q,
                                     int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                                    float scale, cudaStream_t stream, bool overlap = false);
+                                    float scale, cudaStream_t stream, bool overlap = false,
+                                    uint16_t* out_bf16 = nullptr);
 
 }  // namespace tokenfab::kernels

@@ -104,6 +104,13 @@ struct DeviceBatch {
   DeviceBuffer<int32_t> tables;
 };
 
+// kernels::fp32_to_bf16 of each value.
+std::vector<uint16_t> rounded_to_bf16(const std::vector<float>& values) {
+  std::vector<uint16_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = fp32_to_bf16(values[i]);
+  return out;
+}
+
 // kernels::paged_attention over the batch's pool: the reference output, (n_rows, stride).
 std::vector<float> cpu_attention(const RandomBatch& b, const std::vector<SequenceShape>& shapes,
                                  int n_head, int n_kv_head, int head_dim, int block_size) {
@@ -224,6 +231,14 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   const int64_t changed = first_bit_mismatch(again, got);
   QVERIFY2(changed < 0,
            qPrintable(QStringLiteral("a second call changed element %1").arg(changed)));
+  // With a bf16 output (a GEMM's input): the same values rounded, bit for bit.
+  DeviceBuffer<uint16_t> dout16(q.size());
+  TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0, dout16.bytes()));
+  launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
+                                stride, nullptr, stride, n_head, scale, dws.get(), ws_floats,
+                                stream_, false, dout16.get());
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  QVERIFY(dout16.download() == rounded_to_bf16(got));
 
   for (int64_t r = 0; r < n_rows; ++r) {
     const CudaPagedRow& row = rows.rows[r];
@@ -304,6 +319,14 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
                                  stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> got = dout.download();
+  // With a bf16 output (a GEMM's input): the same values rounded, bit for bit.
+  DeviceBuffer<uint16_t> dout16(q.size());
+  TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0, dout16.bytes()));
+  launch_paged_prefill_attention(gpu_kv, dchunks.get(), static_cast<int64_t>(chunks.size()),
+                                 max_tokens, dq.get(), stride, nullptr, stride, n_head, scale,
+                                 stream_, false, dout16.get());
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  QVERIFY(dout16.download() == rounded_to_bf16(got));
   for (size_t si = 0; si < shapes.size(); ++si) {
     const SequenceShape& s = shapes[si];
     for (int64_t t = 0; t < s.n_tokens; ++t) {
