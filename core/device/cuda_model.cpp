@@ -320,6 +320,7 @@ class CudaDevice final : public Device {
   // kv_blocks: the blocks of KV this device allocates (0: it shares another's).
   void check_fits(int32_t kv_blocks, int32_t block_size) const;
   void reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats);
+  kernels::PagedDecodeWorkspace attention_workspace();  // workspace_ and split_counts_
   // The buffers drafting uses for `rows` rows of `cols` logits: x_ (embeddings), xg_ and xgn_
   // (states), logits_, argmax_ and act16_ (a GEMM's bf16 input); the pass's other buffers stay.
   void reserve_draft_rows(int64_t rows, int64_t cols);
@@ -334,8 +335,8 @@ class CudaDevice final : public Device {
   // wanted in order, `gathered` false) into logits_ and xgn_; with `taps`, their layer taps too
   // (enqueue_taps).
   void enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
-                       int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
-                       int32_t max_chunk_tokens, bool gathered, bool taps);
+                       int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens, bool gathered,
+                       bool taps);
   // After `layer`, if it is one of taps_: the logit rows' residual stream RMS-normalised (unit
   // weights, as TransformerPass does) into taps_rows_, (taps_.size(), n_logit, n_embd).
   void enqueue_taps(int64_t layer, int64_t n_logit, bool gathered);
@@ -343,7 +344,7 @@ class CudaDevice final : public Device {
   void gather_logit_rows(int64_t n_logit);
   // A decode-only step through its CUDA graph: captured on the second step of a shape (the first
   // runs directly, so cuBLASLt has chosen its algorithms), replayed after that.
-  void run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats, bool taps);
+  void run_graph(int64_t n, int32_t max_keys_bucket, bool taps);
   void drop_graphs();
   void sync(const char* what);
 
@@ -371,6 +372,7 @@ class CudaDevice final : public Device {
   DeviceArray<int32_t> logit_rows_;  // rows_.logit_rows (steps whose logit rows are gathered)
   DeviceArray<kernels::CudaPagedRow> att_rows_;
   DeviceArray<float> x_, qkv_, att_, gate_up_, workspace_;
+  DeviceArray<int32_t> split_counts_;     // the decode attention's counters (PagedDecodeWorkspace)
   DeviceArray<float> rope_;               // h_rope_ on the device
   DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
@@ -505,6 +507,11 @@ void CudaDevice::sync(const char* what) {
   check(cudaStreamSynchronize(stream_), name_, what);
 }
 
+kernels::PagedDecodeWorkspace CudaDevice::attention_workspace() {
+  return {workspace_.get(), static_cast<int64_t>(workspace_.size()), split_counts_.get(),
+          static_cast<int64_t>(split_counts_.size())};
+}
+
 void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspace_floats) {
   const auto r = static_cast<size_t>(rows);
   const auto lr = static_cast<size_t>(std::max<int64_t>(logit_rows, 1));
@@ -514,14 +521,19 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= x_.reserve(r * e, name_, "activations");
   grew |=
       qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
-  grew |= att_.reserve(r * static_cast<size_t>(hp_.q_dim()), name_, "activations");
+  // The attention's f32 rows feed the few-row GEMVs only (many-row steps write them in bf16).
+  grew |=
+      att_.reserve(std::min<size_t>(r, kernels::kGemvMaxRows) * static_cast<size_t>(hp_.q_dim()),
+                   name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
-  if (workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
-                         "the attention workspace")) {
+  grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
+                             "the attention workspace");
+  if (split_counts_.reserve(std::max<size_t>(r, 1) * static_cast<size_t>(hp_.n_head), name_,
+                            "the attention workspace")) {
     grew = true;  // the attention's split counters start at zero (each call leaves them so)
-    check(cudaMemsetAsync(workspace_.get(), 0, workspace_.size() * sizeof(float), stream_), name_,
-          "clearing the attention workspace");
+    check(cudaMemsetAsync(split_counts_.get(), 0, split_counts_.size() * sizeof(int32_t), stream_),
+          name_, "clearing the attention's split counters");
   }
   grew |= xg_.reserve(lr * e, name_, "logit rows");
   grew |= xgn_.reserve(lr * e, name_, "logit rows");
@@ -633,16 +645,17 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
     offset += batch[i].blocks.size();
   }
   // Prompt chunks of kMinPrefillChunk tokens or more go to the tiled prefill kernel; decode rows,
-  // verified chains and draft trees to the flash-decoding kernel, whose rows are computed each on
-  // its own: a verified token's attention is then the same, bit for bit, as when it is decoded
-  // alone, which keeps greedy speculation lossless on the GPU (with the GEMVs, which are the same
-  // per row whatever the row count).
+  // verified chains of up to kGemvMaxRows tokens and draft trees to the flash-decoding kernel,
+  // whose rows are computed each on its own: a verified token's attention is then the same, bit
+  // for bit, as when it is decoded alone, which keeps greedy speculation lossless on the GPU (with
+  // the GEMVs, which are the same per row whatever the row count; longer chains take the GEMMs).
   decode_seqs_.clear();
   h_chunks_.clear();
   int32_t max_chunk_tokens = 0;
   for (size_t i = 0; i < device_seqs_.size(); ++i) {
     const kernels::PagedSequence& s = device_seqs_[i];
-    if (s.parent == nullptr && !batch[i].all_logits && s.n_tokens >= kMinPrefillChunk) {
+    const bool verified_chain = batch[i].all_logits && s.n_tokens <= kernels::kGemvMaxRows;
+    if (s.parent == nullptr && !verified_chain && s.n_tokens >= kMinPrefillChunk) {
       h_chunks_.push_back(
           {s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens), static_cast<int32_t>(s.pos0)});
       max_chunk_tokens = std::max(max_chunk_tokens, static_cast<int32_t>(s.n_tokens));
@@ -710,11 +723,10 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   }
 
   if (decode_only) {
-    run_graph(n, max_keys, ws_floats, taps);
+    run_graph(n, max_keys, taps);
   } else {
     enqueue_forward(n, n_logit, static_cast<int64_t>(att.rows.size()), !att.paths.empty(), max_keys,
-                    ws_floats, static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens, true,
-                    taps);
+                    static_cast<int64_t>(h_chunks_.size()), max_chunk_tokens, true, taps);
   }
   if (n_logit > 0 && logits)
     check(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * sizeof(float),
@@ -805,8 +817,8 @@ void CudaDevice::filter_rows(int64_t n_logit, int64_t n_vocab,
 }
 
 void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
-                                 int32_t max_keys, int64_t ws_floats, int64_t n_chunks,
-                                 int32_t max_chunk_tokens, bool gathered, bool taps) {
+                                 int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens,
+                                 bool gathered, bool taps) {
   const int32_t bs = kv_->block_size();
   const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
@@ -851,10 +863,10 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
         g.k_pool = kv_->k(layer);
         g.v_pool = kv_->v(layer);
         kernels::launch_gemv(g, stream_);
-        kernels::launch_paged_decode_attention(
-            pool, att_rows_.get(), n_att_rows, has_paths ? paths_.get() : nullptr, max_keys,
-            qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head, scale, workspace_.get(), ws_floats,
-            stream_, overlap_);
+        kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
+                                               has_paths ? paths_.get() : nullptr, max_keys,
+                                               qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                               scale, attention_workspace(), stream_, overlap_);
         kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
                                                 qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
                                                 scale, stream_, overlap_);
@@ -906,8 +918,8 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
       // The attention writes its rows in bf16, the o GEMM's input.
       kernels::launch_paged_decode_attention(
           pool, att_rows_.get(), n_att_rows, has_paths ? paths_.get() : nullptr, max_keys,
-          qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head, scale, workspace_.get(), ws_floats,
-          stream_, overlap_, act16_.get());
+          qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head, scale, attention_workspace(), stream_,
+          overlap_, act16_.get());
       kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
                                               qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head,
                                               scale, stream_, overlap_, act16_.get());
@@ -966,11 +978,11 @@ bool CudaDevice::set_draft_taps(bool on) {
   return !taps_.empty();
 }
 
-void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats, bool taps) {
+void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, bool taps) {
   Graph& g = graphs_[{n, max_keys_bucket, taps}];
   if (g.exec == nullptr && g.runs < 1) {
     ++g.runs;
-    enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false, taps);
+    enqueue_forward(n, n, n, false, max_keys_bucket, 0, 0, false, taps);
     return;
   }
   if (g.exec == nullptr) {
@@ -978,7 +990,7 @@ void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, int64_t ws_floats
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), name_,
           "starting a CUDA graph capture");
     try {
-      enqueue_forward(n, n, n, false, max_keys_bucket, ws_floats, 0, 0, false, taps);
+      enqueue_forward(n, n, n, false, max_keys_bucket, 0, 0, false, taps);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);  // the stream leaves capture mode either way
       if (graph != nullptr) cudaGraphDestroy(graph);

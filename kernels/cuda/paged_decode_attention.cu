@@ -25,7 +25,8 @@ int64_t split_count(int32_t max_keys) {
 
 // Workspace views for one call: m and l are (n_rows, n_head, n_splits); acc is
 // (n_rows, n_head, n_splits, head_dim); done counts, per (row, head), the splits that have
-// written their partial (zero between calls: the block that combines resets it).
+// written their partial (zero between calls: the block that combines resets it; kept apart from
+// the partials, whose layout changes with the call's shape).
 struct Partials {
   float* m;
   float* l;
@@ -283,15 +284,13 @@ void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* 
 }
 
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys) {
-  // The partials, then one int counter per (row, head) in float-sized words.
-  return n_rows * n_head * split_count(max_keys) * (static_cast<int64_t>(head_dim) + 2) +
-         n_rows * n_head;
+  return n_rows * n_head * split_count(max_keys) * (static_cast<int64_t>(head_dim) + 2);
 }
 
 void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* rows, int64_t n_rows,
                                    const int32_t* paths, int32_t max_keys, const float* q,
                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                                   float scale, float* workspace, int64_t workspace_floats,
+                                   float scale, const PagedDecodeWorkspace& workspace,
                                    cudaStream_t stream, bool overlap, uint16_t* out_bf16) {
   const std::string where = "launch_paged_decode_attention: ";
   check_paged_attention_shape(kv, n_head, "launch_paged_decode_attention");
@@ -301,13 +300,16 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
   if (n_rows == 0 || max_keys == 0) return;
   const int64_t n_splits = split_count(max_keys);
   const int64_t needed = paged_decode_workspace_floats(n_rows, n_head, kv.head_dim, max_keys);
-  if (workspace_floats < needed)
-    throw std::invalid_argument(where + "workspace of " + std::to_string(workspace_floats) +
+  if (workspace.partial_floats < needed || workspace.partials == nullptr)
+    throw std::invalid_argument(where + "workspace of " + std::to_string(workspace.partial_floats) +
                                 " floats, " + std::to_string(needed) + " needed");
+  if (workspace.count_ints < n_rows * n_head || workspace.counts == nullptr)
+    throw std::invalid_argument(where + std::to_string(workspace.count_ints) +
+                                " split counters for " + std::to_string(n_rows * n_head) +
+                                " (row, head) pairs");
   const int64_t slots = n_rows * n_head * n_splits;
-  const Partials part{workspace, workspace + slots, workspace + 2 * slots,
-                      reinterpret_cast<int*>(workspace + slots * (kv.head_dim + 2)),
-                      static_cast<int>(n_splits)};
+  float* w = workspace.partials;
+  const Partials part{w, w + slots, w + 2 * slots, workspace.counts, static_cast<int>(n_splits)};
   const dim3 split_grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_head),
                         static_cast<unsigned>(n_rows));
   const bool vec = kv.head_dim % kVec == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&

@@ -46,16 +46,26 @@ struct CudaPagedRow {
 // n_head not a positive multiple of n_kv_head (or above 65535), or a block_size below 1.
 void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* where);
 
-// Floats of workspace a call needs: (n_rows, n_head, n_splits) maxima and sums plus
-// (n_rows, n_head, n_splits, head_dim) partial outputs, n_splits = ⌈max_keys / split keys⌉, then
-// one int counter per (row, head). The counters must be zero before a workspace's first call
-// (cudaMemset it once when allocating it); every call leaves them zero again.
+// Floats of partial results a call needs: (n_rows, n_head, n_splits) maxima and sums plus
+// (n_rows, n_head, n_splits, head_dim) partial outputs, n_splits = ⌈max_keys / split keys⌉.
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys);
+
+// A call's scratch, device memory: the partial results (at least paged_decode_workspace_floats),
+// and one counter per (row, head) of the splits that have written theirs (at least
+// n_rows · n_head ints). The counters are indexed by (row, head) alone and kept apart from the
+// partials, whose layout changes with each call's shape; they must be zero before the first call
+// (cudaMemset them when allocating), and every call leaves them zero again.
+struct PagedDecodeWorkspace {
+  float* partials = nullptr;
+  int64_t partial_floats = 0;
+  int32_t* counts = nullptr;
+  int64_t count_ints = 0;
+};
 
 // q: (q rows, n_head, head_dim) device f32, q_stride floats between rows; out: same layout,
 // out_stride. rows: (n_rows) device CudaPagedRow; paths: device int32 (may be null when no row
 // has a path); max_keys: the largest n_ctx + path_len over the rows. Query head h reads kv head
-// h / (n_head / kv.n_kv_head). workspace: paged_decode_workspace_floats(…) device floats.
+// h / (n_head / kv.n_kv_head). workspace: the call's scratch (PagedDecodeWorkspace).
 // Asynchronous on `stream`; with `overlap` (compute capability 9.0 or later) the launch may start
 // while the previous kernel runs, reading only rows, paths and block tables (and prefetching the
 // keys' K and V rows into L2) until that kernel has finished (launch_overlap.cuh). Throws
@@ -67,7 +77,7 @@ int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, 
 void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* rows, int64_t n_rows,
                                    const int32_t* paths, int32_t max_keys, const float* q,
                                    int64_t q_stride, float* out, int64_t out_stride, int n_head,
-                                   float scale, float* workspace, int64_t workspace_floats,
+                                   float scale, const PagedDecodeWorkspace& workspace,
                                    cudaStream_t stream, bool overlap = false,
                                    uint16_t* out_bf16 = nullptr);
 

@@ -39,6 +39,7 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   T* get() const { return data_; }
+  size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
   void upload(const std::vector<T>& host) {
     TOKENFAB_CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));

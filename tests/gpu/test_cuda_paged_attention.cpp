@@ -104,6 +104,19 @@ struct DeviceBatch {
   DeviceBuffer<int32_t> tables;
 };
 
+// The decode attention's scratch in device memory, its counters zeroed.
+struct Workspace {
+  Workspace(int64_t floats, int64_t counters) : partials(floats), counts(counters) {
+    TOKENFAB_CUDA_CHECK(cudaMemset(counts.get(), 0, counts.bytes()));
+  }
+  PagedDecodeWorkspace view() const {
+    return {partials.get(), static_cast<int64_t>(partials.size()), counts.get(),
+            static_cast<int64_t>(counts.size())};
+  }
+  DeviceBuffer<float> partials;
+  DeviceBuffer<int32_t> counts;
+};
+
 // kernels::fp32_to_bf16 of each value.
 std::vector<uint16_t> rounded_to_bf16(const std::vector<float>& values) {
   std::vector<uint16_t> out(values.size());
@@ -212,31 +225,48 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
   DeviceBuffer<float> dq(q.size()), dout(q.size());
   dq.upload(q);
   TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
-  const int64_t ws_floats = paged_decode_workspace_floats(n_rows, n_head, head_dim, rows.max_keys);
-  DeviceBuffer<float> dws(ws_floats);
-  TOKENFAB_CUDA_CHECK(cudaMemset(dws.get(), 0, dws.bytes()));  // the split counters start at 0
+  const Workspace ws(paged_decode_workspace_floats(n_rows, n_head, head_dim, rows.max_keys),
+                     n_rows * n_head);
   const CudaPagedKv gpu_kv{dk.get(), dv.get(), block_size, n_kv_head, head_dim};
   launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
-                                stride, dout.get(), stride, n_head, scale, dws.get(), ws_floats,
-                                stream_);
+                                stride, dout.get(), stride, n_head, scale, ws.view(), stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> got = dout.download();
   // A second call on the same workspace gives the same bits: the first left its split counters
   // at zero for it.
   launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
-                                stride, dout.get(), stride, n_head, scale, dws.get(), ws_floats,
-                                stream_);
+                                stride, dout.get(), stride, n_head, scale, ws.view(), stream_);
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<float> again = dout.download();
   const int64_t changed = first_bit_mismatch(again, got);
   QVERIFY2(changed < 0,
            qPrintable(QStringLiteral("a second call changed element %1").arg(changed)));
+  // A call of another shape on the same workspace (the last three rows: long contexts of several
+  // splits, a chunk, a tree) gives the bits a fresh workspace gives, and so does the whole batch
+  // after it: the split counters keep their places whatever the partials' layout.
+  const int64_t tail = 3;
+  DeviceBuffer<float> dpart(q.size()), dfresh(q.size());
+  TOKENFAB_CUDA_CHECK(cudaMemset(dpart.get(), 0, dpart.bytes()));
+  TOKENFAB_CUDA_CHECK(cudaMemset(dfresh.get(), 0, dfresh.bytes()));
+  const Workspace fresh(paged_decode_workspace_floats(tail, n_head, head_dim, rows.max_keys),
+                        tail * n_head);
+  for (auto [out_buffer, workspace] : {std::pair{&dpart, &ws}, std::pair{&dfresh, &fresh}})
+    launch_paged_decode_attention(gpu_kv, drows.get() + (n_rows - tail), tail, dpaths.get(),
+                                  rows.max_keys, dq.get(), stride, out_buffer->get(), stride,
+                                  n_head, scale, workspace->view(), stream_);
+  launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
+                                stride, dout.get(), stride, n_head, scale, ws.view(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  QVERIFY2(dpart.download() == dfresh.download(),
+           "fewer rows on a used workspace differ from a fresh workspace");
+  QVERIFY2(first_bit_mismatch(dout.download(), got) < 0,
+           "the whole batch after a call of another shape differs");
   // With a bf16 output (a GEMM's input): the same values rounded, bit for bit.
   DeviceBuffer<uint16_t> dout16(q.size());
   TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0, dout16.bytes()));
   launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
-                                stride, nullptr, stride, n_head, scale, dws.get(), ws_floats,
-                                stream_, false, dout16.get());
+                                stride, nullptr, stride, n_head, scale, ws.view(), stream_, false,
+                                dout16.get());
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   QVERIFY(dout16.download() == rounded_to_bf16(got));
 
@@ -258,17 +288,23 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
 
 void TestCudaPagedAttention::decode_attention_rejects_bad_shapes() {
   const CudaPagedKv too_wide{nullptr, nullptr, 16, 1, kPagedDecodeMaxHeadDim + 32};
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, launch_paged_decode_attention(
-                                                      too_wide, nullptr, 1, nullptr, 1, nullptr, 0,
-                                                      nullptr, 0, 2, 1.0f, nullptr, 0, stream_));
+  const PagedDecodeWorkspace none;
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           launch_paged_decode_attention(too_wide, nullptr, 1, nullptr, 1, nullptr,
+                                                         0, nullptr, 0, 2, 1.0f, none, stream_));
   const CudaPagedKv kv{nullptr, nullptr, 16, 3, 64};
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,  // 8 query heads over 3 kv heads
                            launch_paged_decode_attention(kv, nullptr, 1, nullptr, 1, nullptr, 0,
-                                                         nullptr, 0, 8, 1.0f, nullptr, 0, stream_));
+                                                         nullptr, 0, 8, 1.0f, none, stream_));
+  const Workspace short_partials(10, 9), few_counters(100000, 8);
   QVERIFY_THROWS_EXCEPTION(
-      std::invalid_argument,  // a workspace too short
+      std::invalid_argument,  // partials too short
       launch_paged_decode_attention(kv, nullptr, 1, nullptr, 300, nullptr, 0, nullptr, 0, 9, 1.0f,
-                                    nullptr, 10, stream_));
+                                    short_partials.view(), stream_));
+  QVERIFY_THROWS_EXCEPTION(
+      std::invalid_argument,  // a counter short of one per (row, head)
+      launch_paged_decode_attention(kv, nullptr, 1, nullptr, 300, nullptr, 0, nullptr, 0, 9, 1.0f,
+                                    few_counters.view(), stream_));
   const int32_t parent[] = {-1, 1};  // row 1 names itself
   const PagedSequence bad_tree{nullptr, 2, 0, 0, parent};
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, flatten_paged_rows({&bad_tree, 1}));
