@@ -22,7 +22,8 @@
 # model and gpu-model/head.gguf (null otherwise).
 # Needs only the NVIDIA driver and the CUDA toolkit's cuBLAS there (no Qt, no network): the other
 # libraries come from the bundle. Progress goes to stderr. Each suite is cut off after
-# SUITE_TIMEOUT_S seconds (default 300: the real-model and lossless tests check against a double-precision forward pass on the CPU), so the whole check ends in well under 8 minutes.
+# SUITE_TIMEOUT_S seconds (default 300: the real-model and lossless tests check against a
+# double-precision forward pass on the CPU), so the whole check ends in under 8 minutes.
 # GPU_CHECK_LOG=FILE appends each suite's and each benchmark's whole output to FILE as it ends, so
 # that a check cut short still leaves what it saw.
 # gpu-bundle/ is git-ignored: name it among the paths carried to the GPU machine.

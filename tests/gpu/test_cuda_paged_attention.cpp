@@ -117,10 +117,13 @@ struct Workspace {
   DeviceBuffer<int32_t> counts;
 };
 
-// kernels::fp32_to_bf16 of each value.
-std::vector<uint16_t> rounded_to_bf16(const std::vector<float>& values) {
+// What a bf16 output over a buffer of 0xffff should hold: kernels::fp32_to_bf16 of each output
+// value, the first `width` columns of each row of `stride`, and the padding after them untouched.
+std::vector<uint16_t> rounded_to_bf16(const std::vector<float>& values, int64_t stride,
+                                      int64_t width) {
   std::vector<uint16_t> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = fp32_to_bf16(values[i]);
+  for (size_t i = 0; i < values.size(); ++i)
+    out[i] = static_cast<int64_t>(i) % stride < width ? fp32_to_bf16(values[i]) : 0xffff;
   return out;
 }
 
@@ -263,12 +266,12 @@ void TestCudaPagedAttention::decode_attention_matches_cpu() {
            "the whole batch after a call of another shape differs");
   // With a bf16 output (a GEMM's input): the same values rounded, bit for bit.
   DeviceBuffer<uint16_t> dout16(q.size());
-  TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0, dout16.bytes()));
+  TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0xff, dout16.bytes()));
   launch_paged_decode_attention(gpu_kv, drows.get(), n_rows, dpaths.get(), rows.max_keys, dq.get(),
                                 stride, nullptr, stride, n_head, scale, ws.view(), stream_, false,
                                 dout16.get());
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  QVERIFY(dout16.download() == rounded_to_bf16(got));
+  QVERIFY(dout16.download() == rounded_to_bf16(got, stride, int64_t{n_head} * head_dim));
 
   for (int64_t r = 0; r < n_rows; ++r) {
     const CudaPagedRow& row = rows.rows[r];
@@ -357,12 +360,12 @@ void TestCudaPagedAttention::prefill_attention_matches_cpu() {
   const std::vector<float> got = dout.download();
   // With a bf16 output (a GEMM's input): the same values rounded, bit for bit.
   DeviceBuffer<uint16_t> dout16(q.size());
-  TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0, dout16.bytes()));
+  TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0xff, dout16.bytes()));
   launch_paged_prefill_attention(gpu_kv, dchunks.get(), static_cast<int64_t>(chunks.size()),
                                  max_tokens, dq.get(), stride, nullptr, stride, n_head, scale,
                                  stream_, false, dout16.get());
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  QVERIFY(dout16.download() == rounded_to_bf16(got));
+  QVERIFY(dout16.download() == rounded_to_bf16(got, stride, int64_t{n_head} * head_dim));
   for (size_t si = 0; si < shapes.size(); ++si) {
     const SequenceShape& s = shapes[si];
     for (int64_t t = 0; t < s.n_tokens; ++t) {
