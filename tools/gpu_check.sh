@@ -197,6 +197,8 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
     /^#/ && n == 0 && cur == "" { next }
     /^%%$/ { print cur > (dir "/" n); close(dir "/" n); n++; cur = ""; next }
     { cur = cur (cur == "" ? "" : "\n") $0 }' "$root/resources/domains/code/validation.txt"
+  # A number field of the generate JSON in $out, or nothing.
+  field() { printf '%s' "$out" | grep -o "\"$1\":[-0-9.e+]*" | head -n 1 | cut -d: -f2; }
   head_runs=""
   for i in 0 1 2 3; do
     [ -f "$prompts_dir/$i" ] || continue
@@ -215,7 +217,6 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
       [ "$config" = none ] && plain_ids="$ids"
       same=false
       [ -n "$ids" ] && [ "$ids" = "$plain_ids" ] && same=true
-      field() { printf '%s' "$out" | grep -o "\"$1\":[-0-9.e+]*" | head -n 1 | cut -d: -f2; }
       head_runs="$head_runs${head_runs:+,}{\"prompt\":$i,\"config\":\"$config\",\"lossless\":$same,\"decode_tok_s\":$(field decode_tok_s | grep . || echo null),\"accept_per_step\":$(field accept_per_step | grep . || echo null),\"output_tokens\":$(field output_tokens | grep . || echo null),\"error\":$(printf '%s' "$out" | grep -q '^{"error"' && printf '%s' "$out" | sed 's/^{"error":\(.*\)}$/\1/' || echo null)}"
     done
   done

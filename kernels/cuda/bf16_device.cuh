@@ -15,4 +15,12 @@ __device__ inline uint16_t to_bf16_bits(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// Element i of an output that is f32 (out) or, when out16 is given, bf16 bits (to_bf16_bits).
+__device__ inline void store_f32_or_bf16(float* out, uint16_t* out16, int64_t i, float v) {
+  if (out16 != nullptr)
+    out16[i] = to_bf16_bits(v);
+  else
+    out[i] = v;
+}
+
 }  // namespace tokenfab::kernels::cuda_detail

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gemv_chunks.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
+#include "kernels/cuda/paged_kv_device.cuh"
 
 namespace tokenfab::kernels {
 
@@ -102,9 +103,9 @@ __device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool ha
       if (j0 >= a.q_dim) {  // k or v: into the pool, fp16
         const int64_t c = j0 - base;
         const int64_t slot = a.kv_slots[r];
-        const int64_t dst = ((slot / a.block_size * a.n_kv_head + c / a.head_dim) * a.block_size +
-                             slot % a.block_size) *
-                                a.head_dim +
+        const int64_t dst = cuda_detail::pool_row(slot / a.block_size, slot % a.block_size,
+                                                  static_cast<int>(c / a.head_dim), a.n_kv_head,
+                                                  a.block_size, a.head_dim) +
                             d;
         uint16_t* pool = j0 < qk_end ? a.k_pool : a.v_pool;
         pool[dst] = __half_as_ushort(__float2half_rn(y0));

@@ -9,6 +9,7 @@
 #include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
+#include "kernels/cuda/paged_kv_device.cuh"
 
 namespace tokenfab::kernels {
 
@@ -58,15 +59,6 @@ __device__ float block_reduce(float v, float* red) {
   for (int w = 1; w < kSplitThreads / kWarp; ++w) r = kMax ? fmaxf(r, red[w]) : r + red[w];
   __syncthreads();
   return r;
-}
-
-// Output element i: into out16 as bf16 bits (kernels::fp32_to_bf16's rounding) when given, else
-// into out.
-__device__ void write_out(float* out, uint16_t* out16, int64_t i, float v) {
-  if (out16 != nullptr)
-    out16[i] = cuda_detail::to_bf16_bits(v);
-  else
-    out[i] = v;
 }
 
 __device__ int32_t key_position(const CudaPagedRow& row, const int32_t* paths, int32_t key) {
@@ -124,11 +116,8 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   // still writing is read only after the wait).
   for (int i = tid; i < n; i += kSplitThreads) {
     const int32_t pos = key_position(row, paths, key0 + i);
-    const int64_t off =
-        ((static_cast<int64_t>(row.blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
-             kv.block_size +
-         pos % kv.block_size) *
-        head_dim;
+    const int64_t off = cuda_detail::pool_row(row.blocks[pos / kv.block_size], pos % kv.block_size,
+                                              kv_head, kv.n_kv_head, kv.block_size, head_dim);
     off_s[i] = off;
     for (int e = 0; e < head_dim; e += 64) {  // 64 fp16 values: one 128-byte line
       asm volatile("prefetch.global.L2 [%0];" ::"l"(kv.k + off + e));
@@ -187,7 +176,7 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
     if (n_row_splits > 1)
       part.acc[slot * head_dim + d] = v;
     else
-      write_out(out, out16, out_at + d, v);
+      cuda_detail::store_f32_or_bf16(out, out16, out_at + d, v);
   };
   if (vec) {
     const int lanes = head_dim / kVec;  // threads per key, 1 … 32
@@ -263,7 +252,7 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
     float sum = 0.0f;
     for (int s = 0; s < n_row_splits; ++s)
       sum += __ldcg(part.acc + (slot0 + s) * head_dim + d) * expf(__ldcg(part.m + slot0 + s) - big);
-    write_out(out, out16, out_at + d, sum * inv);
+    cuda_detail::store_f32_or_bf16(out, out16, out_at + d, sum * inv);
   }
   if (tid == 0) part.done[pair] = 0;  // ready for the next call (and the next graph replay)
 }

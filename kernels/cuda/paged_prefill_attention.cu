@@ -8,6 +8,7 @@
 #include "kernels/cuda/bf16_device.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
+#include "kernels/cuda/paged_kv_device.cuh"
 
 namespace tokenfab::kernels {
 
@@ -36,10 +37,8 @@ __device__ float warp_max(float v) {
 // the pool, in elements.
 __device__ int64_t pool_row(const CudaPagedKv& kv, const int32_t* blocks, int kv_head,
                             int32_t pos) {
-  return ((static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.n_kv_head + kv_head) *
-              kv.block_size +
-          pos % kv.block_size) *
-         kv.head_dim;
+  return cuda_detail::pool_row(blocks[pos / kv.block_size], pos % kv.block_size, kv_head,
+                               kv.n_kv_head, kv.block_size, kv.head_dim);
 }
 
 // Shared memory of one block, for head_dim d (dynamic: a head of 64 needs a quarter of one of 256):
@@ -229,11 +228,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 #pragma unroll
     for (int c = 0; c < P; ++c) {
       const int d = lane + kWarp * c;
-      if (d >= head_dim) continue;
-      if (out16 != nullptr)  // bf16 bits, kernels::fp32_to_bf16's rounding
-        out16[at + d] = cuda_detail::to_bf16_bits(acc[i][c] * inv);
-      else
-        out[at + d] = acc[i][c] * inv;
+      if (d < head_dim) cuda_detail::store_f32_or_bf16(out, out16, at + d, acc[i][c] * inv);
     }
   }
 }

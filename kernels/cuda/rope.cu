@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
+#include "kernels/cuda/paged_kv_device.cuh"
 
 namespace tokenfab::kernels {
 
@@ -51,7 +52,8 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t row_stri
   const int64_t block = slot / store.block_size, within = slot % store.block_size;
   for (int e = threadIdx.x; e < store.n_kv_head * head_dim; e += blockDim.x) {
     const int g = e / head_dim, d = e % head_dim;
-    const int64_t dst = ((block * store.n_kv_head + g) * store.block_size + within) * head_dim + d;
+    const int64_t dst =
+        cuda_detail::pool_row(block, within, g, store.n_kv_head, store.block_size, head_dim) + d;
     store.k_pool[dst] = __half_as_ushort(__float2half_rn(row[store.k_offset + e]));
     store.v_pool[dst] = __half_as_ushort(__float2half_rn(row[store.v_offset + e]));
   }
