@@ -9,11 +9,13 @@
 #    "batch_bench_256_serial_launches":{…},
 #    "bench_llama3_8b_serial_launches":{…},"bench_decode_blocks":{…},
 #    "bench_llama3_8b_decode_blocks":{…},"bench_gemv_split_k_off":{…},
-#    "bench_llama3_8b_gemv_split_k_off":{…},
+#    "bench_llama3_8b_gemv_split_k_off":{…},"bench_fused_layers":{…},
+#    "batch_bench_1_fused_layers":{…},"bench_llama3_8b_fused_layers":{…},
+#    "bench_verify_rows_fused_layers":{…},"serve_bench_1_fused_layers":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
 #    "accept_per_step":…,"output_tokens":…,"error":…},…],"heads_eval_code":{"chain_4":{…},
-#    "adaptive":{…},"tree":{…}} or null,"profile_decode_step":{…} or null},
+#    "adaptive":{…},"tree":{…},"adaptive_fused_layers":{…}} or null,"profile_decode_step":{…} or null},
 #    "sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
 #    "summary":"…","tail":"…"} or null,"real_model":"…","cublas":"…","elapsed_s":…}
 # The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME, the
@@ -162,6 +164,12 @@ bench8b_blocks_json="$(run_bench bench-llama3-8b-decode-blocks 240 bench --devic
 # Narrow matrices' rows split over four warps (the default) against whole rows per warp.
 bench_no_split_json="$(run_bench bench-gemv-split-k-off 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --gemv-split-k off)"
 bench8b_no_split_json="$(run_bench bench-llama3-8b-gemv-split-k-off 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --gemv-split-k off)"
+# Few-row steps' layers in one cooperative kernel (CudaOptions::fused_layers) against five
+# launches a layer: single stream, the 8B shape, and verifying steps of 1 to 8 rows.
+bench_fused_json="$(run_bench bench-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --fused-layers on)"
+batch1_fused_json="$(run_bench batch-bench-1-fused-layers 120 batch-bench --model "$model" --device cuda:0 --streams 1 --prompt-tokens 128 --gen-tokens 256 --fused-layers on)"
+bench8b_fused_json="$(run_bench bench-llama3-8b-fused-layers 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --fused-layers on)"
+verify_fused_json="$(run_bench bench-verify-rows-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8 --fused-layers on)"
 # The engine on the GPU: serve-bench at 1, 32 and 256 requests in flight (greedy).
 serve_bench() {  # name, concurrency, requests, temperature, device options…
   local name="$1" concurrency="$2" requests="$3" temperature="$4"
@@ -171,6 +179,7 @@ serve_bench() {  # name, concurrency, requests, temperature, device options…
     --kv-mem 4096 --token-budget 4096 --max-running 256
 }
 serve1_json="$(serve_bench serve-bench-1 1 8 0 --devices cuda:0)"
+serve1_fused_json="$(serve_bench serve-bench-1-fused-layers 1 8 0 --devices cuda:0 --fused-layers on)"
 serve32_json="$(serve_bench serve-bench-32 32 64 0 --devices cuda:0)"
 serve256_json="$(serve_bench serve-bench-256 256 512 0 --devices cuda:0)"
 # Sampled requests (temperature 0.8, top-k 40, min-p 0.05): each row's candidates come back
@@ -186,8 +195,9 @@ partition_notes="$(grep -ho 'cuda:0/[a-z]*: [a-z]* partition: .*' /tmp/gpu_check
 verify_json="$(run_bench bench-verify-rows 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8,16,64)"
 # Greedy decode on cuda:0 of the first code validation prompts with the draft head sent in
 # gpu-model/ (real model only), as chat would: no head, the adaptive chain (the default), a fixed
-# chain of 4 and the static tree. Each run says whether its tokens are those of the run without a
-# head (lossless) and its decode tok/s and ACCEPT/STEP.
+# chain of 4 and the static tree; then no head, the chain and the tree with the fused decode
+# layers. Each run says whether its tokens are those of the run without a head (of its kind of
+# layers: lossless) and its decode tok/s and ACCEPT/STEP.
 head_runs=null
 if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   prompts_dir="$libs/prompts"
@@ -204,17 +214,20 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
     [ -f "$prompts_dir/$i" ] || continue
     prompt="$(cat "$prompts_dir/$i")"
     plain_ids=""
-    for config in none chain fixed-chain-4 tree; do
+    for config in none chain fixed-chain-4 tree none-fused chain-fused tree-fused; do
       case "$config" in
         none) args=() ;;
         chain) args=(--head "$root/gpu-model/head.gguf") ;;
         fixed-chain-4) args=(--head "$root/gpu-model/head.gguf" --fixed-draft --draft-len 4) ;;
         tree) args=(--head "$root/gpu-model/head.gguf" --spec tree) ;;
+        none-fused) args=(--fused-layers on) ;;
+        chain-fused) args=(--head "$root/gpu-model/head.gguf" --fused-layers on) ;;
+        tree-fused) args=(--head "$root/gpu-model/head.gguf" --spec tree --fused-layers on) ;;
       esac
       out="$(run_bench "generate-$i-$config" 60 generate --model "$model" --devices cuda:0 \
         --chat "$prompt" --max-tokens 256 --temperature 0 "${args[@]}")"
       ids="$(printf '%s' "$out" | grep -o '"ids":\[[^]]*\]')"
-      [ "$config" = none ] && plain_ids="$ids"
+      case "$config" in none | none-fused) plain_ids="$ids" ;; esac
       same=false
       [ -n "$ids" ] && [ "$ids" = "$plain_ids" ] && same=true
       head_runs="$head_runs${head_runs:+,}{\"prompt\":$i,\"config\":\"$config\",\"lossless\":$same,\"decode_tok_s\":$(field decode_tok_s | grep . || echo null),\"accept_per_step\":$(field accept_per_step | grep . || echo null),\"output_tokens\":$(field output_tokens | grep . || echo null),\"error\":$(printf '%s' "$out" | grep -q '^{"error"' && printf '%s' "$out" | sed 's/^{"error":\(.*\)}$/\1/' || echo null)}"
@@ -233,7 +246,7 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
     run_bench "$name" 120 heads eval --model "$model" --head "$root/gpu-model/head.gguf" \
       --prompt-set code --max-tokens 128 --devices cuda:0 --no-record "$@"
   }
-  heads_eval_json="{\"chain_4\":$(heads_eval heads-eval-chain-4),\"adaptive\":$(heads_eval heads-eval-adaptive --adaptive),\"tree\":$(heads_eval heads-eval-tree --spec tree)}"
+  heads_eval_json="{\"chain_4\":$(heads_eval heads-eval-chain-4),\"adaptive\":$(heads_eval heads-eval-adaptive --adaptive),\"tree\":$(heads_eval heads-eval-tree --spec tree),\"adaptive_fused_layers\":$(heads_eval heads-eval-adaptive-fused-layers --adaptive --fused-layers on)}"
 fi
 # Where a decode step's time goes: each kernel of one step (about 160 launches, past the warm-up
 # run) timed by Nsight Compute, where the machine has it (null otherwise).
@@ -248,7 +261,7 @@ if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-co
     profile_json="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_profile.err)")}"
   fi
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

@@ -115,6 +115,7 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
     options.overlap_launches = gpu.launch_overlap != "off";
     options.block_gemv = gpu.block_gemv();
     options.gemv_split_k = gpu.gemv_split_k != "off";
+    options.fused_layers = gpu.fused_layers == "on";
     return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
   }
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
@@ -124,6 +125,7 @@ void GpuBenchOptions::report(nlohmann::json& j) const {
   j["launch_overlap"] = launch_overlap;
   j["decode_weights"] = decode_weights;
   j["gemv_split_k"] = gemv_split_k;
+  j["fused_layers"] = fused_layers;
 }
 
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
@@ -140,6 +142,12 @@ void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
   cmd.add_option("--gemv-split-k", options.gemv_split_k,
                  "GPU: a few-row step's narrow matrices of long rows split each row over a "
                  "block's four warps, or each warp takes whole rows")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--fused-layers", options.fused_layers,
+                 "GPU: a step of up to 8 decode rows runs all its layers in one cooperative kernel "
+                 "(one launch, grid-wide barriers between a layer's phases) instead of five "
+                 "launches a layer")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }

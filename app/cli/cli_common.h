@@ -52,18 +52,21 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int n, int offset)
 DeviceSpec bench_device_spec(const std::string& device);
 
 // How a benchmark's GPU device launches and what its decode GEMVs read (CudaOptions), as the
-// flags give them: --launch-overlap on|off, --decode-weights bf16|blocks, --gemv-split-k on|off.
+// flags give them: --launch-overlap on|off, --decode-weights bf16|blocks, --gemv-split-k on|off,
+// --fused-layers on|off.
 struct GpuBenchOptions {
   std::string launch_overlap = "on";
   std::string decode_weights = "bf16";
   std::string gemv_split_k = "on";
+  std::string fused_layers = "off";
 
   bool block_gemv() const { return decode_weights == "blocks"; }
-  // The three settings, for a benchmark's JSON.
+  // The four settings, for a benchmark's JSON.
   void report(nlohmann::json& j) const;
 };
 
-// Adds --launch-overlap, --decode-weights and --gemv-split-k to `cmd`, stored in `options`.
+// Adds --launch-overlap, --decode-weights, --gemv-split-k and --fused-layers to `cmd`, stored in
+// `options`.
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options);
 
 // The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"): a CPU virtual

@@ -155,6 +155,7 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"step_target_ms", e.step_target_ms},
                       {"connector", e.connector},
                       {"streamed_transfer", e.streamed_transfer},
+                      {"fused_layers", e.fused_layers},
                       {"head", c.head.head},
                       {"spec", c.head.spec},
                       {"draft_len", c.head.draft_len},
@@ -319,6 +320,12 @@ void add_engine_options(CLI::App& cmd, EngineConfig& e) {
                  "itself (green contexts, where the driver has them; prefill gets the rest); 0: "
                  "the partitions share the SMs, decode at the higher stream priority")
       ->capture_default_str();
+  cmd.add_option("--fused-layers", e.fused_layers,
+                 "GPU: a step of up to 8 decode rows runs all its layers in one cooperative kernel "
+                 "(one launch, grid-wide barriers between a layer's phases) instead of five "
+                 "launches a layer")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("off");
   cmd.add_flag("--no-streamed-transfer{false}", e.streamed_transfer,
                "disaggregated: copy a prompt's KV after its last prefill step instead of layer by "
                "layer during it (for comparison)");

@@ -34,6 +34,7 @@
 #include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/candidates.cuh"
 #include "kernels/cuda/cublas_gemm.cuh"
+#include "kernels/cuda/decode_layers.cuh"
 #include "kernels/cuda/draft_residual.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
@@ -66,6 +67,10 @@ std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions
     DeviceSpec prefill, DeviceSpec, const LlamaModel&, int, int, int32_t, int32_t, CudaOptions) {
   throw Error(prefill.name() +
               ": this build has no CUDA backend (it is built where nvcc is found)");
+}
+
+int cuda_fused_layers_grid(const Device&) {
+  return 0;
 }
 
 #else
@@ -225,6 +230,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   const std::shared_ptr<CudaKvTensors>& kv_tensors() const { return kv_->tensors(); }
+  int fused_grid() const { return fused_grid_; }  // cuda_fused_layers_grid
 
   const DeviceSpec& spec() const override { return spec_; }
   int threads() const override { return pool_.size(); }
@@ -337,6 +343,14 @@ class CudaDevice final : public Device {
   void enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
                        int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens, bool gathered,
                        bool taps);
+  // The layers of enqueue_forward, one layer's kernels after another (the reference path).
+  void enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
+                      int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens, bool gathered,
+                      bool taps);
+  // The layers of enqueue_forward in one cooperative launch (fused_step; no prompt chunk, every
+  // row a decode row), with the taps if `taps` (the table prepare_fused_layers uploaded).
+  void enqueue_fused_layers(int64_t n, int64_t n_logit, bool has_paths, int32_t max_keys,
+                            bool gathered, bool taps);
   // After `layer`, if it is one of taps_: the logit rows' residual stream RMS-normalised (unit
   // weights, as TransformerPass does) into taps_rows_, (taps_.size(), n_logit, n_embd).
   void enqueue_taps(int64_t layer, int64_t n_logit, bool gathered);
@@ -408,6 +422,18 @@ class CudaDevice final : public Device {
   bool overlap_ = false;
   const bool block_gemv_;  // CudaOptions::block_gemv
   const bool split_k_;     // CudaOptions::gemv_split_k
+  // CudaOptions::fused_layers: the cooperative kernel's grid (0: the layered kernels run), its
+  // layer table on the device (weights, pools and this step's tap rows) with the host copy last
+  // uploaded, and its grid barrier's counter.
+  int fused_grid_ = 0;
+  std::vector<kernels::DecodeLayer> h_fused_layers_;
+  DeviceArray<kernels::DecodeLayer> fused_layers_;
+  DeviceArray<unsigned> fused_barrier_;
+  // Uploads the fused kernel's layer table for a step whose taps (if `taps`) are n_logit rows,
+  // when it differs from the one last uploaded.
+  void prepare_fused_layers(int64_t n_logit, bool taps);
+  // Whether a step of n rows, all of them decode rows (no prompt chunk), runs fused.
+  bool fused_step(int64_t n) const { return fused_grid_ > 0 && n <= kernels::kDecodeLayersMaxRows; }
   struct Graph {
     int runs = 0;  // direct runs so far (capture on the second)
     cudaGraphExec_t exec = nullptr;
@@ -471,6 +497,24 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
   kv_ = std::make_unique<CudaKvPool>(hp_, kv_blocks, block_size, name_, spec.index, stream_,
                                      std::move(shared_kv));
   w_ = shared_weights(model_, spec.index, block_gemv_, name_, stream_);
+  // The fused decode layers need every SM they are given to themselves while they run (their
+  // barriers wait for the whole grid): a whole GPU, or a partition with SMs of its own.
+  const bool own_sms = spec.partition == DevicePartition::kWhole || partition_.green();
+  if (options.fused_layers && !block_gemv_ && own_sms &&
+      kernels::decode_layers_supported(static_cast<int>(hp_.n_embd), static_cast<int>(hp_.n_head),
+                                       static_cast<int>(hp_.n_kv_head),
+                                       static_cast<int>(hp_.head_dim),
+                                       static_cast<int>(hp_.n_ff))) {
+    launch(name_, "the fused decode layers", [&] {
+      fused_grid_ =
+          kernels::decode_layers_grid(spec.index, partition_.green() ? partition_.sms() : 0);
+    });
+    if (fused_grid_ > 0) fused_barrier_.reserve(1, name_, "the fused layers' barrier");
+  }
+  if (options.fused_layers)
+    logger("device")->info("{}: fused decode layers {}", name_,
+                           fused_grid_ > 0 ? "on, " + std::to_string(fused_grid_) + " blocks"
+                                           : std::string("unavailable here; layered kernels"));
 }
 
 CudaDevice::~CudaDevice() {
@@ -673,12 +717,18 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   const int32_t max_keys =
       decode_only ? (att.max_keys + kGraphKeyBucket - 1) / kGraphKeyBucket * kGraphKeyBucket
                   : att.max_keys;
-  const int64_t ws_floats = kernels::paged_decode_workspace_floats(
-      static_cast<int64_t>(att.rows.size()), hp_.n_head, hp_.head_dim, max_keys);
+  const bool fused = h_chunks_.empty() && fused_step(n);
+  int64_t ws_floats = kernels::paged_decode_workspace_floats(static_cast<int64_t>(att.rows.size()),
+                                                             hp_.n_head, hp_.head_dim, max_keys);
+  if (fused)
+    ws_floats = std::max(
+        ws_floats, kernels::decode_layers_workspace_floats(
+                       n, static_cast<int>(hp_.n_head), static_cast<int>(hp_.head_dim), max_keys));
   reserve_rows(n, n_logit, ws_floats);
   if (taps && taps_rows_.reserve(taps_.size() * static_cast<size_t>(n_logit * hp_.n_embd), name_,
                                  "layer taps"))
     drop_graphs();
+  if (fused) prepare_fused_layers(n_logit, taps);
   paths_.reserve(std::max<size_t>(att.paths.size(), 1), name_, "tree paths");
   chunks_.reserve(std::max<size_t>(h_chunks_.size(), 1), name_, "prefill chunks");
 
@@ -819,119 +869,15 @@ void CudaDevice::filter_rows(int64_t n_logit, int64_t n_vocab,
 void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
                                  int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens,
                                  bool gathered, bool taps) {
-  const int32_t bs = kv_->block_size();
-  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
-  const int64_t qkv_dim = q_dim + 2 * kv_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  const int64_t n_embd = hp_.n_embd;
   launch(name_, "forward pass", [&] {
     kernels::launch_embedding(w_->embd_type, w_->embd.get(), tokens_.get(), x_.get(), n, n_embd,
                               stream_);
-    // A few rows (decode steps, short chunks) take the fused GEMVs: a layer is then the QKV
-    // product with its norm, RoPE and KV store, attention, and three more products with their
-    // norm, SwiGLU and residual adds fused — five launches (six with a prefill chunk) where the
-    // cuBLAS path takes ten.
-    const bool few_rows = n <= kernels::kGemvMaxRows &&
-                          kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n),
-                                                 w_->layers[0].wqkv.get(), n_embd) &&
-                          kernels::gemv_supports(gate_up_.get(), n_ff, static_cast<int>(n),
-                                                 w_->layers[0].w_down.get(), n_ff) &&
-                          kernels::gemv_supports(att_.get(), q_dim, static_cast<int>(n),
-                                                 w_->layers[0].wo.get(), q_dim);
-    for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
-      const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
-      const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head,
-                                      hp_.head_dim};
-      if (few_rows) {
-        const int m = static_cast<int>(n);
-        // q, k, v = wqkv · norm(x), RoPE on q and k, k and v into the pool.
-        kernels::GemvArgs g =
-            kernels::gemv_product(x_.get(), n_embd, m, w.wqkv.get(), qkv_dim, n_embd,
-                                  kernels::GemvEpilogue::kRopeKv, qkv_.get(), qkv_dim);
-        g.norm = w.attn_norm.get();
-        g.eps = hp_.rms_eps;
-        g.overlap = overlap_;
-        g.split_k = split_k_;
-        w.qkv_blocks.use_in(g);
-        g.rope = rope_.get();
-        g.kv_slots = slots_.get();
-        g.q_dim = static_cast<int>(q_dim);
-        g.kv_dim = static_cast<int>(kv_dim);
-        g.head_dim = static_cast<int>(hp_.head_dim);
-        g.rot_dim = static_cast<int>(hp_.rot_dim);
-        g.n_kv_head = static_cast<int>(hp_.n_kv_head);
-        g.block_size = bs;
-        g.k_pool = kv_->k(layer);
-        g.v_pool = kv_->v(layer);
-        kernels::launch_gemv(g, stream_);
-        kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
-                                               has_paths ? paths_.get() : nullptr, max_keys,
-                                               qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                               scale, attention_workspace(), stream_, overlap_);
-        kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
-                                                qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                                scale, stream_, overlap_);
-        // x += wo · att
-        kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
-                                                    kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
-        o.overlap = overlap_;
-        o.split_k = split_k_;
-        w.wo_blocks.use_in(o);
-        kernels::launch_gemv(o, stream_);
-        // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
-        kernels::GemvArgs f =
-            kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(), 2 * n_ff, n_embd,
-                                  kernels::GemvEpilogue::kSwiGlu, gate_up_.get(), n_ff);
-        f.norm = w.ffn_norm.get();
-        f.eps = hp_.rms_eps;
-        f.overlap = overlap_;
-        f.split_k = split_k_;
-        w.gate_up_blocks.use_in(f);
-        kernels::launch_gemv(f, stream_);
-        // x += w_down · h
-        kernels::GemvArgs down =
-            kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
-                                  kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
-        down.overlap = overlap_;
-        down.split_k = split_k_;
-        w.down_blocks.use_in(down);
-        kernels::launch_gemv(down, stream_);
-        if (taps) enqueue_taps(layer, n_logit, gathered);
-        continue;
-      }
-      // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
-      // the row) with K/V into the pool, attention, output projection with the residual add. The
-      // kernels between the GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
-      kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd,
-                                    hp_.rms_eps, stream_, overlap_);
-      gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
-      // RoPE on q and k, then k and v into the pool, in one launch.
-      kernels::RopeKvStore store;
-      store.k_offset = q_dim;
-      store.v_offset = q_dim + kv_dim;
-      store.kv_slots = slots_.get();
-      store.n_kv_head = static_cast<int>(hp_.n_kv_head);
-      store.block_size = bs;
-      store.k_pool = kv_->k(layer);
-      store.v_pool = kv_->v(layer);
-      kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
-                           hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_, &store);
-      // The attention writes its rows in bf16, the o GEMM's input.
-      kernels::launch_paged_decode_attention(
-          pool, att_rows_.get(), n_att_rows, has_paths ? paths_.get() : nullptr, max_keys,
-          qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head, scale, attention_workspace(), stream_,
-          overlap_, act16_.get());
-      kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
-                                              qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head,
-                                              scale, stream_, overlap_, act16_.get());
-      // x += wo · att: the residual add in the GEMM's epilogue.
-      gemm_->bf16_nt(act16_.get(), w.wo.get(), x_.get(), n, n_embd, q_dim, stream_, true);
-      // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
-      kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd,
-                                    hp_.rms_eps, stream_, overlap_);
-      gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, stream_);
-      kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
-      gemm_->bf16_nt(act16_.get(), w.w_down.get(), x_.get(), n, n_embd, n_ff, stream_, true);
-      if (taps) enqueue_taps(layer, n_logit, gathered);
+    if (n_chunks == 0 && n_att_rows == n && fused_step(n)) {
+      enqueue_fused_layers(n, n_logit, has_paths, max_keys, gathered, taps);
+    } else {
+      enqueue_layers(n, n_logit, n_att_rows, has_paths, max_keys, n_chunks, max_chunk_tokens,
+                     gathered, taps);
     }
     if (n_logit == 0) return;
     // The logit rows, gathered in order (rows_.logit_rows), for the final norm and the LM head.
@@ -942,6 +888,189 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
   if (n_logit > 0)
     linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd,
            &w_->lm_head_blocks);
+}
+
+void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
+                                int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens,
+                                bool gathered, bool taps) {
+  const int32_t bs = kv_->block_size();
+  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  // A few rows (decode steps, short chunks) take our GEMVs: a layer is then the QKV product
+  // with its norm, RoPE and KV store, attention, and three more products with their norm,
+  // SwiGLU and residual adds built in — five launches (six with a prefill chunk) where the
+  // cuBLAS path takes ten.
+  const bool few_rows =
+      n <= kernels::kGemvMaxRows &&
+      kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n), w_->layers[0].wqkv.get(),
+                             n_embd) &&
+      kernels::gemv_supports(gate_up_.get(), n_ff, static_cast<int>(n), w_->layers[0].w_down.get(),
+                             n_ff) &&
+      kernels::gemv_supports(att_.get(), q_dim, static_cast<int>(n), w_->layers[0].wo.get(), q_dim);
+  for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+    const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
+    const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head, hp_.head_dim};
+    if (few_rows) {
+      const int m = static_cast<int>(n);
+      // q, k, v = wqkv · norm(x), RoPE on q and k, k and v into the pool.
+      kernels::GemvArgs g =
+          kernels::gemv_product(x_.get(), n_embd, m, w.wqkv.get(), qkv_dim, n_embd,
+                                kernels::GemvEpilogue::kRopeKv, qkv_.get(), qkv_dim);
+      g.norm = w.attn_norm.get();
+      g.eps = hp_.rms_eps;
+      g.overlap = overlap_;
+      g.split_k = split_k_;
+      w.qkv_blocks.use_in(g);
+      g.rope = rope_.get();
+      g.kv_slots = slots_.get();
+      g.q_dim = static_cast<int>(q_dim);
+      g.kv_dim = static_cast<int>(kv_dim);
+      g.head_dim = static_cast<int>(hp_.head_dim);
+      g.rot_dim = static_cast<int>(hp_.rot_dim);
+      g.n_kv_head = static_cast<int>(hp_.n_kv_head);
+      g.block_size = bs;
+      g.k_pool = kv_->k(layer);
+      g.v_pool = kv_->v(layer);
+      kernels::launch_gemv(g, stream_);
+      kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
+                                             has_paths ? paths_.get() : nullptr, max_keys,
+                                             qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                             scale, attention_workspace(), stream_, overlap_);
+      kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
+                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
+                                              scale, stream_, overlap_);
+      // x += wo · att
+      kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
+                                                  kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
+      o.overlap = overlap_;
+      o.split_k = split_k_;
+      w.wo_blocks.use_in(o);
+      kernels::launch_gemv(o, stream_);
+      // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
+      kernels::GemvArgs f =
+          kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(), 2 * n_ff, n_embd,
+                                kernels::GemvEpilogue::kSwiGlu, gate_up_.get(), n_ff);
+      f.norm = w.ffn_norm.get();
+      f.eps = hp_.rms_eps;
+      f.overlap = overlap_;
+      f.split_k = split_k_;
+      w.gate_up_blocks.use_in(f);
+      kernels::launch_gemv(f, stream_);
+      // x += w_down · h
+      kernels::GemvArgs down =
+          kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
+                                kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
+      down.overlap = overlap_;
+      down.split_k = split_k_;
+      w.down_blocks.use_in(down);
+      kernels::launch_gemv(down, stream_);
+      if (taps) enqueue_taps(layer, n_logit, gathered);
+      continue;
+    }
+    // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
+    // the row) with K/V into the pool, attention, output projection with the residual add. The
+    // kernels between the GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
+    kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd, hp_.rms_eps,
+                                  stream_, overlap_);
+    gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
+    // RoPE on q and k, then k and v into the pool, in one launch.
+    kernels::RopeKvStore store;
+    store.k_offset = q_dim;
+    store.v_offset = q_dim + kv_dim;
+    store.kv_slots = slots_.get();
+    store.n_kv_head = static_cast<int>(hp_.n_kv_head);
+    store.block_size = bs;
+    store.k_pool = kv_->k(layer);
+    store.v_pool = kv_->v(layer);
+    kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
+                         hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_, &store);
+    // The attention writes its rows in bf16, the o GEMM's input.
+    kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
+                                           has_paths ? paths_.get() : nullptr, max_keys, qkv_.get(),
+                                           qkv_dim, nullptr, q_dim, hp_.n_head, scale,
+                                           attention_workspace(), stream_, overlap_, act16_.get());
+    kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
+                                            qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head, scale,
+                                            stream_, overlap_, act16_.get());
+    // x += wo · att: the residual add in the GEMM's epilogue.
+    gemm_->bf16_nt(act16_.get(), w.wo.get(), x_.get(), n, n_embd, q_dim, stream_, true);
+    // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
+    kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd, hp_.rms_eps,
+                                  stream_, overlap_);
+    gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, stream_);
+    kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
+    gemm_->bf16_nt(act16_.get(), w.w_down.get(), x_.get(), n, n_embd, n_ff, stream_, true);
+    if (taps) enqueue_taps(layer, n_logit, gathered);
+  }
+}
+
+void CudaDevice::prepare_fused_layers(int64_t n_logit, bool taps) {
+  std::vector<kernels::DecodeLayer> table(static_cast<size_t>(hp_.n_layer));
+  for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+    const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
+    kernels::DecodeLayer& l = table[static_cast<size_t>(layer)];
+    l.attn_norm = w.attn_norm.get();
+    l.ffn_norm = w.ffn_norm.get();
+    l.wqkv = w.wqkv.get();
+    l.wo = w.wo.get();
+    l.w_gate_up = w.w_gate_up.get();
+    l.w_down = w.w_down.get();
+    l.k_pool = kv_->k(layer);
+    l.v_pool = kv_->v(layer);
+    const auto at = std::find(taps_.begin(), taps_.end(), static_cast<int32_t>(layer));
+    if (taps && at != taps_.end())
+      l.tap = taps_rows_.get() + (at - taps_.begin()) * n_logit * hp_.n_embd;
+  }
+  const auto same = [](const kernels::DecodeLayer& a, const kernels::DecodeLayer& b) {
+    return a.attn_norm == b.attn_norm && a.ffn_norm == b.ffn_norm && a.wqkv == b.wqkv &&
+           a.wo == b.wo && a.w_gate_up == b.w_gate_up && a.w_down == b.w_down &&
+           a.k_pool == b.k_pool && a.v_pool == b.v_pool && a.tap == b.tap;
+  };
+  if (std::equal(table.begin(), table.end(), h_fused_layers_.begin(), h_fused_layers_.end(), same))
+    return;
+  // A graph holds the table's address, not its contents: a new table is uploaded in place,
+  // in stream order after the steps that read the old one.
+  if (fused_layers_.reserve(table.size(), name_, "the fused layers' table")) drop_graphs();
+  check(cudaMemcpyAsync(fused_layers_.get(), table.data(), table.size() * sizeof(table[0]),
+                        cudaMemcpyHostToDevice, stream_),
+        name_, "uploading the fused layers' table");
+  h_fused_layers_ = std::move(table);
+}
+
+void CudaDevice::enqueue_fused_layers(int64_t n, int64_t n_logit, bool has_paths, int32_t max_keys,
+                                      bool gathered, bool taps) {
+  kernels::DecodeLayersArgs a;
+  a.layers = fused_layers_.get();
+  a.n_layer = static_cast<int>(hp_.n_layer);
+  a.m = static_cast<int>(n);
+  a.n_embd = static_cast<int>(hp_.n_embd);
+  a.n_head = static_cast<int>(hp_.n_head);
+  a.n_kv_head = static_cast<int>(hp_.n_kv_head);
+  a.head_dim = static_cast<int>(hp_.head_dim);
+  a.rot_dim = static_cast<int>(hp_.rot_dim);
+  a.n_ff = static_cast<int>(hp_.n_ff);
+  a.block_size = kv_->block_size();
+  a.eps = hp_.rms_eps;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  a.x = x_.get();
+  a.qkv = qkv_.get();
+  a.att = att_.get();
+  a.ffn = gate_up_.get();
+  a.rope = rope_.get();
+  a.kv_slots = slots_.get();
+  a.rows = att_rows_.get();
+  a.paths = has_paths ? paths_.get() : nullptr;
+  a.max_keys = max_keys;
+  // The taps' pointers are in the layer table (prepare_fused_layers); without taps none is set.
+  a.n_logit = taps ? static_cast<int>(n_logit) : 0;
+  a.logit_rows = gathered ? logit_rows_.get() : nullptr;
+  a.partials = workspace_.get();
+  a.partial_floats = static_cast<int64_t>(workspace_.size());
+  a.counts = split_counts_.get();
+  a.count_ints = static_cast<int64_t>(split_counts_.size());
+  a.barrier = fused_barrier_.get();
+  kernels::launch_decode_layers(a, fused_grid_, stream_);
 }
 
 void CudaDevice::enqueue_taps(int64_t layer, int64_t n_logit, bool gathered) {
@@ -1562,6 +1691,11 @@ std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& mode
                                          CudaOptions options) {
   if (spec.kind != DeviceKind::kCuda) throw Error(spec.name() + " is not a CUDA device");
   return std::make_unique<CudaDevice>(spec, model, threads, kv_blocks, block_size, options);
+}
+
+int cuda_fused_layers_grid(const Device& device) {
+  const auto* cuda = dynamic_cast<const CudaDevice*>(&device);
+  return cuda != nullptr ? cuda->fused_grid() : 0;
 }
 
 std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions(

@@ -65,6 +65,14 @@ struct CudaOptions {
   // o and down products) with each row's k split over a block's four warps, for four times the
   // loads in flight; false gives each warp whole rows, as wide matrices always are.
   bool gemv_split_k = true;
+  // Few-row steps without a prompt chunk run all their layers in one cooperative kernel
+  // (kernels/cuda/decode_layers.cuh: one launch a step, grid-wide barriers between a layer's
+  // five phases, the next layer's weights prefetched into L2) instead of five launches a layer.
+  // BF16 decode weights only (not with block_gemv), and not in partitions that share their SMs;
+  // elsewhere the layered kernels run. The products are the layered GEMV's arithmetic; the
+  // attention splits its keys otherwise, so outputs agree with the layered path to f32 rounding,
+  // and a row's values still do not depend on the step's row count.
+  bool fused_layers = false;
   // A GPU serving as both the prefill and the decode device (DevicePartition): the SMs its
   // decode partition gets to itself, in a green context, prefill getting the rest
   // (core/device/cuda_partition.h). 0: no split; the partitions share the SMs and differ by
@@ -79,6 +87,11 @@ struct CudaOptions {
 std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& model, int threads,
                                          int32_t kv_blocks, int32_t block_size,
                                          CudaOptions options = {});
+
+// The blocks of the cooperative kernel that runs `device`'s few-row steps (CudaOptions::
+// fused_layers), or 0 when they run the layered kernels (not asked for, or not available there:
+// block weights, shared SMs, no cooperative launch); 0 for a device that is not a CUDA device.
+int cuda_fused_layers_grid(const Device& device);
 
 // The two partitions of one GPU (specs of one index, DevicePartition kPrefill and kDecode): CUDA
 // devices with a stream each, one copy of the weights, and one KV storage of kv_slots blocks that

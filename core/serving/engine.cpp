@@ -40,9 +40,13 @@ int EngineConfig::total_threads() const {
 }
 
 std::string EngineConfig::devices_text() const {
-  if (!disaggregated()) return devices;
-  std::string text = "prefill " + prefill + ", decode " + decode;
-  if (!long_prefill.empty()) text += ", long prefill " + long_prefill;
+  std::string text = devices;
+  if (disaggregated()) {
+    text = "prefill " + prefill + ", decode " + decode;
+    if (!long_prefill.empty()) text += ", long prefill " + long_prefill;
+  }
+  // How a GPU ran its decode steps changes their speed: said where it applies.
+  if (fused_layers && text.find("cuda") != std::string::npos) text += ", fused decode layers";
   return text;
 }
 
@@ -159,7 +163,7 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   // their workers' pools divide (a prompt changes partition without a copy).
   std::vector<std::unique_ptr<Device>> devices(plan.size());
   std::vector<std::shared_ptr<KvSlots>> shared(plan.size());
-  const CudaOptions cuda{.decode_sms = config_.decode_sms};
+  const CudaOptions cuda{.fused_layers = config_.fused_layers, .decode_sms = config_.decode_sms};
   for (size_t i = 0; i < plan.size(); ++i) {
     const DeviceSpec& spec = plan[i].spec;
     if (devices[i]) continue;  // the decode partition of an earlier entry

@@ -84,6 +84,8 @@ struct EngineConfig {
   // One GPU as both the prefill and the decode device: SMs the decode partition gets to itself
   // (green contexts, CudaOptions::decode_sms); 0: the partitions share the SMs.
   int32_t decode_sms = 0;
+  // GPUs: few-row steps run their layers in one cooperative kernel (CudaOptions::fused_layers).
+  bool fused_layers = false;
 
   // Throws Error naming the field for an inconsistent configuration.
   void validate() const;
@@ -93,7 +95,8 @@ struct EngineConfig {
   int64_t context_limit(const HParams& hp) const;
   bool disaggregated() const { return !prefill.empty() || !decode.empty(); }
   // The devices in a line: "cuda:0" (colocated), or "prefill cpu:0, decode cuda:0" (with ", long
-  // prefill cpu:1" when a long-prompt pool is set).
+  // prefill cpu:1" when a long-prompt pool is set); ", fused decode layers" follows when they are
+  // on and a GPU is named.
   std::string devices_text() const;
 };
 

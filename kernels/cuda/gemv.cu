@@ -7,129 +7,25 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/gemv_chunks.cuh"
+#include "kernels/cuda/gemv_warp.cuh"
 #include "kernels/cuda/launch_overlap.cuh"
-#include "kernels/cuda/paged_kv_device.cuh"
 
 namespace tokenfab::kernels {
 
 namespace {
 
 using gemv_detail::Chunk;
+using gemv_detail::finish;
+using gemv_detail::kVec;
+using gemv_detail::kWarp;
+using gemv_detail::lane_row_sums;
+using gemv_detail::load_chunks;
+using gemv_detail::row_inv_rms;
+using gemv_detail::row_products;
 
-constexpr int kWarp = 32;
 constexpr int kWarps = 4;  // per block
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kVec = 8;               // weights per step of the arithmetic
 constexpr int64_t kWidePairs = 4096;  // from this many output pairs, two pairs per warp
-
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Adds the chunk at kk (C::kElems weights of each of the warp's R rows, eight at a time) times
-// every x row.
-template <int M, int R, class C>
-__device__ void accumulate(const GemvArgs& a, const float* inv_rms, int64_t kk, const C (&raw)[R],
-                           float (&acc)[R][M]) {
-#pragma unroll
-  for (int part = 0; part < C::kElems / kVec; ++part) {
-    const int64_t k8 = kk + part * kVec;
-    float w[R][kVec], g[kVec];
-#pragma unroll
-    for (int q = 0; q < R; ++q) raw[q].weights(part, w[q]);
-    if (a.norm != nullptr) {
-      const float4 g0 = __ldg(reinterpret_cast<const float4*>(a.norm + k8));
-      const float4 g1 = __ldg(reinterpret_cast<const float4*>(a.norm + k8 + 4));
-      g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w;
-      g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
-    }
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      if (r >= a.m) break;
-      const float* xr = a.x + r * a.x_stride + k8;
-      const float4 x0 = *reinterpret_cast<const float4*>(xr);
-      const float4 x1 = *reinterpret_cast<const float4*>(xr + 4);
-      float xs[kVec] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-      if (a.norm != nullptr) {
-#pragma unroll
-        for (int t = 0; t < kVec; ++t) xs[t] = xs[t] * inv_rms[r] * g[t];  // the CPU's x·scale·w
-      }
-#pragma unroll
-      for (int t = 0; t < kVec; ++t) {
-#pragma unroll
-        for (int q = 0; q < R; ++q) acc[q][r] = fmaf(w[q][t], xs[t], acc[q][r]);
-      }
-    }
-  }
-}
-
-// The RoPE rotation of the pair (a, b) by the angle whose cosine and sine are c and s: the CPU's
-// rope, with separately rounded products (no fused multiply-add there).
-__device__ void rotate(float& a, float& b, float c, float s) {
-  const float x = a, y = b;
-  a = __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s));
-  b = __fadd_rn(__fmul_rn(x, s), __fmul_rn(y, c));
-}
-
-// Row r's outputs j0 and j1 (has1: j1 exists) of the product, y0 and y1, through the epilogue.
-__device__ void finish(const GemvArgs& a, int r, int64_t j0, int64_t j1, bool has1, float y0,
-                       float y1) {
-  float* out = a.out + r * a.out_stride;
-  switch (a.epilogue) {
-    case GemvEpilogue::kStore:
-      out[j0] = y0;
-      if (has1) out[j1] = y1;
-      break;
-    case GemvEpilogue::kAdd:
-      out[j0] += y0;
-      if (has1) out[j1] += y1;
-      break;
-    case GemvEpilogue::kSwiGlu:  // j0 = gate row, j1 = its up row
-      out[j0] = y0 / (1.0f + expf(-y0)) * y1;
-      break;
-    case GemvEpilogue::kRopeKv: {  // j0 even, j1 = j0 + 1: one element pair of one head
-      const int64_t qk_end = static_cast<int64_t>(a.q_dim) + a.kv_dim;
-      const int64_t base = j0 < a.q_dim ? 0 : (j0 < qk_end ? a.q_dim : qk_end);
-      const int d = static_cast<int>((j0 - base) % a.head_dim);
-      if (j0 < qk_end && d < a.rot_dim) {
-        const float* angles = a.rope + static_cast<int64_t>(r) * a.rot_dim;  // cos, then sin
-        rotate(y0, y1, angles[d / 2], angles[a.rot_dim / 2 + d / 2]);
-      }
-      out[j0] = y0;
-      out[j1] = y1;
-      if (j0 >= a.q_dim) {  // k or v: into the pool, fp16
-        const int64_t c = j0 - base;
-        const int64_t slot = a.kv_slots[r];
-        const int64_t dst = cuda_detail::pool_row(slot / a.block_size, slot % a.block_size,
-                                                  static_cast<int>(c / a.head_dim), a.n_kv_head,
-                                                  a.block_size, a.head_dim) +
-                            d;
-        uint16_t* pool = j0 < qk_end ? a.k_pool : a.v_pool;
-        pool[dst] = __half_as_ushort(__float2half_rn(y0));
-        pool[dst + 1] = __half_as_ushort(__float2half_rn(y1));
-      }
-      break;
-    }
-  }
-}
-
-// Issues the weight loads of the chunks at v0, v0 + stride, … (kUnroll of them) of the warp's R
-// rows; chunks past the row's end are left unloaded.
-template <int R, int kUnroll, class C>
-__device__ void load_chunks(const GemvArgs& a, const int64_t (&rows)[R], int64_t v0, int64_t stride,
-                            int64_t n_vec, C (&raw)[kUnroll][R]) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t v = v0 + u * stride;
-    if (v < n_vec) {
-#pragma unroll
-      for (int q = 0; q < R; ++q) raw[u][q].load(a, rows[q], v);
-    }
-  }
-}
 
 // Grid: one block per kWarps·P output pairs (S = 1), or per P pairs (S = kWarps); kThreads
 // threads. With S = 1 each warp owns P pairs (2·P weight rows), so that every activation load
@@ -190,44 +86,18 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 
   if (a.norm != nullptr) {  // a warp per x row: 1/√(mean(x²) + eps), as the CPU rms_norm
     for (int r = warp; r < a.m; r += kWarps) {
-      const float* xr = a.x + r * a.x_stride;
-      float ss = 0.0f;
-      for (int64_t i = lane; i < a.k; i += kWarp) ss = fmaf(xr[i], xr[i], ss);
-      ss = warp_sum(ss);
-      if (lane == 0) inv_rms[r] = 1.0f / sqrtf(ss / static_cast<float>(a.k) + a.eps);
+      const float inv = row_inv_rms(a.x + r * a.x_stride, a.k, a.eps, lane);
+      if (lane == 0) inv_rms[r] = inv;
     }
     __syncthreads();
   }
   if (!active) return;
 
   float acc[R][M];
-#pragma unroll
-  for (int q = 0; q < R; ++q)
-#pragma unroll
-    for (int r = 0; r < M; ++r) acc[q][r] = 0.0f;
-  // kUnroll chunks at a time: all their loads are issued before the arithmetic (the first
-  // batch's before the wait).
-  for (int64_t v0 = first; v0 < n_vec; v0 += kUnroll * kStride) {
-    if (v0 != first) load_chunks<R, kUnroll>(a, rows, v0, kStride, n_vec, raw);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + u * kStride;
-      if (v < n_vec) accumulate<M, R>(a, inv_rms, v * C::kElems, raw[u], acc);
-    }
-  }
+  row_products<M, R, kUnroll>(a, inv_rms, rows, first, kStride, n_vec, raw, true, acc);
 
-  // Every lane ends with every sum of its warp; lane r keeps x row r's.
   float y[R];
-#pragma unroll
-  for (int q = 0; q < R; ++q) y[q] = 0.0f;
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const float sum = warp_sum(acc[q][r]);
-      if (lane == r) y[q] = sum;
-    }
-  }
+  lane_row_sums<M, R>(acc, y, lane);
   if constexpr (S > 1) {  // the warps' sums, added in warp order by warp 0
     if (lane < M) {
 #pragma unroll

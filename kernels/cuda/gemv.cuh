@@ -66,9 +66,12 @@ struct GemvArgs {
   uint16_t* v_pool = nullptr;
 };
 
-// A call's product and epilogue; the norm and the RoPE/KV fields stay unset (no norm).
-inline GemvArgs gemv_product(const float* x, int64_t x_stride, int m, const uint16_t* w, int64_t n,
-                             int64_t k, GemvEpilogue epilogue, float* out, int64_t out_stride) {
+// A call's product and epilogue; the norm and the RoPE/KV fields stay unset (no norm). Also
+// device code (the fused decode layers build their products with it).
+__host__ __device__ inline GemvArgs gemv_product(const float* x, int64_t x_stride, int m,
+                                                 const uint16_t* w, int64_t n, int64_t k,
+                                                 GemvEpilogue epilogue, float* out,
+                                                 int64_t out_stride) {
   GemvArgs a;
   a.x = x;
   a.x_stride = x_stride;

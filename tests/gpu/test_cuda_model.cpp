@@ -355,7 +355,9 @@ class TestCudaModel : public QObject {
   void initTestCase();
   void synthetic_logits_match_cpu_on_mixed_batches_data();
   void synthetic_logits_match_cpu_on_mixed_batches();
+  void decode_graphs_and_overlap_match_serial_launches_exactly_data();
   void decode_graphs_and_overlap_match_serial_launches_exactly();
+  void verified_chain_rows_equal_one_token_steps_data();
   void verified_chain_rows_equal_one_token_steps();
   void real_model_matches_the_exact_forward();
   void engine_on_gpu_serves_greedy_continuations_of_the_exact_model();
@@ -381,19 +383,25 @@ void TestCudaModel::initTestCase() {
 
 void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches_data() {
   QTest::addColumn<bool>("block_gemv");
-  QTest::newRow("bf16 weights") << false;
-  QTest::newRow("few-row steps on the file's blocks") << true;
+  QTest::addColumn<bool>("fused");
+  QTest::newRow("bf16 weights") << false << false;
+  QTest::newRow("few-row steps on the file's blocks") << true << false;
+  // Steps 3–6 (the tree with a decode row, the decode-only steps) in one cooperative kernel.
+  QTest::newRow("fused decode layers") << false << true;
 }
 
 void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   QFETCH(bool, block_gemv);
+  QFETCH(bool, fused);
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
   CpuDevice cpu({DeviceKind::kCpu, 0}, model, 2, kBlocks, kBlockSize);
   CudaOptions options;
   options.block_gemv = block_gemv;
+  options.fused_layers = fused;
   const std::unique_ptr<Device> gpu =
       make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+  if (fused) QVERIFY2(cuda_fused_layers_grid(*gpu) > 0, "the fused decode layers are unavailable");
   // Hidden rows as draft features: the final hidden state, then the layer taps (each compared as
   // a row of its own below).
   QVERIFY(cpu.set_draft_taps(true));
@@ -662,18 +670,30 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
 // direct launches one after the other: the same kernels on the same data, so the same bits.
 // The steps: a prefill, decode steps of two sequences and of one, a three-row chunk, and ten
 // sequences' prefill and decode steps (the GEMM path).
+// Once with the layered kernels and once with the fused decode layers (every device of the run
+// with them), whose decode steps are one cooperative kernel direct, captured and replayed.
+void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly_data() {
+  QTest::addColumn<bool>("fused");
+  QTest::newRow("layered kernels") << false;
+  QTest::newRow("fused decode layers") << true;
+}
+
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
+  QFETCH(bool, fused);
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   auto device = [&](bool graphs, bool overlap) {
     CudaOptions options;
     options.graphs = graphs;
     options.overlap_launches = overlap;
+    options.fused_layers = fused;
     auto d = make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
     d->set_draft_taps(true);  // the hidden rows (with the layer taps) must match exactly too
     return d;
   };
   const std::unique_ptr<Device> serial = device(false, false);
+  if (fused)
+    QVERIFY2(cuda_fused_layers_grid(*serial) > 0, "the fused decode layers are unavailable");
   struct Variant {
     const char* name;
     std::unique_ptr<Device> device;
@@ -756,12 +776,23 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
 // What keeps greedy speculation lossless on the GPU: the rows of a verified chain (one step,
 // every row's logits) are, bit for bit, the rows of the same tokens decoded one step each, for
 // chains of up to kGemvMaxRows rows (the GEMVs compute each row alike at any row count, and the
-// chain's attention rows go to the decode kernel, row by row).
+// chain's attention rows go to the decode kernel, row by row); the same through the fused decode
+// layers, whose products and attention splits are per row too.
+void TestCudaModel::verified_chain_rows_equal_one_token_steps_data() {
+  QTest::addColumn<bool>("fused");
+  QTest::newRow("layered kernels") << false;
+  QTest::newRow("fused decode layers") << true;
+}
+
 void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
+  QFETCH(bool, fused);
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
+  CudaOptions options;
+  options.fused_layers = fused;
   const std::unique_ptr<Device> gpu =
-      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize);
+      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+  if (fused) QVERIFY2(cuda_fused_layers_grid(*gpu) > 0, "the fused decode layers are unavailable");
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(n_vocab) - 1);
   int32_t next_block = 0;
@@ -924,17 +955,27 @@ void TestCudaModel::synthetic_greedy_outputs_follow_the_exact_model() {
   const Served cpu = serve_prompts(model, config, prompts, 16);
   config.devices = "cuda:0";
   const Served gpu = serve_prompts(model, config, prompts, 16);
+  // The same with every few-row step's layers in one cooperative kernel.
+  config.fused_layers = true;
+  const Served fused = serve_prompts(model, config, prompts, 16);
   QVERIFY2(cpu.failure.isEmpty(), qPrintable(cpu.failure));
   QVERIFY2(gpu.failure.isEmpty(), qPrintable(gpu.failure));
-  int same = 0;
+  QVERIFY2(fused.failure.isEmpty(), qPrintable(fused.failure));
+  int same = 0, same_fused = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     QCOMPARE(gpu.outputs[i].size(), size_t{16});
+    QCOMPARE(fused.outputs[i].size(), size_t{16});
     same += gpu.outputs[i] == cpu.outputs[i];
+    same_fused += fused.outputs[i] == gpu.outputs[i];
   }
-  qInfo("%d of %zu outputs equal the CPU's", same, prompts.size());
+  qInfo("%d of %zu outputs equal the CPU's; %d of them the same with fused decode layers", same,
+        prompts.size(), same_fused);
   std::map<std::vector<TokenId>, QString> checked;
-  const QString failure =
+  QString failure =
       check_served(model, prompts, gpu.outputs, kSyntheticTie, QStringLiteral("cuda:0"), checked);
+  QVERIFY2(failure.isEmpty(), qPrintable(failure));
+  failure = check_served(model, prompts, fused.outputs, kSyntheticTie,
+                         QStringLiteral("cuda:0, fused decode layers"), checked);
   QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
@@ -976,6 +1017,7 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     std::vector<int32_t> tree_shape;
     bool partitions;
     int32_t decode_sms = 0;  // with partitions: SMs of the decode partition's own
+    bool fused = false;      // CudaOptions::fused_layers
   };
   const std::vector<Case> cases = {
       {"plain", nullptr, {}, false},
@@ -987,7 +1029,10 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
       {"mtp tree 2,2,1 with layer taps", tapped, {2, 2, 1}, false},
       {"mtp chain with layer taps, two partitions", tapped, {}, true},
       {"medusa chain, two partitions", medusa, {}, true},
-      {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64}};
+      {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64},
+      {"plain, fused decode layers", nullptr, {}, false, 0, true},
+      {"mtp tree 2,2,1 with layer taps, fused decode layers", tapped, {2, 2, 1}, false, 0, true},
+      {"medusa chain, fused decode layers", medusa, {}, false, 0, true}};
   std::vector<std::vector<TokenId>> plain;
   std::map<std::vector<TokenId>, QString> checked;  // exact passes, shared by equal outputs
   for (const Case& c : cases) {
@@ -999,6 +1044,7 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     } else {
       config.devices = "cuda:0";
     }
+    config.fused_layers = c.fused;
     const Served served = serve_prompts(model, config, prompts, 16, [&](GenerationRequest& r) {
       r.head = c.head;
       r.draft_len = 3;

@@ -64,6 +64,7 @@ class EngineTest : public QObject {
   void lifecycle_timestamps_are_ordered();
   void output_rate_leaves_out_idle_time_before_a_run();
   void bad_requests_and_configurations_throw();
+  void devices_text_names_the_devices_and_how_gpus_decode();
 
  private:
   EngineConfig config(std::string devices, std::string prefill = "", std::string decode = "") const;
@@ -470,6 +471,27 @@ void EngineTest::output_rate_leaves_out_idle_time_before_a_run() {
                           .arg(since_submit)));
   QCOMPARE(snap.output_rate.sum, static_cast<double>(kMaxTokens));
   QVERIFY(snap.output_rate.per_second > 0.0);
+}
+
+// The devices an evaluation or a run records: the colocated list, the two pools, and the fused
+// decode layers where a GPU would run them (not for CPU devices, where the option does nothing).
+void EngineTest::devices_text_names_the_devices_and_how_gpus_decode() {
+  EngineConfig c;
+  c.devices = "cpu:0,cpu:1";
+  QCOMPARE(c.devices_text(), std::string("cpu:0,cpu:1"));
+  c.fused_layers = true;
+  QCOMPARE(c.devices_text(), std::string("cpu:0,cpu:1"));
+  c.devices = "cuda:0";
+  QCOMPARE(c.devices_text(), std::string("cuda:0, fused decode layers"));
+  c.fused_layers = false;
+  QCOMPARE(c.devices_text(), std::string("cuda:0"));
+  c.prefill = "cpu:0";
+  c.decode = "cuda:0";
+  c.long_prefill = "cpu:1";
+  QCOMPARE(c.devices_text(), std::string("prefill cpu:0, decode cuda:0, long prefill cpu:1"));
+  c.fused_layers = true;
+  QCOMPARE(c.devices_text(),
+           std::string("prefill cpu:0, decode cuda:0, long prefill cpu:1, fused decode layers"));
 }
 
 void EngineTest::bad_requests_and_configurations_throw() {

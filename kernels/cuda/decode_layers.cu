@@ -1,0 +1,478 @@
+#include "kernels/cuda/decode_layers.cuh"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gemv_warp.cuh"
+#include "kernels/cuda/paged_kv_device.cuh"
+
+namespace tokenfab::kernels {
+
+namespace {
+
+using gemv_detail::Chunk;
+using gemv_detail::finish;
+using gemv_detail::kWarp;
+using gemv_detail::lane_row_sums;
+using gemv_detail::row_inv_rms;
+using gemv_detail::row_products;
+using gemv_detail::warp_sum;
+
+constexpr int kWarps = 16;  // per block: one block per SM
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kSplit = kDecodeLayersSplitKeys;
+constexpr unsigned kFull = 0xffffffffu;
+// Layers of up to this many weight bytes are prefetched into L2 a layer ahead (a small model's
+// layer, 7 MB for the embedded model's, fits beside the one running in the H200's 50 MB). Bigger
+// ones would only evict each other: their phases stream from memory with every warp's loads in
+// flight.
+constexpr int64_t kPrefetchLayerBytes = int64_t{16} << 20;
+
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(kFull, v, offset));
+  return v;
+}
+
+__device__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A barrier of the whole grid (co-resident: a cooperative launch). The counter only grows during
+// a launch: the k-th barrier is passed when every block has arrived k times. Each block's writes
+// before it are visible to every block after it (a fence on each side of the count, after the
+// block's own barrier, as cooperative groups' grid sync does).
+struct GridBarrier {
+  unsigned* counter;
+  unsigned target = 0;
+
+  __device__ void sync() {
+    target += gridDim.x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(counter, 1u);
+      while (load_acquire(counter) < target) {
+      }
+      __threadfence();
+    }
+    __syncthreads();
+  }
+};
+
+// The most splits a row of up to max_keys keys has (row_splits): the attention's items per
+// (row, head), and the partials' slots per (row, head).
+__host__ __device__ int decode_layers_splits(int32_t max_keys) {
+  const int64_t chunks = (static_cast<int64_t>(max_keys) + kSplit - 1) / kSplit;
+  return static_cast<int>(chunks < kDecodeLayersMaxSplits ? chunks : kDecodeLayersMaxSplits);
+}
+
+struct Dims {
+  int64_t n_embd, q_dim, kv_dim, qkv_dim, n_ff;
+};
+
+__device__ Dims dims_of(const DecodeLayersArgs& a) {
+  const int64_t q_dim = static_cast<int64_t>(a.n_head) * a.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(a.n_kv_head) * a.head_dim;
+  return {a.n_embd, q_dim, kv_dim, q_dim + 2 * kv_dim, a.n_ff};
+}
+
+// The bytes [0, bytes) of `base` into L2, a 128-byte line per thread of the grid in turn.
+__device__ void prefetch_l2(const void* base, int64_t bytes) {
+  const char* p = static_cast<const char*>(base);
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 128; b < bytes;
+       b += threads * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + b));
+}
+
+__device__ void prefetch_layer(const DecodeLayer& l, const Dims& d) {
+  const int64_t bytes = 2 * d.n_embd * (d.qkv_dim + d.q_dim + 3 * d.n_ff);
+  if (bytes > kPrefetchLayerBytes) return;
+  prefetch_l2(l.wqkv, d.qkv_dim * d.n_embd * 2);
+  prefetch_l2(l.wo, d.n_embd * d.q_dim * 2);
+  prefetch_l2(l.w_gate_up, 2 * d.n_ff * d.n_embd * 2);
+  prefetch_l2(l.w_down, d.n_embd * d.n_ff * 2);
+}
+
+// Each x row's RMSNorm scale into the block's inv_rms (a warp per row), then a block barrier.
+template <int M>
+__device__ void block_inv_rms(const float* x, int64_t k, int m, float eps, float (&inv_rms)[M]) {
+  const int lane = threadIdx.x % kWarp;
+  for (int r = threadIdx.x / kWarp; r < m; r += kWarps) {
+    const float inv = row_inv_rms(x + r * k, k, eps, lane);
+    if (lane == 0) inv_rms[r] = inv;
+  }
+  __syncthreads();
+}
+
+// The product's output pairs, warp w of the grid taking pairs w, w + warps, …: for each, the
+// arithmetic of the layered GEMV's warp with whole rows (gemv.cu, P = 1, S = 1), so the same
+// values bit for bit.
+template <int M>
+__device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, int warps) {
+  using C = Chunk<GemvWeights::kBf16>;
+  constexpr int R = 2;
+  constexpr int kUnroll = M <= 2 ? 4 : 2;  // as gemv.cu's at P = 1
+  const int lane = threadIdx.x % kWarp;
+  const bool swiglu = a.epilogue == GemvEpilogue::kSwiGlu;
+  const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
+  const int64_t n_vec = a.k / C::kElems;
+  for (int64_t p = warp; p < n_pairs; p += warps) {
+    const int64_t j0 = swiglu ? p : 2 * p;
+    const int64_t j1 = swiglu ? p + a.n / 2 : 2 * p + 1;
+    const bool has1 = j1 < a.n;
+    const int64_t rows[R] = {j0, has1 ? j1 : j0};
+    float acc[R][M];
+    C raw[kUnroll][R];
+    row_products<M, R, kUnroll>(a, inv_rms, rows, lane, kWarp, n_vec, raw, false, acc);
+    float y[R];
+    lane_row_sums<M, R>(acc, y, lane);
+    if (lane < a.m) finish(a, lane, j0, j1, has1, y[0], y[1]);
+  }
+}
+
+// The splits of a row of n_keys keys: its chunks of kSplit keys (a lane per key) dealt in order
+// into at most kDecodeLayersMaxSplits splits of `per` chunks each. It depends on the row's own
+// keys alone (not on the step's rows or its longest row), so a row's attention is the same, bit
+// for bit, whatever step it is in.
+struct RowSplits {
+  int32_t chunks, per, count;
+};
+
+__device__ RowSplits row_splits(int32_t n_keys) {
+  const int32_t chunks = (n_keys + kSplit - 1) / kSplit;
+  const int32_t per = (chunks + kDecodeLayersMaxSplits - 1) / kDecodeLayersMaxSplits;
+  return {chunks, per, (chunks + per - 1) / per};
+}
+
+// One attention split of row r's query head `head`: its chunks one after another, a lane per key
+// of a chunk, with a running softmax over them. Scores as the layered decode attention's
+// (q·scale, then the K row in order); then Σ p·v with lane i owning V elements E·i … E·i + E − 1.
+// A row of one split writes its output; otherwise the split's partial (maximum, sum of
+// exponentials, Σ p·v) goes to the workspace and the row's last split to count itself combines
+// them, in split order.
+template <int E>
+__device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d,
+                                int r, int head, int split, int n_splits) {
+  constexpr int D = E * kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const CudaPagedRow row = a.rows[r];
+  const int32_t n_keys = row.n_ctx + row.path_len;
+  if (n_keys < 1) return;  // (flatten_paged_rows gives every row a key: its own)
+  const RowSplits rs = row_splits(n_keys);
+  if (split >= rs.count) return;
+  const int kv_head = head / (a.n_head / a.n_kv_head);
+  const float* q = a.qkv + row.q_row * d.qkv_dim + static_cast<int64_t>(head) * D;
+  float mx = -INFINITY, sum_p = 0.0f, acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.0f;
+  const int32_t chunk_end = min(rs.chunks, (split + 1) * rs.per);
+  for (int32_t chunk = split * rs.per; chunk < chunk_end; ++chunk) {
+    const int32_t key0 = chunk * kSplit;
+    const int32_t key = key0 + lane;
+    const bool valid = key < n_keys;
+    int64_t off = 0;
+    float score = -INFINITY;
+    if (valid) {
+      const int32_t pos = key < row.n_ctx ? key : a.paths[row.path_begin + key - row.n_ctx];
+      off = cuda_detail::pool_row(row.blocks[pos / a.block_size], pos % a.block_size, kv_head,
+                                  a.n_kv_head, a.block_size, D);
+      const uint16_t* kr = l.k_pool + off;
+      float dot = 0.0f;
+#pragma unroll
+      for (int d0 = 0; d0 < D; d0 += 64) {  // eight 16-byte loads in flight, then their sums
+        uint4 raw[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) raw[u] = *reinterpret_cast<const uint4*>(kr + d0 + 8 * u);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const __half2* h = reinterpret_cast<const __half2*>(&raw[u]);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const float2 f = __half22float2(h[t]);
+            const int e = d0 + 8 * u + 2 * t;
+            dot = fmaf(q[e] * a.scale, f.x, dot);
+            dot = fmaf(q[e + 1] * a.scale, f.y, dot);
+          }
+        }
+      }
+      score = dot;
+    }
+    // The running maximum (finite: lane 0's key exists) and what the sums so far shrink by
+    // (0 at the first chunk, where they are 0).
+    const float m_new = fmaxf(mx, warp_max(score));
+    const float shrink = expf(mx - m_new);
+    const float p = valid ? expf(score - m_new) : 0.0f;
+    sum_p = sum_p * shrink + warp_sum(p);
+    mx = m_new;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] *= shrink;
+    const int nj = min(kSplit, n_keys - key0);
+    for (int j0 = 0; j0 < nj; j0 += 8) {  // eight keys' V loads in flight
+      __half2 v[8][E / 2];
+      float pj[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int j = j0 + u;  // < 40: the shuffles' source lane is j mod 32, used only if j < nj
+        pj[u] = __shfl_sync(kFull, p, j % kWarp);
+        const int64_t oj = __shfl_sync(kFull, off, j % kWarp);
+        const __half2* vr = reinterpret_cast<const __half2*>(l.v_pool + oj + lane * E);
+#pragma unroll
+        for (int e = 0; e < E / 2; ++e) v[u][e] = j < nj ? vr[e] : __float2half2_rn(0.0f);
+        if (j >= nj) pj[u] = 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+#pragma unroll
+        for (int e = 0; e < E / 2; ++e) {
+          const float2 f = __half22float2(v[u][e]);
+          acc[2 * e] = fmaf(pj[u], f.x, acc[2 * e]);
+          acc[2 * e + 1] = fmaf(pj[u], f.y, acc[2 * e + 1]);
+        }
+      }
+    }
+  }
+
+  float* out = a.att + row.q_row * d.q_dim + static_cast<int64_t>(head) * D + lane * E;
+  if (rs.count == 1) {
+    const float inv = 1.0f / sum_p;
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = acc[e] * inv;
+    return;
+  }
+  // Partials: m and l (rows · heads · n_splits), then the sums ((rows · heads · n_splits) · D).
+  const int64_t slots = static_cast<int64_t>(a.m) * a.n_head * n_splits;
+  float* pm = a.partials;
+  float* pl = a.partials + slots;
+  float* pa = a.partials + 2 * slots;
+  const int64_t pair = static_cast<int64_t>(r) * a.n_head + head;
+  const int64_t slot0 = pair * n_splits;
+  const int64_t slot = slot0 + split;
+#pragma unroll
+  for (int e = 0; e < E; ++e) pa[slot * D + lane * E + e] = acc[e];
+  if (lane == 0) {
+    pm[slot] = mx;
+    pl[slot] = sum_p;
+  }
+  __threadfence();
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) last = atomicAdd(a.counts + pair, 1) == rs.count - 1;
+  last = __shfl_sync(kFull, last, 0);
+  __syncwarp();
+  if (last == 0) return;
+  __threadfence();
+  float big = -INFINITY;
+  for (int s = lane; s < rs.count; s += kWarp) big = fmaxf(big, __ldcg(pm + slot0 + s));
+  big = warp_max(big);
+  float total = 0.0f;
+  for (int s = lane; s < rs.count; s += kWarp)
+    total += __ldcg(pl + slot0 + s) * expf(__ldcg(pm + slot0 + s) - big);
+  total = warp_sum(total);
+  float sum[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) sum[e] = 0.0f;
+  constexpr int U = E <= 2 ? 8 : 16 / E;  // splits whose loads are in flight together
+  for (int s0 = 0; s0 < rs.count; s0 += U) {
+    float w[U], v[U][E];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int s = s0 + u;
+      w[u] = s < rs.count ? expf(__ldcg(pm + slot0 + s) - big) : 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        v[u][e] = s < rs.count ? __ldcg(pa + (slot0 + s) * D + lane * E + e) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) sum[e] += v[u][e] * w[u];
+    }
+  }
+  const float inv = 1.0f / total;
+#pragma unroll
+  for (int e = 0; e < E; ++e) out[e] = sum[e] * inv;
+  if (lane == 0) a.counts[pair] = 0;  // ready for the next layer and the next step
+}
+
+// Every (row, head, split) of the step, split fastest, warp w of the grid taking items w,
+// w + warps, ….
+__device__ void attention_phase(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d,
+                                int warp, int warps) {
+  const int n_splits = decode_layers_splits(a.max_keys);
+  const int64_t items = static_cast<int64_t>(a.m) * a.n_head * n_splits;
+  for (int64_t item = warp; item < items; item += warps) {
+    const int split = static_cast<int>(item % n_splits);
+    const int head = static_cast<int>(item / n_splits % a.n_head);
+    const int r = static_cast<int>(item / (static_cast<int64_t>(n_splits) * a.n_head));
+    switch (a.head_dim / kWarp) {
+      case 2:
+        attention_split<2>(a, l, d, r, head, split, n_splits);
+        break;
+      case 4:
+        attention_split<4>(a, l, d, r, head, split, n_splits);
+        break;
+      case 6:
+        attention_split<6>(a, l, d, r, head, split, n_splits);
+        break;
+      default:
+        attention_split<8>(a, l, d, r, head, split, n_splits);
+        break;
+    }
+  }
+}
+
+// A layer's tap, if it has one: rmsnorm(x) of each logit row without a weight (x · scale · 1,
+// as the layered path's norm with a weight of ones), a warp per row.
+__device__ void tap_phase(const DecodeLayersArgs& a, const DecodeLayer& l, int warp, int warps) {
+  if (l.tap == nullptr) return;
+  const int lane = threadIdx.x % kWarp;
+  for (int i = warp; i < a.n_logit; i += warps) {
+    const int64_t src = a.logit_rows != nullptr ? a.logit_rows[i] : i;
+    const float* xr = a.x + src * a.n_embd;
+    const float inv = row_inv_rms(xr, a.n_embd, a.eps, lane);
+    float* out = l.tap + static_cast<int64_t>(i) * a.n_embd;
+    for (int j = lane; j < a.n_embd; j += kWarp) out[j] = xr[j] * inv * 1.0f;
+  }
+}
+
+template <int M>
+__global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersArgs a) {
+  __shared__ float inv_rms[M];
+  const int warp = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarp;
+  const int warps = static_cast<int>(gridDim.x) * kWarps;
+  const Dims d = dims_of(a);
+  GridBarrier barrier{a.barrier};
+  prefetch_layer(a.layers[0], d);
+  for (int layer = 0; layer < a.n_layer; ++layer) {
+    const DecodeLayer l = a.layers[layer];
+    if (layer + 1 < a.n_layer) prefetch_layer(a.layers[layer + 1], d);
+    if (layer > 0) tap_phase(a, a.layers[layer - 1], warp, warps);  // reads x, as phase 1 does
+
+    // 1. q, k, v = wqkv · rmsnorm(x); RoPE; k and v into the pool.
+    block_inv_rms<M>(a.x, d.n_embd, a.m, a.eps, inv_rms);
+    GemvArgs qkv = gemv_product(a.x, d.n_embd, a.m, l.wqkv, d.qkv_dim, d.n_embd,
+                                GemvEpilogue::kRopeKv, a.qkv, d.qkv_dim);
+    qkv.norm = l.attn_norm;
+    qkv.rope = a.rope;
+    qkv.kv_slots = a.kv_slots;
+    qkv.q_dim = static_cast<int>(d.q_dim);
+    qkv.kv_dim = static_cast<int>(d.kv_dim);
+    qkv.head_dim = a.head_dim;
+    qkv.rot_dim = a.rot_dim;
+    qkv.n_kv_head = a.n_kv_head;
+    qkv.block_size = a.block_size;
+    qkv.k_pool = l.k_pool;
+    qkv.v_pool = l.v_pool;
+    gemv_pairs<M>(qkv, inv_rms, warp, warps);
+    barrier.sync();
+
+    // 2. attention.
+    attention_phase(a, l, d, warp, warps);
+    barrier.sync();
+
+    // 3. x += wo · att.
+    gemv_pairs<M>(gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd,
+                               a.x, d.n_embd),
+                  inv_rms, warp, warps);
+    barrier.sync();
+
+    // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
+    block_inv_rms<M>(a.x, d.n_embd, a.m, a.eps, inv_rms);
+    GemvArgs gate_up = gemv_product(a.x, d.n_embd, a.m, l.w_gate_up, 2 * d.n_ff, d.n_embd,
+                                    GemvEpilogue::kSwiGlu, a.ffn, d.n_ff);
+    gate_up.norm = l.ffn_norm;
+    gemv_pairs<M>(gate_up, inv_rms, warp, warps);
+    barrier.sync();
+
+    // 5. x += w_down · h.
+    gemv_pairs<M>(gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff, GemvEpilogue::kAdd,
+                               a.x, d.n_embd),
+                  inv_rms, warp, warps);
+    barrier.sync();
+  }
+  tap_phase(a, a.layers[a.n_layer - 1], warp, warps);
+}
+
+template <int M>
+int blocks_per_sm() {
+  int blocks = 0;
+  TOKENFAB_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_layers_kernel<M>, kThreads, 0));
+  return blocks;
+}
+
+}  // namespace
+
+bool decode_layers_supported(int n_embd, int n_head, int n_kv_head, int head_dim, int n_ff) {
+  return head_dim > 0 && head_dim % 64 == 0 && head_dim <= kPagedDecodeMaxHeadDim &&
+         n_kv_head > 0 && n_head > 0 && n_head % n_kv_head == 0 && n_embd > 0 && n_embd % 8 == 0 &&
+         n_ff > 0 && n_ff % 8 == 0;
+}
+
+int64_t decode_layers_workspace_floats(int64_t m, int n_head, int head_dim, int32_t max_keys) {
+  return m * n_head * decode_layers_splits(max_keys) * (static_cast<int64_t>(head_dim) + 2);
+}
+
+int decode_layers_grid(int device, int sms) {
+  int cooperative = 0, count = 0;
+  TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (cooperative == 0 || count <= 0) return 0;
+  const int fit = std::min({blocks_per_sm<1>(), blocks_per_sm<2>(), blocks_per_sm<4>(),
+                            blocks_per_sm<kDecodeLayersMaxRows>()});
+  if (fit < 1) return 0;
+  return sms > 0 ? std::min(sms, count) : count;
+}
+
+void launch_decode_layers(const DecodeLayersArgs& a, int grid, cudaStream_t stream) {
+  const std::string where = "launch_decode_layers: ";
+  if (!decode_layers_supported(a.n_embd, a.n_head, a.n_kv_head, a.head_dim, a.n_ff) || a.m < 1 ||
+      a.m > kDecodeLayersMaxRows || a.n_layer < 1 || a.block_size < 1 || a.rot_dim < 0 ||
+      a.rot_dim % 2 != 0 || a.rot_dim > a.head_dim || a.max_keys < 1 || a.n_logit < 0 || grid < 1)
+    throw std::invalid_argument(
+        where + "unsupported shape: " + std::to_string(a.m) + " rows, " +
+        std::to_string(a.n_layer) + " layers, n_embd " + std::to_string(a.n_embd) + ", " +
+        std::to_string(a.n_head) + "/" + std::to_string(a.n_kv_head) + " heads of " +
+        std::to_string(a.head_dim) + ", n_ff " + std::to_string(a.n_ff) + ", max_keys " +
+        std::to_string(a.max_keys) + ", grid " + std::to_string(grid));
+  if (a.layers == nullptr || a.x == nullptr || a.qkv == nullptr || a.att == nullptr ||
+      a.ffn == nullptr || a.kv_slots == nullptr || a.rows == nullptr || a.barrier == nullptr ||
+      (a.rot_dim > 0 && a.rope == nullptr))
+    throw std::invalid_argument(where + "a buffer is missing");
+  const int64_t needed = decode_layers_workspace_floats(a.m, a.n_head, a.head_dim, a.max_keys);
+  if (a.partials == nullptr || a.partial_floats < needed || a.counts == nullptr ||
+      a.count_ints < static_cast<int64_t>(a.m) * a.n_head)
+    throw std::invalid_argument(where + "a workspace of " + std::to_string(a.partial_floats) +
+                                " floats and " + std::to_string(a.count_ints) + " counters; " +
+                                std::to_string(needed) + " and " +
+                                std::to_string(static_cast<int64_t>(a.m) * a.n_head) + " needed");
+  TOKENFAB_CUDA_CHECK(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), stream));
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  if (a.m <= 1) {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<1>, a));
+  } else if (a.m <= 2) {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<2>, a));
+  } else if (a.m <= 4) {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<4>, a));
+  } else {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<kDecodeLayersMaxRows>, a));
+  }
+}
+
+}  // namespace tokenfab::kernels
