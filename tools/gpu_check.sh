@@ -15,7 +15,8 @@
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
 #    "accept_per_step":…,"output_tokens":…,"error":…},…],"heads_eval_code":{"chain_4":{…},
-#    "adaptive":{…},"tree":{…},"adaptive_fused_layers":{…}} or null,"profile_decode_step":{…} or null},
+#    "adaptive":{…},"tree":{…},"adaptive_fused_layers":{…}} or null,"profile_decode_step":{…} or null,
+#    "profile_decode_step_256":{…} or null},
 #    "sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
 #    "summary":"…","tail":"…"} or null,"real_model":"…","cublas":"…","elapsed_s":…}
 # The benchmarks run on cuda:0 with the embedded model when its file is here (TOKENFAB_HOME, the
@@ -248,20 +249,31 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   }
   heads_eval_json="{\"chain_4\":$(heads_eval heads-eval-chain-4),\"adaptive\":$(heads_eval heads-eval-adaptive --adaptive),\"tree\":$(heads_eval heads-eval-tree --spec tree),\"adaptive_fused_layers\":$(heads_eval heads-eval-adaptive-fused-layers --adaptive --fused-layers on)}"
 fi
-# Where a decode step's time goes: each kernel of one step (about 160 launches, past the warm-up
-# run) timed by Nsight Compute, where the machine has it (null otherwise).
-profile_json=null
-if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu >/dev/null 2>&1; then
-  echo "gpu_check: profile of a decode step" >&2
-  profile_json="$(timeout 150 "$root/tools/gpu_profile.sh" --skip 20000 --count 160 -- bench --model "$model" \
-    --device cuda:0 --prompt-tokens 512 --gen-tokens 128 --repetitions 1 --json 2>/tmp/gpu_check_profile.err)"
+# Where a decode step's time goes: each kernel of one step past the warm-up, timed by Nsight
+# Compute, where the machine has it (null otherwise): a single stream's step (about 160
+# launches), and a step of 256 streams (about 310: cuBLASLt's GEMMs and the kernels between).
+profile() {  # name, launches to skip, launches to profile, then tokenfab-cli arguments…
+  local name="$1" skip="$2" count="$3" out rc
+  shift 3
+  echo "gpu_check: profile $name" >&2
+  out="$(timeout 150 "$root/tools/gpu_profile.sh" --skip "$skip" --count "$count" -- "$@" --json \
+    2>/tmp/gpu_check_profile.err)"
   rc=$?
-  printf '===== profile (exit %d)\n%s\n%s\n' "$rc" "$profile_json" "$(cat /tmp/gpu_check_profile.err)" >>"$log"
-  if [ "$rc" -ne 0 ] || [ -z "$profile_json" ]; then
-    profile_json="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_profile.err)")}"
+  printf '===== profile %s (exit %d)\n%s\n%s\n' "$name" "$rc" "$out" "$(cat /tmp/gpu_check_profile.err)" >>"$log"
+  if [ "$rc" -ne 0 ] || [ -z "$out" ]; then
+    out="{\"error\":$(json_string "exit $rc: $(tail -c 2000 /tmp/gpu_check_profile.err)")}"
   fi
+  printf '%s' "$out"
+}
+profile_json=null
+profile256_json=null
+if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu >/dev/null 2>&1; then
+  profile_json="$(profile decode-step 20000 160 bench --model "$model" --device cuda:0 \
+    --prompt-tokens 512 --gen-tokens 128 --repetitions 1)"
+  profile256_json="$(profile decode-step-256 20000 310 batch-bench --model "$model" --device cuda:0 \
+    --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \
