@@ -144,10 +144,11 @@ void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
                  "block's four warps, or each warp takes whole rows")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd.add_option("--fused-layers", options.fused_layers,
-                 "GPU: a step of up to 8 decode rows runs all its layers in one cooperative kernel "
-                 "(one launch, grid-wide barriers between a layer's phases) instead of five "
-                 "launches a layer")
+  cmd.add_option(
+         "--fused-layers", options.fused_layers,
+         "GPU: a step of up to 128 decode rows runs all its layers in one cooperative kernel "
+         "(one launch, grid-wide barriers between a layer's phases) instead of five "
+         "launches a layer")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }

@@ -320,10 +320,11 @@ void add_engine_options(CLI::App& cmd, EngineConfig& e) {
                  "itself (green contexts, where the driver has them; prefill gets the rest); 0: "
                  "the partitions share the SMs, decode at the higher stream priority")
       ->capture_default_str();
-  cmd.add_option("--fused-layers", e.fused_layers,
-                 "GPU: a step of up to 8 decode rows runs all its layers in one cooperative kernel "
-                 "(one launch, grid-wide barriers between a layer's phases) instead of five "
-                 "launches a layer")
+  cmd.add_option(
+         "--fused-layers", e.fused_layers,
+         "GPU: a step of up to 128 decode rows runs all its layers in one cooperative kernel "
+         "(one launch, grid-wide barriers between a layer's phases) instead of five "
+         "launches a layer")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str("off");
   cmd.add_flag("--no-streamed-transfer{false}", e.streamed_transfer,

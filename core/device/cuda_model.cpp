@@ -565,10 +565,11 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= x_.reserve(r * e, name_, "activations");
   grew |=
       qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
-  // The attention's f32 rows feed the few-row GEMVs only (many-row steps write them in bf16).
+  // The attention's f32 rows feed the few-row GEMVs and the fused decode layers only (many-row
+  // steps write them in bf16).
+  const size_t f32_rows = fused_grid_ > 0 ? kernels::kDecodeLayersMaxRows : kernels::kGemvMaxRows;
   grew |=
-      att_.reserve(std::min<size_t>(r, kernels::kGemvMaxRows) * static_cast<size_t>(hp_.q_dim()),
-                   name_, "activations");
+      att_.reserve(std::min(r, f32_rows) * static_cast<size_t>(hp_.q_dim()), name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
   grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
@@ -689,16 +690,19 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
     offset += batch[i].blocks.size();
   }
   // Prompt chunks of kMinPrefillChunk tokens or more go to the tiled prefill kernel; decode rows,
-  // verified chains of up to kGemvMaxRows tokens and draft trees to the flash-decoding kernel,
-  // whose rows are computed each on its own: a verified token's attention is then the same, bit
-  // for bit, as when it is decoded alone, which keeps greedy speculation lossless on the GPU (with
-  // the GEMVs, which are the same per row whatever the row count; longer chains take the GEMMs).
+  // verified chains of up to kGemvMaxRows tokens (kDecodeLayersMaxRows with the fused decode
+  // layers) and draft trees to the flash-decoding kernel (or the fused layers' attention), whose
+  // rows are computed each on its own: a verified token's attention is then the same, bit for
+  // bit, as when it is decoded alone, which keeps greedy speculation lossless on the GPU (with the
+  // GEMVs, which are the same per row whatever the row count; longer chains take the GEMMs).
   decode_seqs_.clear();
   h_chunks_.clear();
   int32_t max_chunk_tokens = 0;
+  const int64_t chain_rows =
+      fused_grid_ > 0 ? kernels::kDecodeLayersMaxRows : kernels::kGemvMaxRows;
   for (size_t i = 0; i < device_seqs_.size(); ++i) {
     const kernels::PagedSequence& s = device_seqs_[i];
-    const bool verified_chain = batch[i].all_logits && s.n_tokens <= kernels::kGemvMaxRows;
+    const bool verified_chain = batch[i].all_logits && s.n_tokens <= chain_rows;
     if (s.parent == nullptr && !verified_chain && s.n_tokens >= kMinPrefillChunk) {
       h_chunks_.push_back(
           {s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens), static_cast<int32_t>(s.pos0)});
@@ -744,7 +748,7 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   upload(positions_.get(), h_i32_, "uploading positions");
   // A few rows' RoPE angles for the QKV GEMVs, by the CPU's own function (so the same floats).
   h_rope_.clear();
-  if (n <= kernels::kGemvMaxRows && hp_.rot_dim > 0) {
+  if ((n <= kernels::kGemvMaxRows || fused) && hp_.rot_dim > 0) {
     const auto half = static_cast<size_t>(hp_.rot_dim / 2);
     h_rope_.resize(static_cast<size_t>(n) * 2 * half);
     for (int64_t i = 0; i < n; ++i) {

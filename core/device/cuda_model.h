@@ -65,13 +65,15 @@ struct CudaOptions {
   // o and down products) with each row's k split over a block's four warps, for four times the
   // loads in flight; false gives each warp whole rows, as wide matrices always are.
   bool gemv_split_k = true;
-  // Few-row steps without a prompt chunk run all their layers in one cooperative kernel
+  // Steps of up to kernels::kDecodeLayersMaxRows (128) decode rows (no prompt chunk: decode
+  // tokens, verified chains, draft trees) run all their layers in one cooperative kernel
   // (kernels/cuda/decode_layers.cuh: one launch a step, grid-wide barriers between a layer's
   // five phases, the next layer's weights prefetched into L2) instead of five launches a layer.
   // BF16 decode weights only (not with block_gemv), and not in partitions that share their SMs;
   // elsewhere the layered kernels run. The products are the layered GEMV's arithmetic; the
   // attention splits its keys otherwise, so outputs agree with the layered path to f32 rounding,
-  // and a row's values still do not depend on the step's row count.
+  // and a row's values still do not depend on the step's row count, now up to 128 rows: a
+  // verified chain or tree of more than 8 rows is then verified exactly too.
   bool fused_layers = false;
   // A GPU serving as both the prefill and the decode device (DevicePartition): the SMs its
   // decode partition gets to itself, in a green context, prefill getting the rest

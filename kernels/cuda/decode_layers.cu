@@ -26,6 +26,7 @@ constexpr int kWarps = 16;  // per block: one block per SM
 constexpr int kThreads = kWarps * kWarp;
 constexpr int kSplit = kDecodeLayersSplitKeys;
 constexpr unsigned kFull = 0xffffffffu;
+constexpr int kGroupRows = 8;  // x rows a warp's products take at a time (the kernel's M, at most)
 // Layers of up to this many weight bytes are prefetched into L2 a layer ahead (a small model's
 // layer, 7 MB for the embedded model's, fits beside the one running in the H200's 50 MB). Bigger
 // ones would only evict each other: their phases stream from memory with every warp's loads in
@@ -102,8 +103,7 @@ __device__ void prefetch_layer(const DecodeLayer& l, const Dims& d) {
 }
 
 // Each x row's RMSNorm scale into the block's inv_rms (a warp per row), then a block barrier.
-template <int M>
-__device__ void block_inv_rms(const float* x, int64_t k, int m, float eps, float (&inv_rms)[M]) {
+__device__ void block_inv_rms(const float* x, int64_t k, int m, float eps, float* inv_rms) {
   const int lane = threadIdx.x % kWarp;
   for (int r = threadIdx.x / kWarp; r < m; r += kWarps) {
     const float inv = row_inv_rms(x + r * k, k, eps, lane);
@@ -114,7 +114,8 @@ __device__ void block_inv_rms(const float* x, int64_t k, int m, float eps, float
 
 // The product's output pairs, warp w of the grid taking pairs w, w + warps, …: for each, the
 // arithmetic of the layered GEMV's warp with whole rows (gemv.cu, P = 1, S = 1), so the same
-// values bit for bit.
+// values bit for bit, M x rows at a time (a step of more rows takes its rows in groups of M, the
+// pair's weights read again for each group from cache): a row's sums are the same in any group.
 template <int M>
 __device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, int warps) {
   using C = Chunk<GemvWeights::kBf16>;
@@ -129,12 +130,20 @@ __device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, in
     const int64_t j1 = swiglu ? p + a.n / 2 : 2 * p + 1;
     const bool has1 = j1 < a.n;
     const int64_t rows[R] = {j0, has1 ? j1 : j0};
-    float acc[R][M];
-    C raw[kUnroll][R];
-    row_products<M, R, kUnroll>(a, inv_rms, rows, lane, kWarp, n_vec, raw, false, acc);
-    float y[R];
-    lane_row_sums<M, R>(acc, y, lane);
-    if (lane < a.m) finish(a, lane, j0, j1, has1, y[0], y[1]);
+    for (int g0 = 0; g0 < a.m; g0 += M) {
+      GemvArgs g = a;  // rows g0 … g0 + M − 1
+      g.m = min(M, a.m - g0);
+      g.x = a.x + g0 * a.x_stride;
+      g.out = a.out + g0 * a.out_stride;
+      if (a.rope != nullptr) g.rope = a.rope + static_cast<int64_t>(g0) * a.rot_dim;
+      if (a.kv_slots != nullptr) g.kv_slots = a.kv_slots + g0;
+      float acc[R][M];
+      C raw[kUnroll][R];
+      row_products<M, R, kUnroll>(g, inv_rms + g0, rows, lane, kWarp, n_vec, raw, false, acc);
+      float y[R];
+      lane_row_sums<M, R>(acc, y, lane);
+      if (lane < g.m) finish(g, lane, j0, j1, has1, y[0], y[1]);
+    }
   }
 }
 
@@ -345,7 +354,7 @@ __device__ void tap_phase(const DecodeLayersArgs& a, const DecodeLayer& l, int w
 
 template <int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersArgs a) {
-  __shared__ float inv_rms[M];
+  __shared__ float inv_rms[kDecodeLayersMaxRows];
   const int warp = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarp;
   const int warps = static_cast<int>(gridDim.x) * kWarps;
   const Dims d = dims_of(a);
@@ -357,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     if (layer > 0) tap_phase(a, a.layers[layer - 1], warp, warps);  // reads x, as phase 1 does
 
     // 1. q, k, v = wqkv · rmsnorm(x); RoPE; k and v into the pool.
-    block_inv_rms<M>(a.x, d.n_embd, a.m, a.eps, inv_rms);
+    block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
     GemvArgs qkv = gemv_product(a.x, d.n_embd, a.m, l.wqkv, d.qkv_dim, d.n_embd,
                                 GemvEpilogue::kRopeKv, a.qkv, d.qkv_dim);
     qkv.norm = l.attn_norm;
@@ -385,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     barrier.sync();
 
     // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
-    block_inv_rms<M>(a.x, d.n_embd, a.m, a.eps, inv_rms);
+    block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
     GemvArgs gate_up = gemv_product(a.x, d.n_embd, a.m, l.w_gate_up, 2 * d.n_ff, d.n_embd,
                                     GemvEpilogue::kSwiGlu, a.ffn, d.n_ff);
     gate_up.norm = l.ffn_norm;
@@ -426,8 +435,8 @@ int decode_layers_grid(int device, int sms) {
   TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
   TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   if (cooperative == 0 || count <= 0) return 0;
-  const int fit = std::min({blocks_per_sm<1>(), blocks_per_sm<2>(), blocks_per_sm<4>(),
-                            blocks_per_sm<kDecodeLayersMaxRows>()});
+  const int fit = std::min(
+      {blocks_per_sm<1>(), blocks_per_sm<2>(), blocks_per_sm<4>(), blocks_per_sm<kGroupRows>()});
   if (fit < 1) return 0;
   return sms > 0 ? std::min(sms, count) : count;
 }
@@ -471,7 +480,7 @@ void launch_decode_layers(const DecodeLayersArgs& a, int grid, cudaStream_t stre
   } else if (a.m <= 4) {
     TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<4>, a));
   } else {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<kDecodeLayersMaxRows>, a));
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<kGroupRows>, a));
   }
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// Every layer of a few-row step (decode tokens, a verified chain, a small draft tree) in ONE
-// cooperative kernel: the grid stays resident, one block per SM, and goes through each layer's
-// five phases with a grid-wide barrier between them, where the layered path (gemv.cuh and
-// paged_decode_attention.cuh) launches five kernels a layer:
+// Every layer of a step of decode rows (decode tokens, verified chains, draft trees; up to
+// kDecodeLayersMaxRows rows, no prompt chunk) in ONE cooperative kernel: the grid stays resident,
+// one block per SM, and goes through each layer's five phases with a grid-wide barrier between
+// them, where the layered path (gemv.cuh and paged_decode_attention.cuh) launches five kernels a
+// layer:
 //   1. q, k, v = wqkv · rmsnorm(x), RoPE on q and k, k and v into the paged pool (a warp per
 //      output pair, the QKV GEMV's arithmetic and epilogue);
 //   2. attention over the pool: a row's keys in chunks of kDecodeLayersSplitKeys, a lane per key,
@@ -14,11 +15,12 @@
 //   5. x += w_down · h.
 // While a layer runs, the grid prefetches the next layer's weights into L2 (layers of up to
 // 16 MB), so that its products read them from there. The products are the GEMV's warp arithmetic
-// (gemv_warp.cuh), one warp per output pair: a row's result does not depend on the step's row
-// count, bit for bit, and matches the layered GEMV where that gives each warp whole rows
-// (everything but its split-k matrices). Layer taps (the draft heads' features) are the layered
-// path's (rmsnorm without a weight of each logit row), their sum of squares taken by one warp. BF16
-// weights only. Mirrors the CPU model runner to f32 rounding.
+// (gemv_warp.cuh), one warp per output pair, eight x rows at a time (more rows in groups of
+// eight): a row's result does not depend on the step's row count, bit for bit, and matches the
+// layered GEMV where that gives each warp whole rows (everything but its split-k matrices). Layer
+// taps (the draft heads' features) are the layered path's (rmsnorm without a weight of each logit
+// row), their sum of squares taken by one warp. BF16 weights only. Mirrors the CPU model runner to
+// f32 rounding.
 
 #include <cuda_runtime.h>
 
@@ -30,7 +32,8 @@ namespace tokenfab::kernels {
 
 inline constexpr int kDecodeLayersSplitKeys = 32;  // keys per attention chunk: a lane per key
 inline constexpr int kDecodeLayersMaxSplits = 32;  // attention splits per (row, head), at most
-inline constexpr int kDecodeLayersMaxRows = 8;
+// Rows a step may have: a draft tree of 64 nodes with its root, and another request's besides.
+inline constexpr int kDecodeLayersMaxRows = 128;
 
 // One layer's device pointers.
 struct DecodeLayer {

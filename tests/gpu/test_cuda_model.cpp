@@ -59,6 +59,7 @@
 #include "kernels/cpu/candidates.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_types.h"
+#include "kernels/cuda/gemv.cuh"
 #include "tests/gpu/cuda_test_support.h"
 #include "tests/model/reference_forward.h"
 
@@ -319,6 +320,20 @@ struct Served {
 
 // Serves every prompt at once on an engine of `config` (2 threads, 256 KV blocks), greedy,
 // exactly max_tokens each; `adjust` sets more of each request (a draft head, …).
+// The data of a test run once with the layered kernels and once with the fused decode layers.
+void add_fused_column() {
+  QTest::addColumn<bool>("fused");
+  QTest::newRow("layered kernels") << false;
+  QTest::newRow("fused decode layers") << true;
+}
+
+// cuda:0 over `model` with a pool of kBlocks blocks, with the fused decode layers if `fused`.
+std::unique_ptr<Device> synthetic_device(const LlamaModel& model, bool fused) {
+  CudaOptions options;
+  options.fused_layers = fused;
+  return make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+}
+
 Served serve_prompts(const LlamaModel& model, EngineConfig config,
                      const std::vector<std::vector<TokenId>>& prompts, int max_tokens,
                      const std::function<void(GenerationRequest&)>& adjust = nullptr) {
@@ -359,6 +374,8 @@ class TestCudaModel : public QObject {
   void decode_graphs_and_overlap_match_serial_launches_exactly();
   void verified_chain_rows_equal_one_token_steps_data();
   void verified_chain_rows_equal_one_token_steps();
+  void draft_tree_rows_equal_their_paths_decoded_alone_data();
+  void draft_tree_rows_equal_their_paths_decoded_alone();
   void real_model_matches_the_exact_forward();
   void engine_on_gpu_serves_greedy_continuations_of_the_exact_model();
   void synthetic_greedy_outputs_follow_the_exact_model();
@@ -673,9 +690,7 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
 // Once with the layered kernels and once with the fused decode layers (every device of the run
 // with them), whose decode steps are one cooperative kernel direct, captured and replayed.
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly_data() {
-  QTest::addColumn<bool>("fused");
-  QTest::newRow("layered kernels") << false;
-  QTest::newRow("fused decode layers") << true;
+  add_fused_column();
 }
 
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
@@ -776,35 +791,38 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
 // What keeps greedy speculation lossless on the GPU: the rows of a verified chain (one step,
 // every row's logits) are, bit for bit, the rows of the same tokens decoded one step each, for
 // chains of up to kGemvMaxRows rows (the GEMVs compute each row alike at any row count, and the
-// chain's attention rows go to the decode kernel, row by row); the same through the fused decode
-// layers, whose products and attention splits are per row too.
+// chain's attention rows go to the decode kernel, row by row), and the same tokens sent as a
+// draft tree of one child per node (rows reading their keys from path lists); the same through
+// the fused decode layers, whose products and attention splits are per row too, for chains and
+// trees of 13, 16 and 40 rows as well.
 void TestCudaModel::verified_chain_rows_equal_one_token_steps_data() {
-  QTest::addColumn<bool>("fused");
-  QTest::newRow("layered kernels") << false;
-  QTest::newRow("fused decode layers") << true;
+  add_fused_column();
 }
 
 void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
   QFETCH(bool, fused);
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
-  CudaOptions options;
-  options.fused_layers = fused;
-  const std::unique_ptr<Device> gpu =
-      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
+  const std::unique_ptr<Device> gpu = synthetic_device(model, fused);
   if (fused) QVERIFY2(cuda_fused_layers_grid(*gpu) > 0, "the fused decode layers are unavailable");
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(n_vocab) - 1);
   int32_t next_block = 0;
-  for (const int rows : {2, 3, 4, 5, 8}) {
+  // The fused layers take chains of more than 8 rows too (in groups of 8 rows per product).
+  std::vector<int> row_counts = {2, 3, 4, 5, 8};
+  if (fused) row_counts.insert(row_counts.end(), {13, 16, 40});
+  for (const int rows : row_counts) {
     std::vector<int32_t> tokens(20 + static_cast<size_t>(rows));
     for (int32_t& t : tokens) t = token(rng);
     const std::span<const int32_t> prompt = std::span<const int32_t>(tokens).first(20);
-    const std::vector<int32_t> one = identity_table(next_block, 2),
-                               chain = identity_table(next_block + 2, 2);
-    next_block += 4;
+    const auto per = static_cast<int32_t>((tokens.size() + kBlockSize - 1) / kBlockSize);
+    const std::vector<int32_t> one = identity_table(next_block, per),
+                               chain = identity_table(next_block + per, per),
+                               tree = identity_table(next_block + 2 * per, per);
+    next_block += 3 * per;
+    QVERIFY(next_block <= kBlocks);
     std::vector<float> logits, hidden, want, want_hidden;
-    for (const auto* table : {&one, &chain}) {
+    for (const auto* table : {&one, &chain, &tree}) {
       const BatchSequence prefill{prompt, 0, *table, true};
       gpu->run({&prefill, 1}, logits);
     }
@@ -815,22 +833,99 @@ void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
       want.insert(want.end(), logits.begin(), logits.end());
       want_hidden.insert(want_hidden.end(), hidden.begin(), hidden.end());
     }
+    auto check = [&](const char* what, int pass) {
+      QCOMPARE(logits.size(), want.size());
+      QVERIFY2(logits == want, qPrintable(QStringLiteral("%1 of %2 rows, pass %3: logits differ "
+                                                         "from one-token steps")
+                                              .arg(what)
+                                              .arg(rows)
+                                              .arg(pass)));
+      QVERIFY2(hidden == want_hidden,
+               qPrintable(QStringLiteral("%1 of %2 rows, pass %3: hidden rows differ")
+                              .arg(what)
+                              .arg(rows)
+                              .arg(pass)));
+    };
     // Three times (the same K/V rewritten): run directly, captured in a CUDA graph, replayed.
     const BatchSequence verify{std::span<const int32_t>(tokens).subspan(20), 20, chain, false,
                                true};
     for (int pass = 0; pass < 3; ++pass) {
       gpu->run({&verify, 1}, logits, &hidden);
-      QCOMPARE(logits.size(), want.size());
-      QVERIFY2(logits == want,
-               qPrintable(QStringLiteral("a chain of %1 rows, pass %2: logits differ from "
-                                         "one-token steps")
-                              .arg(rows)
-                              .arg(pass)));
-      QVERIFY2(hidden == want_hidden,
-               qPrintable(QStringLiteral("a chain of %1 rows, pass %2: hidden rows differ")
-                              .arg(rows)
-                              .arg(pass)));
+      check("a chain", pass);
     }
+    // The same tokens as a draft tree whose every node has one child (each row's keys its path):
+    // a tree step, launched directly, whose rows' attention reads the path list. The layered
+    // path verifies such rows exactly up to 8 of them (more take the GEMMs).
+    if (rows > kernels::kGemvMaxRows && !fused) continue;
+    std::vector<int32_t> parents(static_cast<size_t>(rows));
+    std::iota(parents.begin(), parents.end(), -1);
+    const BatchSequence as_tree{
+        std::span<const int32_t>(tokens).subspan(20), 20, tree, false, true, parents};
+    for (int pass = 0; pass < 2; ++pass) {
+      gpu->run({&as_tree, 1}, logits, &hidden);
+      check("a one-child tree", pass);
+    }
+  }
+}
+
+// A branching draft tree's rows are, bit for bit, the last rows of their paths decoded one token
+// at a time (each path on a table of its own after the same prompt): what keeps tree speculation
+// lossless. The layered kernels take trees of up to kGemvMaxRows rows this way (7 nodes here);
+// the fused decode layers any tree of up to 128 rows (22 nodes here, three rows groups of 8).
+void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone_data() {
+  add_fused_column();
+}
+
+void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone() {
+  QFETCH(bool, fused);
+  const LlamaModel& model = *synthetic_;
+  const int64_t n_vocab = model.hparams().n_vocab;
+  const std::unique_ptr<Device> gpu = synthetic_device(model, fused);
+  if (fused) QVERIFY2(cuda_fused_layers_grid(*gpu) > 0, "the fused decode layers are unavailable");
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(n_vocab) - 1);
+  std::vector<int32_t> prompt(20);
+  for (int32_t& t : prompt) t = token(rng);
+  // Node i's parent: two children for the first nodes, one for the later ones.
+  std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 2, 3};
+  if (fused)
+    for (int32_t i = 7; i < 22; ++i) parents.push_back(i < 14 ? (i - 1) / 2 : i - 4);
+  const auto nodes = static_cast<int32_t>(parents.size());
+  std::vector<int32_t> drafts(static_cast<size_t>(nodes));
+  for (int32_t& t : drafts) t = token(rng);
+  // Tables of two blocks (32 positions: the prompt and up to 12 more); the tree's holds a slot
+  // for each node (position 20 + i).
+  int32_t next_block = 0;
+  auto table = [&](int32_t blocks) {
+    next_block += blocks;
+    return identity_table(next_block - blocks, blocks);
+  };
+  std::vector<float> logits, tree_logits;
+  const std::vector<int32_t> tree_table = table((20 + nodes + kBlockSize - 1) / kBlockSize);
+  const BatchSequence tree_prefill{prompt, 0, tree_table, true};
+  gpu->run({&tree_prefill, 1}, logits);
+  const BatchSequence tree{drafts, 20, tree_table, false, true, parents};
+  gpu->run({&tree, 1}, tree_logits);
+  QCOMPARE(tree_logits.size(), static_cast<size_t>(nodes * n_vocab));
+  for (int32_t i = 0; i < nodes; ++i) {
+    std::vector<int32_t> path;  // node i's tokens from the root's child down to i
+    for (int32_t at = i; at >= 0; at = parents[static_cast<size_t>(at)])
+      path.insert(path.begin(), drafts[static_cast<size_t>(at)]);
+    const std::vector<int32_t> own = table(2);
+    QVERIFY(next_block <= kBlocks);
+    const BatchSequence prefill{prompt, 0, own, true};
+    gpu->run({&prefill, 1}, logits);
+    for (size_t d = 0; d < path.size(); ++d) {
+      const BatchSequence step{std::span<const int32_t>(path).subspan(d, 1),
+                               20 + static_cast<int64_t>(d), own, true};
+      gpu->run({&step, 1}, logits);
+    }
+    const std::vector<float> row(tree_logits.begin() + static_cast<ptrdiff_t>(i * n_vocab),
+                                 tree_logits.begin() + static_cast<ptrdiff_t>((i + 1) * n_vocab));
+    QVERIFY2(row == logits, qPrintable(QStringLiteral("tree node %1 (depth %2) differs from its "
+                                                      "path decoded one token at a time")
+                                           .arg(i)
+                                           .arg(path.size())));
   }
 }
 
@@ -984,8 +1079,11 @@ void TestCudaModel::synthetic_greedy_outputs_follow_the_exact_model() {
 // the GPU. Four requests verifying drafts together are more rows than the GEMVs take, so their
 // steps go through cuBLASLt's GEMMs (BF16 activations) where plain steps of four rows do not, and
 // the synthetic model has steps whose top two are within that rounding: so every output is held to
-// the exact model (kSyntheticTie), and how many equal the plain ones is reported. Bit-for-bit
-// equality where the rows allow it is verified_chain_rows_equal_one_token_steps's.
+// the exact model (kSyntheticTie), and how many equal the plain ones is reported. With the fused
+// decode layers (CudaOptions::fused_layers) verifying steps are decode rows computed one by one,
+// but which steps read the prompts depends on when the engine's thread picks them up, and those
+// take the GEMMs: so the fused runs are held to the exact model too. Bit-for-bit equality of the
+// rows themselves is verified_chain_rows_equal_one_token_steps's.
 void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
@@ -1032,8 +1130,9 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
       {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64},
       {"plain, fused decode layers", nullptr, {}, false, 0, true},
       {"mtp tree 2,2,1 with layer taps, fused decode layers", tapped, {2, 2, 1}, false, 0, true},
+      {"medusa tree 2,2,2, fused decode layers", medusa, {2, 2, 2}, false, 0, true},
       {"medusa chain, fused decode layers", medusa, {}, false, 0, true}};
-  std::vector<std::vector<TokenId>> plain;
+  std::vector<std::vector<TokenId>> plain, plain_fused;
   std::map<std::vector<TokenId>, QString> checked;  // exact passes, shared by equal outputs
   for (const Case& c : cases) {
     EngineConfig config;
@@ -1052,9 +1151,10 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     });
     QVERIFY2(served.failure.isEmpty(),
              qPrintable(QStringLiteral("%1: %2").arg(c.name, served.failure)));
-    if (c.head == nullptr) plain = served.outputs;
+    if (c.head == nullptr) (c.fused ? plain_fused : plain) = served.outputs;
+    const auto& base = c.fused ? plain_fused : plain;
     int same = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) same += served.outputs[i] == plain[i];
+    for (size_t i = 0; i < prompts.size(); ++i) same += served.outputs[i] == base[i];
     if (c.head != nullptr)
       qInfo("%s: %d of %zu outputs equal the plain ones", c.name, same, prompts.size());
     const QString failure = check_served(model, prompts, served.outputs, kSyntheticTie,
