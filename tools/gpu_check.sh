@@ -11,7 +11,8 @@
 #    "bench_llama3_8b_decode_blocks":{…},"bench_gemv_split_k_off":{…},
 #    "bench_llama3_8b_gemv_split_k_off":{…},"bench_fused_layers":{…},
 #    "batch_bench_1_fused_layers":{…},"bench_llama3_8b_fused_layers":{…},
-#    "bench_verify_rows_fused_layers":{…},"serve_bench_1_fused_layers":{…},
+#    "bench_verify_rows_fused_layers":{…},"batch_bench_32_fused_layers":{…},
+#    "serve_bench_1_fused_layers":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
 #    "accept_per_step":…,"output_tokens":…,"error":…},…],"heads_eval_code":{"chain_4":{…},
@@ -165,12 +166,14 @@ bench8b_blocks_json="$(run_bench bench-llama3-8b-decode-blocks 240 bench --devic
 # Narrow matrices' rows split over four warps (the default) against whole rows per warp.
 bench_no_split_json="$(run_bench bench-gemv-split-k-off 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --gemv-split-k off)"
 bench8b_no_split_json="$(run_bench bench-llama3-8b-gemv-split-k-off 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --gemv-split-k off)"
-# Few-row steps' layers in one cooperative kernel (CudaOptions::fused_layers) against five
-# launches a layer: single stream, the 8B shape, and verifying steps of 1 to 8 rows.
+# Steps of decode rows in one cooperative kernel (CudaOptions::fused_layers) against five
+# launches a layer (ten above 8 rows): single stream, the 8B shape, verifying steps of 1 to 64
+# rows, and 32 streams.
 bench_fused_json="$(run_bench bench-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --fused-layers on)"
 batch1_fused_json="$(run_bench batch-bench-1-fused-layers 120 batch-bench --model "$model" --device cuda:0 --streams 1 --prompt-tokens 128 --gen-tokens 256 --fused-layers on)"
 bench8b_fused_json="$(run_bench bench-llama3-8b-fused-layers 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --fused-layers on)"
-verify_fused_json="$(run_bench bench-verify-rows-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8 --fused-layers on)"
+verify_fused_json="$(run_bench bench-verify-rows-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8,16,34,64 --fused-layers on)"
+batch32_fused_json="$(run_bench batch-bench-32-fused-layers 120 batch-bench --model "$model" --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 256 --fused-layers on)"
 # The engine on the GPU: serve-bench at 1, 32 and 256 requests in flight (greedy).
 serve_bench() {  # name, concurrency, requests, temperature, device options…
   local name="$1" concurrency="$2" requests="$3" temperature="$4"
@@ -273,7 +276,7 @@ if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-co
   profile256_json="$(profile decode-step-256 20000 310 batch-bench --model "$model" --device cuda:0 \
     --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \
