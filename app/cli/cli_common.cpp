@@ -121,11 +121,12 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
 }
 
-void GpuBenchOptions::report(nlohmann::json& j) const {
+void GpuBenchOptions::report(nlohmann::json& j, const Device& device) const {
   j["launch_overlap"] = launch_overlap;
   j["decode_weights"] = decode_weights;
   j["gemv_split_k"] = gemv_split_k;
   j["fused_layers"] = fused_layers;
+  j["fused_layers_blocks"] = cuda_fused_layers_grid(device);
 }
 
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {

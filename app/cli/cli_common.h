@@ -61,8 +61,10 @@ struct GpuBenchOptions {
   std::string fused_layers = "off";
 
   bool block_gemv() const { return decode_weights == "blocks"; }
-  // The four settings, for a benchmark's JSON.
-  void report(nlohmann::json& j) const;
+  // The four settings, for a benchmark's JSON, and what `device` made of them:
+  // fused_layers_blocks, the fused decode layers' grid (0: the layered kernels ran, as they do
+  // where the fused layers are unavailable).
+  void report(nlohmann::json& j, const Device& device) const;
 };
 
 // Adds --launch-overlap, --decode-weights, --gemv-split-k and --fused-layers to `cmd`, stored in

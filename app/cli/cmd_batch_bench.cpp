@@ -101,7 +101,7 @@ void run_batch_bench(const BatchBenchCommand& c) {
       {"model", m.model->file().name()},
       {"device", device->name()},
       {"backend", device->spec().kind == DeviceKind::kCuda ? "cuda" : "cpu"}};
-  if (device->spec().kind == DeviceKind::kCuda) c.gpu.report(j);
+  if (device->spec().kind == DeviceKind::kCuda) c.gpu.report(j, *device);
   print_report(j, c.common.json);
 }
 

@@ -229,7 +229,7 @@ void run_device_bench(const BenchCommand& c) {
                       {"decode_tok_s_runs", decode},
                       {"device", device->name()},
                       {"backend", "cuda"}};
-  c.gpu.report(j);
+  c.gpu.report(j, *device);
   // The memory roofline of a decode step at the middle of the generation: every weight byte its
   // GEMVs read (the blocks' where --decode-weights blocks) and the KV of the context, read once
   // at the device's peak bandwidth.
