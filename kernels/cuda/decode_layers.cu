@@ -193,6 +193,11 @@ __device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l,
       const int32_t pos = key < row.n_ctx ? key : a.paths[row.path_begin + key - row.n_ctx];
       off = cuda_detail::pool_row(row.blocks[pos / a.block_size], pos % a.block_size, kv_head,
                                   a.n_kv_head, a.block_size, D);
+      // The key's V row into this SM's L1 while its K row is read and scored, so that the Σ p·v
+      // below, a key at a time, finds it there (rows start on 128-byte lines: D ≥ 64).
+#pragma unroll
+      for (int e = 0; e < D; e += 64)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(l.v_pool + off + e));
       const uint16_t* kr = l.k_pool + off;
       float dot = 0.0f;
 #pragma unroll
