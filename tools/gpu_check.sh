@@ -12,7 +12,7 @@
 #    "bench_llama3_8b_gemv_split_k_off":{…},"bench_fused_layers":{…},
 #    "batch_bench_1_fused_layers":{…},"bench_llama3_8b_fused_layers":{…},
 #    "bench_verify_rows_fused_layers":{…},"batch_bench_32_fused_layers":{…},
-#    "serve_bench_1_fused_layers":{…},
+#    "serve_bench_1_fused_layers":{…},"fused_smoke":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
 #    "accept_per_step":…,"output_tokens":…,"error":…},…],"heads_eval_code":{"chain_4":{…},
@@ -68,6 +68,20 @@ if [ -f "$root/gpu-model/part-1" ] && [ -f "$root/gpu-model/part-2" ]; then
     rm -f "$joined"
     real_model="error: the parts in gpu-model/ do not make the file of the pinned sha256"
   fi
+fi
+
+# The fused decode layers first, in one short run: a fault there (a kernel that traps, leaving
+# its process's CUDA context unusable) must not take the rest of the check with it. If this run
+# fails, the tests skip their fused rows (TOKENFAB_SKIP_FUSED_LAYERS) and the fused benchmarks
+# are left out, each saying why.
+echo "gpu_check: fused decode layers, a short run" >&2
+fused_smoke="$(timeout 120 "$bundle/bin/tokenfab-cli" bench --device cuda:0 --synthetic smollm2-135m \
+  --prompt-tokens 64 --gen-tokens 32 --repetitions 1 --fused-layers on --json 2>/tmp/gpu_check_fused.err)"
+rc=$?
+printf '===== fused smoke (exit %d)\n%s\n%s\n' "$rc" "$fused_smoke" "$(cat /tmp/gpu_check_fused.err)" >>"$log"
+if [ "$rc" -ne 0 ] || [ -z "$fused_smoke" ]; then
+  export TOKENFAB_SKIP_FUSED_LAYERS="the fused decode layers' short run failed (exit $rc): $(tail -c 300 /tmp/gpu_check_fused.err | tr '\n' ' ')"
+  fused_smoke="{\"error\":$(json_string "$TOKENFAB_SKIP_FUSED_LAYERS")}"
 fi
 
 suites_json=""
@@ -138,6 +152,12 @@ fi
 run_bench() {  # name, seconds allowed, then the tokenfab-cli arguments
   local name="$1" limit="$2" out rc
   shift 2
+  case " $* " in *" --fused-layers on "*)
+    if [ -n "${TOKENFAB_SKIP_FUSED_LAYERS:-}" ]; then
+      printf '{"error":%s}' "$(json_string "left out: $TOKENFAB_SKIP_FUSED_LAYERS")"
+      return
+    fi ;;
+  esac
   echo "gpu_check: $name" >&2
   out="$(timeout "$limit" "$cli" "$@" --json 2>/tmp/gpu_check_bench.err)"
   rc=$?
@@ -276,7 +296,7 @@ if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-co
   profile256_json="$(profile decode-step-256 20000 310 batch-bench --model "$model" --device cuda:0 \
     --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"fused_smoke\":$fused_smoke,\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

@@ -45,6 +45,25 @@ __device__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
+__device__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A block that waits this long at a barrier stops the kernel (a trap: the step fails with an
+// error) rather than hang the GPU. A phase takes microseconds to milliseconds; only a fault can
+// keep a block from arriving.
+constexpr uint64_t kBarrierTimeoutNs = uint64_t{4} * 1000 * 1000 * 1000;
+
+// Returns when *counter reaches target (an acquire), or traps after kBarrierTimeoutNs. Out of
+// line: the kernel's registers stay with its phases.
+__device__ __noinline__ void wait_for_count(const unsigned* counter, unsigned target) {
+  const uint64_t start = global_ns();
+  while (load_acquire(counter) < target)
+    if (global_ns() - start > kBarrierTimeoutNs) __trap();
+}
+
 // A barrier of the whole grid (co-resident: a cooperative launch). The counter only grows during
 // a launch: the k-th barrier is passed when every block has arrived k times. Each block's writes
 // before it are visible to every block after it (a fence on each side of the count, after the
@@ -59,8 +78,7 @@ struct GridBarrier {
     if (threadIdx.x == 0) {
       __threadfence();
       atomicAdd(counter, 1u);
-      while (load_acquire(counter) < target) {
-      }
+      wait_for_count(counter, target);
       __threadfence();
     }
     __syncthreads();

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -320,6 +321,17 @@ struct Served {
 
 // Serves every prompt at once on an engine of `config` (2 threads, 256 KV blocks), greedy,
 // exactly max_tokens each; `adjust` sets more of each request (a draft head, …).
+// tools/gpu_check.sh sets TOKENFAB_SKIP_FUSED_LAYERS (its reason) when a short run with the
+// fused decode layers failed on that GPU: their test rows are then skipped, so that a fault there
+// (a kernel that traps leaves the process's CUDA context unusable) does not fail every later test.
+bool fused_layers_skipped() {
+  return std::getenv("TOKENFAB_SKIP_FUSED_LAYERS") != nullptr;
+}
+const char* fused_layers_skip_reason() {
+  const char* why = std::getenv("TOKENFAB_SKIP_FUSED_LAYERS");
+  return why != nullptr && *why != 0 ? why : "the fused decode layers failed gpu_check's short run";
+}
+
 // The data of a test run once with the layered kernels and once with the fused decode layers.
 void add_fused_column() {
   QTest::addColumn<bool>("fused");
@@ -410,6 +422,7 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches_data() {
 void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   QFETCH(bool, block_gemv);
   QFETCH(bool, fused);
+  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
   CpuDevice cpu({DeviceKind::kCpu, 0}, model, 2, kBlocks, kBlockSize);
@@ -695,6 +708,7 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly_data
 
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
   QFETCH(bool, fused);
+  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   auto device = [&](bool graphs, bool overlap) {
@@ -801,6 +815,7 @@ void TestCudaModel::verified_chain_rows_equal_one_token_steps_data() {
 
 void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
   QFETCH(bool, fused);
+  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   const std::unique_ptr<Device> gpu = synthetic_device(model, fused);
@@ -878,6 +893,7 @@ void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone_data() {
 
 void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone() {
   QFETCH(bool, fused);
+  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   const std::unique_ptr<Device> gpu = synthetic_device(model, fused);
@@ -1050,25 +1066,30 @@ void TestCudaModel::synthetic_greedy_outputs_follow_the_exact_model() {
   const Served cpu = serve_prompts(model, config, prompts, 16);
   config.devices = "cuda:0";
   const Served gpu = serve_prompts(model, config, prompts, 16);
-  // The same with every few-row step's layers in one cooperative kernel.
-  config.fused_layers = true;
-  const Served fused = serve_prompts(model, config, prompts, 16);
   QVERIFY2(cpu.failure.isEmpty(), qPrintable(cpu.failure));
   QVERIFY2(gpu.failure.isEmpty(), qPrintable(gpu.failure));
-  QVERIFY2(fused.failure.isEmpty(), qPrintable(fused.failure));
-  int same = 0, same_fused = 0;
+  int same = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     QCOMPARE(gpu.outputs[i].size(), size_t{16});
-    QCOMPARE(fused.outputs[i].size(), size_t{16});
     same += gpu.outputs[i] == cpu.outputs[i];
-    same_fused += fused.outputs[i] == gpu.outputs[i];
   }
-  qInfo("%d of %zu outputs equal the CPU's; %d of them the same with fused decode layers", same,
-        prompts.size(), same_fused);
+  qInfo("%d of %zu outputs equal the CPU's", same, prompts.size());
   std::map<std::vector<TokenId>, QString> checked;
   QString failure =
       check_served(model, prompts, gpu.outputs, kSyntheticTie, QStringLiteral("cuda:0"), checked);
   QVERIFY2(failure.isEmpty(), qPrintable(failure));
+
+  // The same with every decode step's layers in one cooperative kernel.
+  if (fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
+  config.fused_layers = true;
+  const Served fused = serve_prompts(model, config, prompts, 16);
+  QVERIFY2(fused.failure.isEmpty(), qPrintable(fused.failure));
+  int same_fused = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    QCOMPARE(fused.outputs[i].size(), size_t{16});
+    same_fused += fused.outputs[i] == gpu.outputs[i];
+  }
+  qInfo("%d of %zu outputs the same with the fused decode layers", same_fused, prompts.size());
   failure = check_served(model, prompts, fused.outputs, kSyntheticTie,
                          QStringLiteral("cuda:0, fused decode layers"), checked);
   QVERIFY2(failure.isEmpty(), qPrintable(failure));
@@ -1135,6 +1156,10 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
   std::vector<std::vector<TokenId>> plain, plain_fused;
   std::map<std::vector<TokenId>, QString> checked;  // exact passes, shared by equal outputs
   for (const Case& c : cases) {
+    if (c.fused && fused_layers_skipped()) {
+      qInfo("%s: skipped (%s)", c.name, fused_layers_skip_reason());
+      continue;
+    }
     EngineConfig config;
     if (c.partitions) {
       config.prefill = "cuda:0";
