@@ -359,6 +359,9 @@ class CudaDevice final : public Device {
   // A decode-only step through its CUDA graph: captured on the second step of a shape (the first
   // runs directly, so cuBLASLt has chosen its algorithms), replayed after that.
   void run_graph(int64_t n, int32_t max_keys_bucket, bool taps);
+  struct Graph;
+  // Captures g's step (its second run) and instantiates it; throws Error if either fails.
+  void capture_graph(Graph& g, int64_t n, int32_t max_keys_bucket, bool taps);
   void drop_graphs();
   void sync(const char* what);
 
@@ -426,6 +429,7 @@ class CudaDevice final : public Device {
   // layer table on the device (weights, pools and this step's tap rows) with the host copy last
   // uploaded, and its grid barrier's counter.
   int fused_grid_ = 0;
+  bool fused_graphs_ = true;  // false once a fused step could not be captured (run_graph)
   std::vector<kernels::DecodeLayer> h_fused_layers_;
   DeviceArray<kernels::DecodeLayer> fused_layers_;
   DeviceArray<unsigned> fused_barrier_;
@@ -1113,28 +1117,45 @@ bool CudaDevice::set_draft_taps(bool on) {
 
 void CudaDevice::run_graph(int64_t n, int32_t max_keys_bucket, bool taps) {
   Graph& g = graphs_[{n, max_keys_bucket, taps}];
-  if (g.exec == nullptr && g.runs < 1) {
-    ++g.runs;
+  const bool fused = fused_step(n);
+  if ((g.exec == nullptr && g.runs < 1) || (fused && !fused_graphs_)) {
+    g.runs = 1;
     enqueue_forward(n, n, n, false, max_keys_bucket, 0, 0, false, taps);
     return;
   }
   if (g.exec == nullptr) {
-    cudaGraph_t graph = nullptr;
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), name_,
-          "starting a CUDA graph capture");
     try {
+      capture_graph(g, n, max_keys_bucket, taps);
+    } catch (const Error& e) {
+      if (!fused) throw;
+      // A driver that cannot capture the cooperative launch: the fused steps launch directly
+      // from now on (nothing of the failed capture ran).
+      cudaGetLastError();
+      fused_graphs_ = false;
+      logger("device")->warn("{}: the fused decode layers launch without CUDA graphs: {}", name_,
+                             e.what());
       enqueue_forward(n, n, n, false, max_keys_bucket, 0, 0, false, taps);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);  // the stream leaves capture mode either way
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      throw;
+      return;
     }
-    check(cudaStreamEndCapture(stream_, &graph), name_, "capturing a decode step");
-    const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    check(err, name_, "instantiating a decode step's CUDA graph");
   }
   check(cudaGraphLaunch(g.exec, stream_), name_, "launching a decode step's CUDA graph");
+}
+
+void CudaDevice::capture_graph(Graph& g, int64_t n, int32_t max_keys_bucket, bool taps) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), name_,
+        "starting a CUDA graph capture");
+  try {
+    enqueue_forward(n, n, n, false, max_keys_bucket, 0, 0, false, taps);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);  // the stream leaves capture mode either way
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &graph), name_, "capturing a decode step");
+  const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(err, name_, "instantiating a decode step's CUDA graph");
 }
 
 void CudaDevice::lm_head(const float* z, int64_t n, std::vector<float>& logits) {
