@@ -44,7 +44,9 @@ uint64_t cuda_weight_bytes(const LlamaModel& model, bool block_gemv = false);
 // the form its GEMV reads (the quantized copy where block_gemv keeps one, else BF16).
 uint64_t cuda_decode_weight_bytes(const LlamaModel& model, bool block_gemv);
 
-// How a CUDA device launches its kernels. Neither choice changes any output, bit for bit (tested).
+// How a CUDA device launches its kernels and what its decode steps read. Graphs and overlapping
+// launches change no output, bit for bit (tested); the other choices change the f32 rounding of
+// the products or the attention, not what is computed.
 struct CudaOptions {
   // Decode-only steps replay CUDA graphs; false runs every step's kernels directly (the reference
   // the graphs are tested against).
