@@ -45,8 +45,8 @@ uint64_t cuda_weight_bytes(const LlamaModel& model, bool block_gemv = false);
 uint64_t cuda_decode_weight_bytes(const LlamaModel& model, bool block_gemv);
 
 // How a CUDA device launches its kernels and what its decode steps read. Graphs and overlapping
-// launches change no output, bit for bit (tested); the other choices change the f32 rounding of
-// the products or the attention, not what is computed.
+// launches change no output, bit for bit (tested); the other choices change only how the
+// products or the attention round (BF16 copies or the file's blocks, the order of f32 sums).
 struct CudaOptions {
   // Decode-only steps replay CUDA graphs; false runs every step's kernels directly (the reference
   // the graphs are tested against).
