@@ -886,7 +886,7 @@ void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
 // A branching draft tree's rows are, bit for bit, the last rows of their paths decoded one token
 // at a time (each path on a table of its own after the same prompt): what keeps tree speculation
 // lossless. The layered kernels take trees of up to kGemvMaxRows rows this way (7 nodes here);
-// the fused decode layers any tree of up to 128 rows (22 nodes here, three rows groups of 8).
+// the fused decode layers any tree of up to 128 rows (22 nodes here, in three groups of 8 rows).
 void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone_data() {
   add_fused_column();
 }
