@@ -12,11 +12,15 @@
 #    "bench_llama3_8b_gemv_split_k_off":{…},"bench_fused_layers":{…},
 #    "batch_bench_1_fused_layers":{…},"bench_llama3_8b_fused_layers":{…},
 #    "bench_verify_rows_fused_layers":{…},"batch_bench_32_fused_layers":{…},
-#    "serve_bench_1_fused_layers":{…},"fused_smoke":{…},
+#    "serve_bench_1_fused_layers":{…},"fused_smoke":{…},"fused_tensor_cores_smoke":{…},
+#    "bench_fused_tensor_cores":{…},"bench_verify_rows_fused_tensor_cores":{…},
+#    "batch_bench_32_fused_tensor_cores":{…},"batch_bench_256_fused_tensor_cores":{…},
+#    "bench_llama3_8b_fused_tensor_cores":{…},"serve_bench_256_fused_tensor_cores":{…},
 #    "serve_bench_1":{…},"serve_bench_32":{…},"serve_bench_256":{…},"bench_verify_rows":{…},
 #    "generate_code_prompts":[{"prompt":…,"config":…,"lossless":…,"decode_tok_s":…,
 #    "accept_per_step":…,"output_tokens":…,"error":…},…],"heads_eval_code":{"chain_4":{…},
-#    "adaptive":{…},"tree":{…},"adaptive_fused_layers":{…}} or null,"profile_decode_step":{…} or null,
+#    "adaptive":{…},"tree":{…},"adaptive_fused_layers":{…},"adaptive_fused_tensor_cores":{…},
+#    "tree_fused_tensor_cores":{…}} or null,"profile_decode_step":{…} or null,
 #    "profile_decode_step_256":{…} or null},
 #    "sanitizer":{"tool":"memcheck","suite":"test_cuda_gemv","exit":…,
 #    "summary":"…","tail":"…"} or null,"real_model":"…","cublas":"…","elapsed_s":…}
@@ -70,26 +74,35 @@ if [ -f "$root/gpu-model/part-1" ] && [ -f "$root/gpu-model/part-2" ]; then
   fi
 fi
 
-# The fused decode layers first, in one short run: a fault there (a kernel that traps, leaving
-# its process's CUDA context unusable) must not take the rest of the check with it. If this run
-# fails, the tests skip their fused rows (TOKENFAB_SKIP_FUSED_LAYERS) and the fused benchmarks
-# are left out, each saying why.
-echo "gpu_check: fused decode layers, a short run" >&2
-fused_smoke="$(timeout 120 "$bundle/bin/tokenfab-cli" bench --device cuda:0 --synthetic smollm2-135m \
-  --prompt-tokens 64 --gen-tokens 32 --repetitions 1 --fused-layers on --json 2>/tmp/gpu_check_fused.err)"
-rc=$?
-printf '===== fused smoke (exit %d)\n%s\n%s\n' "$rc" "$fused_smoke" "$(cat /tmp/gpu_check_fused.err)" >>"$log"
-if [ "$rc" -ne 0 ] || [ -z "$fused_smoke" ]; then
-  export TOKENFAB_SKIP_FUSED_LAYERS="the fused decode layers' short run failed (exit $rc): $(tail -c 300 /tmp/gpu_check_fused.err | tr '\n' ' ')"
-  fused_smoke="{\"error\":$(json_string "$TOKENFAB_SKIP_FUSED_LAYERS")}"
-fi
+# Each variant of the fused decode layers first, in one short run: a fault there (a kernel that
+# traps, leaving its process's CUDA context unusable) must not take the rest of the check with
+# it. If a variant's run fails, the tests skip its rows (TOKENFAB_SKIP_FUSED_LAYERS for
+# --fused-layers on, TOKENFAB_SKIP_FUSED_TENSOR_CORES for tensor-cores) and its benchmarks are
+# left out, each saying why.
+fused_smoke_run() {  # the --fused-layers value, the variable to export if the run fails
+  local value="$1" var="$2" out rc
+  echo "gpu_check: fused decode layers ($value), a short run" >&2
+  out="$(timeout 120 "$bundle_bin/tokenfab-cli" bench --device cuda:0 --synthetic smollm2-135m \
+    --prompt-tokens 64 --gen-tokens 32 --repetitions 1 --fused-layers "$value" --json 2>/tmp/gpu_check_fused.err)"
+  rc=$?
+  printf '===== fused smoke %s (exit %d)\n%s\n%s\n' "$value" "$rc" "$out" "$(cat /tmp/gpu_check_fused.err)" >>"$log"
+  if [ "$rc" -ne 0 ] || [ -z "$out" ]; then
+    export "$var=the fused decode layers' short run ($value) failed (exit $rc): $(tail -c 300 /tmp/gpu_check_fused.err | tr '\n' ' ')"
+    out="{\"error\":$(json_string "${!var}")}"
+  fi
+  printf '%s' "$out" >/tmp/gpu_check_fused.json
+}
+fused_smoke_run on TOKENFAB_SKIP_FUSED_LAYERS
+fused_smoke="$(cat /tmp/gpu_check_fused.json)"
+fused_smoke_run tensor-cores TOKENFAB_SKIP_FUSED_TENSOR_CORES
+fused_tc_smoke="$(cat /tmp/gpu_check_fused.json)"
 
 suites_json=""
 output=""
 passed=0
 failed=0
 skipped=0
-for exe in "$bundle"/bin/test_*; do
+for exe in "$bundle_bin"/test_*; do
   name="$(basename "$exe")"
   echo "gpu_check: $name" >&2
   missing="$(ldd "$exe" 2>&1 | grep 'not found')"
@@ -124,23 +137,23 @@ done
 # of the quantized layouts and of the overlapped launches inside its buffers.
 sanitizer_json=null
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
-if [ -n "$sanitizer" ] && [ -x "$bundle/bin/test_cuda_gemv" ]; then
+if [ -n "$sanitizer" ] && [ -x "$bundle_bin/test_cuda_gemv" ]; then
   echo "gpu_check: compute-sanitizer memcheck test_cuda_gemv" >&2
-  text="$(timeout "$suite_timeout" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/bin/test_cuda_gemv" 2>&1)"
+  text="$(timeout "$suite_timeout" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle_bin/test_cuda_gemv" 2>&1)"
   rc=$?
   printf '===== memcheck test_cuda_gemv (exit %d)\n%s\n' "$rc" "$text" >>"$log"
   summary="$(printf '%s\n' "$text" | grep 'ERROR SUMMARY' | tail -n 1)"
   sanitizer_json="{\"tool\":\"memcheck\",\"suite\":\"test_cuda_gemv\",\"exit\":$rc,\"summary\":$(json_string "$summary"),\"tail\":$(json_string "$(printf '%s\n' "$text" | grep -v '^PASS   :' | tail -c 3000)")}"
 fi
 
-devices="$(timeout 60 "$bundle/bin/tokenfab-cli" devices --json 2>/dev/null)"
+devices="$(timeout 60 "$bundle_bin/tokenfab-cli" devices --json 2>/dev/null)"
 rc=$?
 if [ "$rc" -ne 0 ] || [ -z "$devices" ]; then
-  devices="{\"error\":$(json_string "tokenfab-cli devices --json exited $rc: $(timeout 60 "$bundle/bin/tokenfab-cli" devices --json 2>&1 | tail -c 2000)")}"
+  devices="{\"error\":$(json_string "tokenfab-cli devices --json exited $rc: $(timeout 60 "$bundle_bin/tokenfab-cli" devices --json 2>&1 | tail -c 2000)")}"
 fi
 
 # GPU benchmarks (each a JSON object, or {"error":…} naming why it did not run).
-cli="$bundle/bin/tokenfab-cli"
+cli="$bundle_bin/tokenfab-cli"
 model="${TOKENFAB_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenfab}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 model_kind="embedded"
 if [ ! -f "$model" ]; then
@@ -155,6 +168,11 @@ run_bench() {  # name, seconds allowed, then the tokenfab-cli arguments
   case " $* " in *" --fused-layers on "*)
     if [ -n "${TOKENFAB_SKIP_FUSED_LAYERS:-}" ]; then
       printf '{"error":%s}' "$(json_string "left out: $TOKENFAB_SKIP_FUSED_LAYERS")"
+      return
+    fi ;;
+  *" --fused-layers tensor-cores "*)
+    if [ -n "${TOKENFAB_SKIP_FUSED_TENSOR_CORES:-}" ]; then
+      printf '{"error":%s}' "$(json_string "left out: $TOKENFAB_SKIP_FUSED_TENSOR_CORES")"
       return
     fi ;;
   esac
@@ -194,6 +212,13 @@ batch1_fused_json="$(run_bench batch-bench-1-fused-layers 120 batch-bench --mode
 bench8b_fused_json="$(run_bench bench-llama3-8b-fused-layers 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --fused-layers on)"
 verify_fused_json="$(run_bench bench-verify-rows-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8,16,34,64 --fused-layers on)"
 batch32_fused_json="$(run_bench batch-bench-32-fused-layers 120 batch-bench --model "$model" --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 256 --fused-layers on)"
+# The same with the fused kernel's products on tensor cores (steps of up to 256 rows, so 256
+# streams too).
+bench_tc_json="$(run_bench bench-fused-tensor-cores 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --fused-layers tensor-cores)"
+bench8b_tc_json="$(run_bench bench-llama3-8b-fused-tensor-cores 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --fused-layers tensor-cores)"
+verify_tc_json="$(run_bench bench-verify-rows-fused-tensor-cores 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8,16,34,64 --fused-layers tensor-cores)"
+batch32_tc_json="$(run_bench batch-bench-32-fused-tensor-cores 120 batch-bench --model "$model" --device cuda:0 --streams 32 --prompt-tokens 128 --gen-tokens 256 --fused-layers tensor-cores)"
+batch256_tc_json="$(run_bench batch-bench-256-fused-tensor-cores 120 batch-bench --model "$model" --device cuda:0 --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096 --fused-layers tensor-cores)"
 # The engine on the GPU: serve-bench at 1, 32 and 256 requests in flight (greedy).
 serve_bench() {  # name, concurrency, requests, temperature, device options…
   local name="$1" concurrency="$2" requests="$3" temperature="$4"
@@ -206,6 +231,7 @@ serve1_json="$(serve_bench serve-bench-1 1 8 0 --devices cuda:0)"
 serve1_fused_json="$(serve_bench serve-bench-1-fused-layers 1 8 0 --devices cuda:0 --fused-layers on)"
 serve32_json="$(serve_bench serve-bench-32 32 64 0 --devices cuda:0)"
 serve256_json="$(serve_bench serve-bench-256 256 512 0 --devices cuda:0)"
+serve256_tc_json="$(serve_bench serve-bench-256-fused-tensor-cores 256 512 0 --devices cuda:0 --fused-layers tensor-cores)"
 # Sampled requests (temperature 0.8, top-k 40, min-p 0.05): each row's candidates come back
 # instead of its logits.
 serve256_sampled_json="$(serve_bench serve-bench-256-sampled 256 512 0.8 --devices cuda:0)"
@@ -238,7 +264,7 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
     [ -f "$prompts_dir/$i" ] || continue
     prompt="$(cat "$prompts_dir/$i")"
     plain_ids=""
-    for config in none chain fixed-chain-4 tree none-fused chain-fused tree-fused; do
+    for config in none chain fixed-chain-4 tree none-fused chain-fused tree-fused none-tc chain-tc tree-tc; do
       case "$config" in
         none) args=() ;;
         chain) args=(--head "$root/gpu-model/head.gguf") ;;
@@ -247,11 +273,14 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
         none-fused) args=(--fused-layers on) ;;
         chain-fused) args=(--head "$root/gpu-model/head.gguf" --fused-layers on) ;;
         tree-fused) args=(--head "$root/gpu-model/head.gguf" --spec tree --fused-layers on) ;;
+        none-tc) args=(--fused-layers tensor-cores) ;;
+        chain-tc) args=(--head "$root/gpu-model/head.gguf" --fused-layers tensor-cores) ;;
+        tree-tc) args=(--head "$root/gpu-model/head.gguf" --spec tree --fused-layers tensor-cores) ;;
       esac
       out="$(run_bench "generate-$i-$config" 60 generate --model "$model" --devices cuda:0 \
         --chat "$prompt" --max-tokens 256 --temperature 0 "${args[@]}")"
       ids="$(printf '%s' "$out" | grep -o '"ids":\[[^]]*\]')"
-      case "$config" in none | none-fused) plain_ids="$ids" ;; esac
+      case "$config" in none | none-fused | none-tc) plain_ids="$ids" ;; esac
       same=false
       [ -n "$ids" ] && [ "$ids" = "$plain_ids" ] && same=true
       head_runs="$head_runs${head_runs:+,}{\"prompt\":$i,\"config\":\"$config\",\"lossless\":$same,\"decode_tok_s\":$(field decode_tok_s | grep . || echo null),\"accept_per_step\":$(field accept_per_step | grep . || echo null),\"output_tokens\":$(field output_tokens | grep . || echo null),\"error\":$(printf '%s' "$out" | grep -q '^{"error"' && printf '%s' "$out" | sed 's/^{"error":\(.*\)}$/\1/' || echo null)}"
@@ -270,7 +299,9 @@ if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
     run_bench "$name" 120 heads eval --model "$model" --head "$root/gpu-model/head.gguf" \
       --prompt-set code --max-tokens 128 --devices cuda:0 --no-record "$@"
   }
-  heads_eval_json="{\"chain_4\":$(heads_eval heads-eval-chain-4),\"adaptive\":$(heads_eval heads-eval-adaptive --adaptive),\"tree\":$(heads_eval heads-eval-tree --spec tree),\"adaptive_fused_layers\":$(heads_eval heads-eval-adaptive-fused-layers --adaptive --fused-layers on)}"
+  heads_eval_json="{\"chain_4\":$(heads_eval heads-eval-chain-4),\"adaptive\":$(heads_eval heads-eval-adaptive --adaptive),\"tree\":$(heads_eval heads-eval-tree --spec tree),\"adaptive_fused_layers\":$(heads_eval heads-eval-adaptive-fused-layers --adaptive --fused-layers on),\
+\"adaptive_fused_tensor_cores\":$(heads_eval heads-eval-adaptive-fused-tensor-cores --adaptive --fused-layers tensor-cores),\
+\"tree_fused_tensor_cores\":$(heads_eval heads-eval-tree-fused-tensor-cores --spec tree --fused-layers tensor-cores)}"
 fi
 # Where a decode step's time goes: each kernel of one step past the warm-up, timed by Nsight
 # Compute, where the machine has it (null otherwise): a single stream's step (about 160
@@ -296,7 +327,7 @@ if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-co
   profile256_json="$(profile decode-step-256 20000 310 batch-bench --model "$model" --device cuda:0 \
     --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"fused_smoke\":$fused_smoke,\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"batch_bench_1_serial_launches\":$batch1_serial_json,\"batch_bench_256_serial_launches\":$batch256_serial_json,\"bench_llama3_8b_serial_launches\":$bench8b_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_llama3_8b_decode_blocks\":$bench8b_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"fused_smoke\":$fused_smoke,\"fused_tensor_cores_smoke\":$fused_tc_smoke,\"bench_fused_tensor_cores\":$bench_tc_json,\"bench_verify_rows_fused_tensor_cores\":$verify_tc_json,\"batch_bench_32_fused_tensor_cores\":$batch32_tc_json,\"batch_bench_256_fused_tensor_cores\":$batch256_tc_json,\"bench_llama3_8b_fused_tensor_cores\":$bench8b_tc_json,\"serve_bench_256_fused_tensor_cores\":$serve256_tc_json,\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build machine: builds Release with CUDA (x86-64, sm_90) into build-gpu/, then gathers what a GPU
 # machine needs to run the GPU checks (tools/gpu_check.sh) into gpu-bundle/ (git-ignored):
-#   gpu-bundle/bin/         the `gpu`-labelled test executables and tokenfab-cli, stripped
+#   gpu-bundle/bin.tar.gz   the `gpu`-labelled test executables and tokenfab-cli, stripped (gzip:
+#                           their device code more than halves)
 #   gpu-bundle/lib.tar.gz   every shared library they load that a bare Ubuntu/Debian with the
 #                           NVIDIA driver and the CUDA toolkit lacks (Qt, ICU, spdlog, fmt, SQLite,
 #                           xxHash, OpenSSL, …), stripped; gzip, because ICU's data alone is 31 MB
@@ -74,10 +75,10 @@ is_system_library() {
 }
 
 rm -rf "$bundle"
-mkdir -p "$bundle/bin"
+mkdir -p "$bundle"
 staging="$(mktemp -d)"
 trap 'rm -rf "$staging"' EXIT
-mkdir -p "$staging/lib"
+mkdir -p "$staging/lib" "$staging/bin"
 {
   echo "tokenfab GPU bundle, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
   echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
@@ -86,7 +87,7 @@ mkdir -p "$staging/lib"
 } >"$bundle/MANIFEST.txt"
 
 for exe in tokenfab-cli "${gpu_tests[@]}"; do
-  strip --strip-unneeded -o "$bundle/bin/$exe" "$build/bin/$exe"
+  strip --strip-unneeded -o "$staging/bin/$exe" "$build/bin/$exe"
   echo "  bin/$exe" >>"$bundle/MANIFEST.txt"
 done
 
@@ -107,10 +108,11 @@ for exe in tokenfab-cli "${gpu_tests[@]}"; do
   done < <(ldd "$build/bin/$exe" | awk '$2 == "=>" { print $1, $3 }')
 done
 tar -C "$staging" -czf "$bundle/lib.tar.gz" lib
+tar -C "$staging" -czf "$bundle/bin.tar.gz" bin
 
 total=$(du -sb "$bundle" | cut -f1)
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-echo "bundle $(du -sb "$bundle/bin" | cut -f1) bytes of binaries, $(du -sb "$bundle/lib.tar.gz" | cut -f1) bytes of libraries ($(du -sb "$staging/lib" | cut -f1) unpacked, ${#seen[@]} files)" >&2
+echo "bundle $(du -sb "$bundle/bin.tar.gz" | cut -f1) bytes of binaries ($(du -sb "$staging/bin" | cut -f1) unpacked), $(du -sb "$bundle/lib.tar.gz" | cut -f1) bytes of libraries ($(du -sb "$staging/lib" | cut -f1) unpacked, ${#seen[@]} files)" >&2
 echo "gpu-bundle: $total bytes ($((total / 1024 / 1024)) MiB); with the working tree ($tree bytes): $(((total + tree) / 1024 / 1024)) MiB of the 64 MiB that travel" >&2
 echo "total $total bytes" >>"$bundle/MANIFEST.txt"
 if [ "$total" -gt "$limit_bytes" ]; then

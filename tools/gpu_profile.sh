@@ -29,7 +29,7 @@ ncu="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*
 csv="$(mktemp)"
 "$ncu" --clock-control none --metrics gpu__time_duration.sum --launch-skip "$skip" \
   --launch-count "$count" --print-kernel-base function --csv --page raw \
-  "$bundle/bin/tokenfab-cli" "$@" >"$csv" 2>"$csv.err"
+  "$bundle_bin/tokenfab-cli" "$@" >"$csv" 2>"$csv.err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
   echo "gpu_profile: ncu exited $rc" >&2

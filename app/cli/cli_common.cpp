@@ -115,7 +115,8 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
     options.overlap_launches = gpu.launch_overlap != "off";
     options.block_gemv = gpu.block_gemv();
     options.gemv_split_k = gpu.gemv_split_k != "off";
-    options.fused_layers = gpu.fused_layers == "on";
+    options.fused_layers = gpu.fused_layers != "off";
+    options.fused_tensor_cores = gpu.fused_layers == "tensor-cores";
     return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
   }
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
@@ -145,12 +146,8 @@ void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
                  "block's four warps, or each warp takes whole rows")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd.add_option(
-         "--fused-layers", options.fused_layers,
-         "GPU: a step of up to 128 decode rows runs all its layers in one cooperative kernel "
-         "(one launch, grid-wide barriers between a layer's phases) instead of five "
-         "launches a layer")
-      ->check(CLI::IsMember({"on", "off"}))
+  cmd.add_option("--fused-layers", options.fused_layers, kFusedLayersHelp)
+      ->check(CLI::IsMember({"on", "tensor-cores", "off"}))
       ->capture_default_str();
 }
 

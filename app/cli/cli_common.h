@@ -53,12 +53,12 @@ DeviceSpec bench_device_spec(const std::string& device);
 
 // How a benchmark's GPU device launches and what its decode GEMVs read (CudaOptions), as the
 // flags give them: --launch-overlap on|off, --decode-weights bf16|blocks, --gemv-split-k on|off,
-// --fused-layers on|off.
+// --fused-layers on|tensor-cores|off.
 struct GpuBenchOptions {
   std::string launch_overlap = "on";
   std::string decode_weights = "bf16";
   std::string gemv_split_k = "on";
-  std::string fused_layers = "off";
+  std::string fused_layers = "off";  // off, on, or tensor-cores
 
   bool block_gemv() const { return decode_weights == "blocks"; }
   // The four settings, for a benchmark's JSON, and what `device` made of them:
@@ -66,6 +66,13 @@ struct GpuBenchOptions {
   // where the fused layers are unavailable).
   void report(nlohmann::json& j, const Device& device) const;
 };
+
+// --fused-layers' help, for the benchmarks' flags and the engine's.
+inline constexpr const char* kFusedLayersHelp =
+    "GPU: a step of decode rows runs all its layers in one cooperative kernel (one launch, "
+    "grid-wide barriers between a layer's phases) instead of five launches a layer: 'on' with "
+    "the GEMV's arithmetic (steps of up to 128 rows), 'tensor-cores' with its products on tensor "
+    "cores (up to 256 rows)";
 
 // Adds --launch-overlap, --decode-weights, --gemv-split-k and --fused-layers to `cmd`, stored in
 // `options`.

@@ -25,6 +25,12 @@ namespace tokenfab::cli {
 
 namespace {
 
+// The --fused-layers value `e` was given.
+std::string fused_layers_name(const EngineConfig& e) {
+  if (!e.fused_layers) return "off";
+  return e.fused_tensor_cores ? "tensor-cores" : "on";
+}
+
 struct ServeBenchCommand {
   CommonOptions common;
   EngineConfig engine;
@@ -155,7 +161,7 @@ nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
                       {"step_target_ms", e.step_target_ms},
                       {"connector", e.connector},
                       {"streamed_transfer", e.streamed_transfer},
-                      {"fused_layers", e.fused_layers},
+                      {"fused_layers", fused_layers_name(e)},
                       {"head", c.head.head},
                       {"spec", c.head.spec},
                       {"draft_len", c.head.draft_len},
@@ -320,12 +326,14 @@ void add_engine_options(CLI::App& cmd, EngineConfig& e) {
                  "itself (green contexts, where the driver has them; prefill gets the rest); 0: "
                  "the partitions share the SMs, decode at the higher stream priority")
       ->capture_default_str();
-  cmd.add_option(
-         "--fused-layers", e.fused_layers,
-         "GPU: a step of up to 128 decode rows runs all its layers in one cooperative kernel "
-         "(one launch, grid-wide barriers between a layer's phases) instead of five "
-         "launches a layer")
-      ->check(CLI::IsMember({"on", "off"}))
+  cmd.add_option_function<std::string>(
+         "--fused-layers",
+         [&e](const std::string& v) {
+           e.fused_layers = v != "off";
+           e.fused_tensor_cores = v == "tensor-cores";
+         },
+         kFusedLayersHelp)
+      ->check(CLI::IsMember({"on", "tensor-cores", "off"}))
       ->default_str("off");
   cmd.add_flag("--no-streamed-transfer{false}", e.streamed_transfer,
                "disaggregated: copy a prompt's KV after its last prefill step instead of layer by "

@@ -429,7 +429,8 @@ class CudaDevice final : public Device {
   // layer table on the device (weights, pools and this step's tap rows) with the host copy last
   // uploaded, and its grid barrier's counter.
   int fused_grid_ = 0;
-  bool fused_graphs_ = true;  // false once a fused step could not be captured (run_graph)
+  const bool fused_tensor_cores_;  // CudaOptions::fused_tensor_cores
+  bool fused_graphs_ = true;       // false once a fused step could not be captured (run_graph)
   std::vector<kernels::DecodeLayer> h_fused_layers_;
   DeviceArray<kernels::DecodeLayer> fused_layers_;
   DeviceArray<unsigned> fused_barrier_;
@@ -437,7 +438,9 @@ class CudaDevice final : public Device {
   // when it differs from the one last uploaded.
   void prepare_fused_layers(int64_t n_logit, bool taps);
   // Whether a step of n rows, all of them decode rows (no prompt chunk), runs fused.
-  bool fused_step(int64_t n) const { return fused_grid_ > 0 && n <= kernels::kDecodeLayersMaxRows; }
+  bool fused_step(int64_t n) const { return fused_grid_ > 0 && n <= fused_rows(); }
+  // The most rows a fused step takes.
+  int64_t fused_rows() const { return kernels::decode_layers_max_rows(fused_tensor_cores_); }
   struct Graph {
     int runs = 0;  // direct runs so far (capture on the second)
     cudaGraphExec_t exec = nullptr;
@@ -455,7 +458,8 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
       pool_(threads),
       use_graphs_(options.graphs),
       block_gemv_(options.block_gemv),
-      split_k_(options.gemv_split_k) {
+      split_k_(options.gemv_split_k),
+      fused_tensor_cores_(options.fused_tensor_cores) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
@@ -517,8 +521,10 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
   }
   if (options.fused_layers)
     logger("device")->info("{}: fused decode layers {}", name_,
-                           fused_grid_ > 0 ? "on, " + std::to_string(fused_grid_) + " blocks"
-                                           : std::string("unavailable here; layered kernels"));
+                           fused_grid_ > 0
+                               ? std::string(fused_tensor_cores_ ? "on (tensor cores), " : "on, ") +
+                                     std::to_string(fused_grid_) + " blocks"
+                               : std::string("unavailable here; layered kernels"));
 }
 
 CudaDevice::~CudaDevice() {
@@ -571,7 +577,8 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
       qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
   // The attention's f32 rows feed the few-row GEMVs and the fused decode layers only (many-row
   // steps write them in bf16).
-  const size_t f32_rows = fused_grid_ > 0 ? kernels::kDecodeLayersMaxRows : kernels::kGemvMaxRows;
+  const size_t f32_rows =
+      static_cast<size_t>(fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows);
   grew |=
       att_.reserve(std::min(r, f32_rows) * static_cast<size_t>(hp_.q_dim()), name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
@@ -694,16 +701,15 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
     offset += batch[i].blocks.size();
   }
   // Prompt chunks of kMinPrefillChunk tokens or more go to the tiled prefill kernel; decode rows,
-  // verified chains of up to kGemvMaxRows tokens (kDecodeLayersMaxRows with the fused decode
-  // layers) and draft trees to the flash-decoding kernel (or the fused layers' attention), whose
-  // rows are computed each on its own: a verified token's attention is then the same, bit for
-  // bit, as when it is decoded alone, which keeps greedy speculation lossless on the GPU (with the
-  // GEMVs, which are the same per row whatever the row count; longer chains take the GEMMs).
+  // verified chains of up to kGemvMaxRows tokens (fused_rows() with the fused decode layers) and
+  // draft trees to the flash-decoding kernel (or the fused layers' attention), whose rows are
+  // computed each on its own: a verified token's attention is then the same, bit for bit, as when
+  // it is decoded alone, which keeps greedy speculation lossless on the GPU (with the GEMVs, which
+  // are the same per row whatever the row count; longer chains take the GEMMs).
   decode_seqs_.clear();
   h_chunks_.clear();
   int32_t max_chunk_tokens = 0;
-  const int64_t chain_rows =
-      fused_grid_ > 0 ? kernels::kDecodeLayersMaxRows : kernels::kGemvMaxRows;
+  const int64_t chain_rows = fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows;
   for (size_t i = 0; i < device_seqs_.size(); ++i) {
     const kernels::PagedSequence& s = device_seqs_[i];
     const bool verified_chain = batch[i].all_logits && s.n_tokens <= chain_rows;
@@ -1052,6 +1058,7 @@ void CudaDevice::enqueue_fused_layers(int64_t n, int64_t n_logit, bool has_paths
   a.layers = fused_layers_.get();
   a.n_layer = static_cast<int>(hp_.n_layer);
   a.m = static_cast<int>(n);
+  a.tensor_cores = fused_tensor_cores_;
   a.n_embd = static_cast<int>(hp_.n_embd);
   a.n_head = static_cast<int>(hp_.n_head);
   a.n_kv_head = static_cast<int>(hp_.n_kv_head);

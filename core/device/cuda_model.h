@@ -67,7 +67,7 @@ struct CudaOptions {
   // o and down products) with each row's k split over a block's four warps, for four times the
   // loads in flight; false gives each warp whole rows, as wide matrices always are.
   bool gemv_split_k = true;
-  // Steps of up to kernels::kDecodeLayersMaxRows (128) decode rows (no prompt chunk: decode
+  // Steps of up to kernels::kDecodeLayersMaxGemvRows (128) decode rows (no prompt chunk: decode
   // tokens, verified chains, draft trees) run all their layers in one cooperative kernel
   // (kernels/cuda/decode_layers.cuh: one launch a step, grid-wide barriers between a layer's
   // five phases, the next layer's weights prefetched into L2) instead of five launches a layer.
@@ -77,6 +77,13 @@ struct CudaOptions {
   // and a row's values still do not depend on the step's row count, now up to 128 rows: a
   // verified chain or tree of more than 8 rows is then verified exactly too.
   bool fused_layers = false;
+  // With fused_layers: the fused kernel's products on tensor cores (mma.sync, BF16 weights times
+  // x as two BF16 terms, f32 sums; kernels/cuda/decode_layers.cuh) instead of the GEMV's
+  // arithmetic, and steps of up to kernels::kDecodeLayersMaxRows (256) rows: many rows (a draft
+  // tree, a batch of requests) cost little more than one. A row's values still do not depend on
+  // the step's row count (verification stays exact), but differ from the layered kernels' and
+  // the GEMV variant's to f32 rounding.
+  bool fused_tensor_cores = false;
   // A GPU serving as both the prefill and the decode device (DevicePartition): the SMs its
   // decode partition gets to itself, in a green context, prefill getting the rest
   // (core/device/cuda_partition.h). 0: no split; the partitions share the SMs and differ by

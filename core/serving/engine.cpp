@@ -46,7 +46,8 @@ std::string EngineConfig::devices_text() const {
     if (!long_prefill.empty()) text += ", long prefill " + long_prefill;
   }
   // How a GPU ran its decode steps changes their speed: said where it applies.
-  if (fused_layers && text.find("cuda") != std::string::npos) text += ", fused decode layers";
+  if (fused_layers && text.find("cuda") != std::string::npos)
+    text += fused_tensor_cores ? ", fused decode layers on tensor cores" : ", fused decode layers";
   return text;
 }
 
@@ -163,7 +164,9 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   // their workers' pools divide (a prompt changes partition without a copy).
   std::vector<std::unique_ptr<Device>> devices(plan.size());
   std::vector<std::shared_ptr<KvSlots>> shared(plan.size());
-  const CudaOptions cuda{.fused_layers = config_.fused_layers, .decode_sms = config_.decode_sms};
+  const CudaOptions cuda{.fused_layers = config_.fused_layers,
+                         .fused_tensor_cores = config_.fused_tensor_cores,
+                         .decode_sms = config_.decode_sms};
   for (size_t i = 0; i < plan.size(); ++i) {
     const DeviceSpec& spec = plan[i].spec;
     if (devices[i]) continue;  // the decode partition of an earlier entry

@@ -86,6 +86,8 @@ struct EngineConfig {
   int32_t decode_sms = 0;
   // GPUs: few-row steps run their layers in one cooperative kernel (CudaOptions::fused_layers).
   bool fused_layers = false;
+  // With fused_layers: their products on tensor cores (CudaOptions::fused_tensor_cores).
+  bool fused_tensor_cores = false;
 
   // Throws Error naming the field for an inconsistent configuration.
   void validate() const;

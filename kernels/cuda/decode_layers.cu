@@ -1,5 +1,6 @@
 #include "kernels/cuda/decode_layers.cuh"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -161,6 +162,201 @@ __device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, in
       float y[R];
       lane_row_sums<M, R>(acc, y, lane);
       if (lane < g.m) finish(g, lane, j0, j1, has1, y[0], y[1]);
+    }
+  }
+}
+
+// ---- Tensor-core products (DecodeLayersArgs::tensor_cores) ----
+//
+// A block takes the product's tiles of 8 output pairs (16 weight rows: row i the pair's j0, row
+// i + 8 its j1), tiles b, b + blocks, …, and its 16 warps split each tile's k: warp w multiplies
+// the k-blocks of 32 weights w, w + 16, … with mma.sync m16n8k16 (BF16 in, f32 accumulate), the
+// weights as A and eight x rows as B (the step's rows, eight at a time, are the product's n).
+// Within a k-block, lane (g, t) (g = lane / 4, t = lane % 4) loads the 8 weights at 8t … 8t + 7
+// of its pair's two rows and the same 8 elements of x row g, and gives them to the two mma steps
+// as their columns 2t, 2t + 1, 2t + 8, 2t + 9 (elements 4s … 4s + 3 in step s): a permutation of
+// the k-block's columns, the same for A and B, so the sum is the product's. x goes in as two BF16
+// terms (x ≈ hi + lo, 16 bits of its mantissa), each multiplied, so a product keeps close to the
+// f32 GEMV's precision. The warps' partial sums are added in warp order by the block, then go
+// through the GEMV's epilogue (finish). A row's sum therefore depends on the product's shape
+// alone: the same bits in any step, whatever its row count or the row's place in it. The RMSNorm
+// scale of a normed product is taken from the same loads (each block sums the squares of the x
+// elements it reads, in a fixed order) and applied to the sums: no pass over x before the
+// product.
+
+constexpr int kMmaGroups = 4;   // x rows of eight a block takes at a time
+constexpr int kMmaKBlock = 32;  // weights a warp multiplies per tile row at a time
+constexpr int kMmaUnroll = 4;   // k-blocks whose loads a warp issues before its mmas
+
+__device__ inline uint32_t bf16_pair(float lo_k, float hi_k) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_k, hi_k);  // .x: the lower column
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// x ≈ hi + lo in BF16, element pair by element pair.
+__device__ inline void bf16_split(float e0, float e1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(e0, e1);
+  const float2 back = __bfloat1622float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = bf16_pair(e0 - back.x, e1 - back.y);
+}
+
+// d += A · B for one m16n8k16 step: a0 … a3 and b0, b1 as the PTX fragments (BF16 pairs).
+__device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The output pair p of the product (as gemv_pairs pairs them): rows j0 and j1 (has1: j1 exists).
+struct OutputPair {
+  int64_t j0, j1;
+  bool has1;
+};
+
+__device__ inline OutputPair output_pair(const GemvArgs& a, int64_t p) {
+  if (a.epilogue == GemvEpilogue::kSwiGlu) return {p, p + a.n / 2, true};
+  return {2 * p, 2 * p + 1, 2 * p + 1 < a.n};
+}
+
+// One pass of a tile: x rows r0 … r0 + 8·kMmaGroups − 1 (those below a.m) times the tile's 16
+// weight rows, over warp w's k-blocks; acc[q] is the m16n8 accumulator of rows r0 + 8q …, ss[q]
+// this lane's sum of squares of x row r0 + 8q + g over the elements it read (normed products).
+__device__ void mma_tile_pass(const GemvArgs& a, const uint16_t* w0, const uint16_t* w1,
+                              bool has_pair, int r0, float (&acc)[kMmaGroups][4],
+                              float (&ss)[kMmaGroups]) {
+  const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t k_blocks = (a.k + kMmaKBlock - 1) / kMmaKBlock;
+#pragma unroll
+  for (int q = 0; q < kMmaGroups; ++q) {
+    ss[q] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
+  }
+  for (int64_t kb0 = w; kb0 < k_blocks; kb0 += kMmaUnroll * kWarps) {
+    uint4 wa[kMmaUnroll], wb[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {  // every load first
+      const int64_t k = (kb0 + u * kWarps) * kMmaKBlock + 8 * t;
+      wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
+      if (has_pair && k < a.k) {
+        wa[u] = __ldg(reinterpret_cast<const uint4*>(w0 + k));
+        wb[u] = __ldg(reinterpret_cast<const uint4*>(w1 + k));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int64_t kb = kb0 + u * kWarps;
+      if (kb >= k_blocks) break;  // the same for the whole warp
+      const int64_t k = kb * kMmaKBlock + 8 * t;
+      const bool in = k < a.k;
+      float nw[8];
+      if (a.norm != nullptr && in) {
+        const float4 n0 = __ldg(reinterpret_cast<const float4*>(a.norm + k));
+        const float4 n1 = __ldg(reinterpret_cast<const float4*>(a.norm + k + 4));
+        nw[0] = n0.x, nw[1] = n0.y, nw[2] = n0.z, nw[3] = n0.w;
+        nw[4] = n1.x, nw[5] = n1.y, nw[6] = n1.z, nw[7] = n1.w;
+      }
+      const uint32_t wa_w[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
+      const uint32_t wb_w[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
+#pragma unroll
+      for (int q = 0; q < kMmaGroups; ++q) {
+        if (r0 + 8 * q >= a.m) break;  // the same for the whole warp
+        const int r = r0 + 8 * q + g;
+        float xs[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < a.m && in) {
+          const float* xr = a.x + r * a.x_stride + k;
+          const float4 x0 = *reinterpret_cast<const float4*>(xr);
+          const float4 x1 = *reinterpret_cast<const float4*>(xr + 4);
+          xs[0] = x0.x, xs[1] = x0.y, xs[2] = x0.z, xs[3] = x0.w;
+          xs[4] = x1.x, xs[5] = x1.y, xs[6] = x1.z, xs[7] = x1.w;
+        }
+        if (a.norm != nullptr && in) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            ss[q] = fmaf(xs[i], xs[i], ss[q]);
+            xs[i] *= nw[i];
+          }
+        }
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) bf16_split(xs[2 * i], xs[2 * i + 1], hi[i], lo[i]);
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          // A: row g (j0) columns 2t, 2t + 1 | row g + 8 (j1) the same | row g columns 2t + 8,
+          // 2t + 9 | row g + 8 the same; B: columns 2t, 2t + 1 and 2t + 8, 2t + 9 of x row g.
+          mma_bf16(acc[q], wa_w[2 * s], wb_w[2 * s], wa_w[2 * s + 1], wb_w[2 * s + 1], hi[2 * s],
+                   hi[2 * s + 1]);
+          mma_bf16(acc[q], wa_w[2 * s], wb_w[2 * s], wa_w[2 * s + 1], wb_w[2 * s + 1], lo[2 * s],
+                   lo[2 * s + 1]);
+        }
+      }
+    }
+  }
+}
+
+// The product on tensor cores (see above), every block of the grid taking its tiles.
+__device__ void mma_pairs(const GemvArgs& a) {
+  __shared__ float4 partial[kWarps][kMmaGroups][kWarp];  // each warp's accumulators
+  __shared__ float squares[kWarps][kMmaGroups][8];       // each warp's sums of squares per x row
+  const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
+  const int g = lane / 4;
+  const int64_t n_pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
+  const int64_t n_tiles = (n_pairs + 7) / 8;
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const int64_t p = tile * 8 + g;
+    const bool has_pair = p < n_pairs;
+    const OutputPair op = output_pair(a, has_pair ? p : 0);
+    const uint16_t* w0 = a.w + op.j0 * a.k;
+    const uint16_t* w1 = a.w + (op.has1 ? op.j1 : op.j0) * a.k;
+    for (int r0 = 0; r0 < a.m; r0 += 8 * kMmaGroups) {
+      float acc[kMmaGroups][4], ss[kMmaGroups];
+      mma_tile_pass(a, w0, w1, has_pair, r0, acc, ss);
+#pragma unroll
+      for (int q = 0; q < kMmaGroups; ++q) {
+        partial[w][q][lane] = make_float4(acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
+        // The four lanes of x row g hold its squares over k-blocks' quarters: summed in a fixed
+        // order (t 0 + 1, 2 + 3, then the two).
+        float s = ss[q] + __shfl_xor_sync(kFull, ss[q], 1);
+        s += __shfl_xor_sync(kFull, s, 2);
+        if (lane % 4 == 0) squares[w][q][g] = s;
+      }
+      __syncthreads();
+      if (threadIdx.x < kMmaGroups * kWarp) {
+        // Thread (q, l) finishes the accumulator entries lane l of every warp held for group q:
+        // pair l / 4 of the tile, x rows r0 + 8q + 2·(l % 4) and the one after.
+        const int q = static_cast<int>(threadIdx.x) / kWarp,
+                  l = static_cast<int>(threadIdx.x) % kWarp;
+        float4 sum = partial[0][q][l];
+        for (int v = 1; v < kWarps; ++v) {
+          const float4 pv = partial[v][q][l];
+          sum.x += pv.x, sum.y += pv.y, sum.z += pv.z, sum.w += pv.w;
+        }
+        const int64_t pl = tile * 8 + l / 4;
+        const int c = 2 * (l % 4);  // the accumulator's column: x row r0 + 8q + c
+        if (pl < n_pairs) {
+          const OutputPair o = output_pair(a, pl);
+          float y[2][2] = {{sum.x, sum.z}, {sum.y, sum.w}};  // [row c, c + 1][j0, j1]
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int r = r0 + 8 * q + c + i;
+            if (r >= a.m) break;
+            if (a.norm != nullptr) {
+              float sq = squares[0][q][c + i];
+              for (int v = 1; v < kWarps; ++v) sq += squares[v][q][c + i];
+              const float inv = 1.0f / sqrtf(sq / static_cast<float>(a.k) + a.eps);
+              y[i][0] *= inv;
+              y[i][1] *= inv;
+            }
+            finish(a, r, o.j0, o.j1, o.has1, y[i][0], y[i][1]);
+          }
+        }
+      }
+      __syncthreads();
     }
   }
 }
@@ -375,9 +571,20 @@ __device__ void tap_phase(const DecodeLayersArgs& a, const DecodeLayer& l, int w
   }
 }
 
-template <int M>
+// The step's product `p`: on tensor cores (mma_pairs) or as the GEMV's warps (gemv_pairs, with
+// the rows' RMSNorm scales in inv_rms).
+template <int M, bool kMma>
+__device__ void product(const GemvArgs& p, const float* inv_rms, int warp, int warps) {
+  if constexpr (kMma)
+    mma_pairs(p);
+  else
+    gemv_pairs<M>(p, inv_rms, warp, warps);
+}
+
+// M: the GEMV's x rows at a time (kMma false); kMma: the products on tensor cores.
+template <int M, bool kMma>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersArgs a) {
-  __shared__ float inv_rms[kDecodeLayersMaxRows];
+  __shared__ float inv_rms[kMma ? 1 : kDecodeLayersMaxGemvRows];
   const int warp = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarp;
   const int warps = static_cast<int>(gridDim.x) * kWarps;
   const Dims d = dims_of(a);
@@ -389,10 +596,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     if (layer > 0) tap_phase(a, a.layers[layer - 1], warp, warps);  // reads x, as phase 1 does
 
     // 1. q, k, v = wqkv · rmsnorm(x); RoPE; k and v into the pool.
-    block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
+    if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
     GemvArgs qkv = gemv_product(a.x, d.n_embd, a.m, l.wqkv, d.qkv_dim, d.n_embd,
                                 GemvEpilogue::kRopeKv, a.qkv, d.qkv_dim);
     qkv.norm = l.attn_norm;
+    qkv.eps = a.eps;
     qkv.rope = a.rope;
     qkv.kv_slots = a.kv_slots;
     qkv.q_dim = static_cast<int>(d.q_dim);
@@ -403,7 +611,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     qkv.block_size = a.block_size;
     qkv.k_pool = l.k_pool;
     qkv.v_pool = l.v_pool;
-    gemv_pairs<M>(qkv, inv_rms, warp, warps);
+    product<M, kMma>(qkv, inv_rms, warp, warps);
     barrier.sync();
 
     // 2. attention.
@@ -411,33 +619,34 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     barrier.sync();
 
     // 3. x += wo · att.
-    gemv_pairs<M>(gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd,
-                               a.x, d.n_embd),
-                  inv_rms, warp, warps);
+    product<M, kMma>(gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd,
+                                  a.x, d.n_embd),
+                     inv_rms, warp, warps);
     barrier.sync();
 
     // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
-    block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
+    if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
     GemvArgs gate_up = gemv_product(a.x, d.n_embd, a.m, l.w_gate_up, 2 * d.n_ff, d.n_embd,
                                     GemvEpilogue::kSwiGlu, a.ffn, d.n_ff);
     gate_up.norm = l.ffn_norm;
-    gemv_pairs<M>(gate_up, inv_rms, warp, warps);
+    gate_up.eps = a.eps;
+    product<M, kMma>(gate_up, inv_rms, warp, warps);
     barrier.sync();
 
     // 5. x += w_down · h.
-    gemv_pairs<M>(gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff, GemvEpilogue::kAdd,
-                               a.x, d.n_embd),
-                  inv_rms, warp, warps);
+    product<M, kMma>(gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff,
+                                  GemvEpilogue::kAdd, a.x, d.n_embd),
+                     inv_rms, warp, warps);
     barrier.sync();
   }
   tap_phase(a, a.layers[a.n_layer - 1], warp, warps);
 }
 
-template <int M>
+template <int M, bool kMma>
 int blocks_per_sm() {
   int blocks = 0;
-  TOKENFAB_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_layers_kernel<M>, kThreads, 0));
+  TOKENFAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, decode_layers_kernel<M, kMma>, kThreads, 0));
   return blocks;
 }
 
@@ -458,8 +667,9 @@ int decode_layers_grid(int device, int sms) {
   TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
   TOKENFAB_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   if (cooperative == 0 || count <= 0) return 0;
-  const int fit = std::min(
-      {blocks_per_sm<1>(), blocks_per_sm<2>(), blocks_per_sm<4>(), blocks_per_sm<kGroupRows>()});
+  const int fit =
+      std::min({blocks_per_sm<1, false>(), blocks_per_sm<2, false>(), blocks_per_sm<4, false>(),
+                blocks_per_sm<kGroupRows, false>(), blocks_per_sm<1, true>()});
   if (fit < 1) return 0;
   return sms > 0 ? std::min(sms, count) : count;
 }
@@ -467,8 +677,9 @@ int decode_layers_grid(int device, int sms) {
 void launch_decode_layers(const DecodeLayersArgs& a, int grid, cudaStream_t stream) {
   const std::string where = "launch_decode_layers: ";
   if (!decode_layers_supported(a.n_embd, a.n_head, a.n_kv_head, a.head_dim, a.n_ff) || a.m < 1 ||
-      a.m > kDecodeLayersMaxRows || a.n_layer < 1 || a.block_size < 1 || a.rot_dim < 0 ||
-      a.rot_dim % 2 != 0 || a.rot_dim > a.head_dim || a.max_keys < 1 || a.n_logit < 0 || grid < 1)
+      a.m > decode_layers_max_rows(a.tensor_cores) || a.n_layer < 1 || a.block_size < 1 ||
+      a.rot_dim < 0 || a.rot_dim % 2 != 0 || a.rot_dim > a.head_dim || a.max_keys < 1 ||
+      a.n_logit < 0 || grid < 1)
     throw std::invalid_argument(
         where + "unsupported shape: " + std::to_string(a.m) + " rows, " +
         std::to_string(a.n_layer) + " layers, n_embd " + std::to_string(a.n_embd) + ", " +
@@ -496,14 +707,16 @@ void launch_decode_layers(const DecodeLayersArgs& a, int grid, cudaStream_t stre
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  if (a.m <= 1) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<1>, a));
+  if (a.tensor_cores) {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<1, true>, a));
+  } else if (a.m <= 1) {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<1, false>, a));
   } else if (a.m <= 2) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<2>, a));
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<2, false>, a));
   } else if (a.m <= 4) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<4>, a));
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<4, false>, a));
   } else {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<kGroupRows>, a));
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<kGroupRows, false>, a));
   }
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Every layer of a step of decode rows (decode tokens, verified chains, draft trees; up to
-// kDecodeLayersMaxRows rows, no prompt chunk) in ONE cooperative kernel: the grid stays resident,
+// decode_layers_max_rows rows, no prompt chunk) in ONE cooperative kernel: the grid stays resident,
 // one block per SM, and goes through each layer's five phases with a grid-wide barrier between
 // them, where the layered path (gemv.cuh and paged_decode_attention.cuh) launches five kernels a
 // layer:
@@ -21,6 +21,13 @@
 // taps (the draft heads' features) are the layered path's (rmsnorm without a weight of each logit
 // row), their sum of squares taken by one warp. BF16 weights only. Mirrors the CPU model runner to
 // f32 rounding.
+//
+// With DecodeLayersArgs::tensor_cores the products run on tensor cores instead (mma.sync, BF16
+// weights times x as two BF16 terms, f32 sums; decode_layers.cu says how): a block per tile of 16
+// weight rows, its warps splitting k, so that a step of many rows (a draft tree, a batch of
+// requests) costs little more than a step of one. A row's values still do not depend on the
+// step's row count, but they are not the GEMV's bits (another order of sums, x in 16 bits of
+// mantissa), so the two variants are not mixed within a run.
 
 #include <cuda_runtime.h>
 
@@ -32,8 +39,15 @@ namespace tokenfab::kernels {
 
 inline constexpr int kDecodeLayersSplitKeys = 32;  // keys per attention chunk: a lane per key
 inline constexpr int kDecodeLayersMaxSplits = 32;  // attention splits per (row, head), at most
-// Rows a step may have: a draft tree of 64 nodes with its root, and another request's besides.
-inline constexpr int kDecodeLayersMaxRows = 128;
+// Rows a step may have with the GEMV's products (a draft tree of 64 nodes with its root, and
+// another request's besides; more rows would each cost a pass over the weights' cache lines), and
+// with tensor cores (a batch of 256 requests).
+inline constexpr int kDecodeLayersMaxGemvRows = 128;
+inline constexpr int kDecodeLayersMaxRows = 256;
+
+constexpr int decode_layers_max_rows(bool tensor_cores) {
+  return tensor_cores ? kDecodeLayersMaxRows : kDecodeLayersMaxGemvRows;
+}
 
 // One layer's device pointers.
 struct DecodeLayer {
@@ -53,7 +67,8 @@ struct DecodeLayer {
 struct DecodeLayersArgs {
   const DecodeLayer* layers = nullptr;  // (n_layer) device memory
   int n_layer = 0;
-  int m = 0;  // rows, 1 … kDecodeLayersMaxRows
+  int m = 0;                  // rows, 1 … decode_layers_max_rows(tensor_cores)
+  bool tensor_cores = false;  // the products on tensor cores (above), not the GEMV's warps
   int n_embd = 0, n_head = 0, n_kv_head = 0, head_dim = 0, rot_dim = 0, n_ff = 0;
   int block_size = 0;
   float eps = 0.0f;

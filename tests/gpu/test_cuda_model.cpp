@@ -319,33 +319,50 @@ struct Served {
   int64_t handed_over_blocks = 0;
 };
 
-// Serves every prompt at once on an engine of `config` (2 threads, 256 KV blocks), greedy,
-// exactly max_tokens each; `adjust` sets more of each request (a draft head, …).
-// tools/gpu_check.sh sets TOKENFAB_SKIP_FUSED_LAYERS (its reason) when a short run with the
-// fused decode layers failed on that GPU: their test rows are then skipped, so that a fault there
-// (a kernel that traps leaves the process's CUDA context unusable) does not fail every later test.
-bool fused_layers_skipped() {
-  return std::getenv("TOKENFAB_SKIP_FUSED_LAYERS") != nullptr;
-}
-const char* fused_layers_skip_reason() {
-  const char* why = std::getenv("TOKENFAB_SKIP_FUSED_LAYERS");
-  return why != nullptr && *why != 0 ? why : "the fused decode layers failed gpu_check's short run";
+// How a test's GPU runs its decode steps: the layered kernels, or the fused decode layers with
+// the GEMV's products or with their products on tensor cores (CudaOptions::fused_layers,
+// fused_tensor_cores). A test's "fused" column holds one of these.
+enum Fused : int { kLayered = 0, kFusedGemv = 1, kFusedTensorCores = 2 };
+
+// tools/gpu_check.sh sets TOKENFAB_SKIP_FUSED_LAYERS (or TOKENFAB_SKIP_FUSED_TENSOR_CORES), its
+// reason, when a short run with that variant of the fused decode layers failed on that GPU: test
+// rows run with it are then skipped, so that a fault there (a kernel that traps leaves the
+// process's CUDA context unusable) does not fail every later test. The reason, or null to run.
+const char* fused_skip_reason(int fused) {
+  if (fused == kLayered) return nullptr;
+  const char* why = std::getenv(fused == kFusedTensorCores ? "TOKENFAB_SKIP_FUSED_TENSOR_CORES"
+                                                           : "TOKENFAB_SKIP_FUSED_LAYERS");
+  if (why == nullptr) return nullptr;
+  return *why != 0 ? why : "that variant of the fused decode layers failed gpu_check's short run";
 }
 
-// The data of a test run once with the layered kernels and once with the fused decode layers.
+void set_fused(CudaOptions& options, int fused) {
+  options.fused_layers = fused != kLayered;
+  options.fused_tensor_cores = fused == kFusedTensorCores;
+}
+
+void set_fused(EngineConfig& config, int fused) {
+  config.fused_layers = fused != kLayered;
+  config.fused_tensor_cores = fused == kFusedTensorCores;
+}
+
+// The data of a test run with the layered kernels and with each variant of the fused layers.
 void add_fused_column() {
-  QTest::addColumn<bool>("fused");
-  QTest::newRow("layered kernels") << false;
-  QTest::newRow("fused decode layers") << true;
+  QTest::addColumn<int>("fused");
+  QTest::newRow("layered kernels") << int{kLayered};
+  QTest::newRow("fused decode layers") << int{kFusedGemv};
+  QTest::newRow("fused decode layers on tensor cores") << int{kFusedTensorCores};
 }
 
-// cuda:0 over `model` with a pool of kBlocks blocks, with the fused decode layers if `fused`.
-std::unique_ptr<Device> synthetic_device(const LlamaModel& model, bool fused) {
+// cuda:0 over `model` with a pool of kBlocks blocks, its decode steps run as `fused` says.
+std::unique_ptr<Device> synthetic_device(const LlamaModel& model, int fused) {
   CudaOptions options;
-  options.fused_layers = fused;
+  set_fused(options, fused);
   return make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
 }
 
+// Serves every prompt at once on an engine of `config` (2 threads, 256 KV blocks), greedy,
+// exactly max_tokens each; `adjust` sets more of each request (a draft head, …).
 Served serve_prompts(const LlamaModel& model, EngineConfig config,
                      const std::vector<std::vector<TokenId>>& prompts, int max_tokens,
                      const std::function<void(GenerationRequest&)>& adjust = nullptr) {
@@ -412,23 +429,24 @@ void TestCudaModel::initTestCase() {
 
 void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches_data() {
   QTest::addColumn<bool>("block_gemv");
-  QTest::addColumn<bool>("fused");
-  QTest::newRow("bf16 weights") << false << false;
-  QTest::newRow("few-row steps on the file's blocks") << true << false;
+  QTest::addColumn<int>("fused");
+  QTest::newRow("bf16 weights") << false << int{kLayered};
+  QTest::newRow("few-row steps on the file's blocks") << true << int{kLayered};
   // Steps 3–6 (the tree with a decode row, the decode-only steps) in one cooperative kernel.
-  QTest::newRow("fused decode layers") << false << true;
+  QTest::newRow("fused decode layers") << false << int{kFusedGemv};
+  QTest::newRow("fused decode layers on tensor cores") << false << int{kFusedTensorCores};
 }
 
 void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
   QFETCH(bool, block_gemv);
-  QFETCH(bool, fused);
-  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
+  QFETCH(int, fused);
+  if (const char* why = fused_skip_reason(fused)) QSKIP(why);
   const LlamaModel& model = *synthetic_;
   const HParams& hp = model.hparams();
   CpuDevice cpu({DeviceKind::kCpu, 0}, model, 2, kBlocks, kBlockSize);
   CudaOptions options;
   options.block_gemv = block_gemv;
-  options.fused_layers = fused;
+  set_fused(options, fused);
   const std::unique_ptr<Device> gpu =
       make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
   if (fused) QVERIFY2(cuda_fused_layers_grid(*gpu) > 0, "the fused decode layers are unavailable");
@@ -700,22 +718,22 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
 // direct launches one after the other: the same kernels on the same data, so the same bits.
 // The steps: a prefill, decode steps of two sequences and of one, a three-row chunk, and ten
 // sequences' prefill and decode steps (the GEMM path).
-// Once with the layered kernels and once with the fused decode layers (every device of the run
-// with them), whose decode steps are one cooperative kernel direct, captured and replayed.
+// With the layered kernels and with each variant of the fused decode layers (every device of the
+// run with them), whose decode steps are one cooperative kernel direct, captured and replayed.
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly_data() {
   add_fused_column();
 }
 
 void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
-  QFETCH(bool, fused);
-  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
+  QFETCH(int, fused);
+  if (const char* why = fused_skip_reason(fused)) QSKIP(why);
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   auto device = [&](bool graphs, bool overlap) {
     CudaOptions options;
     options.graphs = graphs;
     options.overlap_launches = overlap;
-    options.fused_layers = fused;
+    set_fused(options, fused);
     auto d = make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, options);
     d->set_draft_taps(true);  // the hidden rows (with the layer taps) must match exactly too
     return d;
@@ -807,15 +825,15 @@ void TestCudaModel::decode_graphs_and_overlap_match_serial_launches_exactly() {
 // chains of up to kGemvMaxRows rows (the GEMVs compute each row alike at any row count, and the
 // chain's attention rows go to the decode kernel, row by row), and the same tokens sent as a
 // draft tree of one child per node (rows reading their keys from path lists); the same through
-// the fused decode layers, whose products and attention splits are per row too, for chains and
-// trees of 13, 16 and 40 rows as well.
+// the fused decode layers (either variant), whose products and attention splits are per row too,
+// for chains and trees of 13, 16 and 40 rows as well.
 void TestCudaModel::verified_chain_rows_equal_one_token_steps_data() {
   add_fused_column();
 }
 
 void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
-  QFETCH(bool, fused);
-  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
+  QFETCH(int, fused);
+  if (const char* why = fused_skip_reason(fused)) QSKIP(why);
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   const std::unique_ptr<Device> gpu = synthetic_device(model, fused);
@@ -886,14 +904,15 @@ void TestCudaModel::verified_chain_rows_equal_one_token_steps() {
 // A branching draft tree's rows are, bit for bit, the last rows of their paths decoded one token
 // at a time (each path on a table of its own after the same prompt): what keeps tree speculation
 // lossless. The layered kernels take trees of up to kGemvMaxRows rows this way (7 nodes here);
-// the fused decode layers any tree of up to 128 rows (22 nodes here, in three groups of 8 rows).
+// the fused decode layers any tree of up to 128 rows, or 256 on tensor cores (22 nodes here, in
+// three groups of 8 rows).
 void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone_data() {
   add_fused_column();
 }
 
 void TestCudaModel::draft_tree_rows_equal_their_paths_decoded_alone() {
-  QFETCH(bool, fused);
-  if (fused && fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
+  QFETCH(int, fused);
+  if (const char* why = fused_skip_reason(fused)) QSKIP(why);
   const LlamaModel& model = *synthetic_;
   const int64_t n_vocab = model.hparams().n_vocab;
   const std::unique_ptr<Device> gpu = synthetic_device(model, fused);
@@ -1079,20 +1098,26 @@ void TestCudaModel::synthetic_greedy_outputs_follow_the_exact_model() {
       check_served(model, prompts, gpu.outputs, kSyntheticTie, QStringLiteral("cuda:0"), checked);
   QVERIFY2(failure.isEmpty(), qPrintable(failure));
 
-  // The same with every decode step's layers in one cooperative kernel.
-  if (fused_layers_skipped()) QSKIP(fused_layers_skip_reason());
-  config.fused_layers = true;
-  const Served fused = serve_prompts(model, config, prompts, 16);
-  QVERIFY2(fused.failure.isEmpty(), qPrintable(fused.failure));
-  int same_fused = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    QCOMPARE(fused.outputs[i].size(), size_t{16});
-    same_fused += fused.outputs[i] == gpu.outputs[i];
+  // The same with every decode step's layers in one cooperative kernel, with the GEMV's products
+  // and with tensor cores.
+  for (const int variant : {int{kFusedGemv}, int{kFusedTensorCores}}) {
+    if (const char* why = fused_skip_reason(variant)) {
+      qInfo("fused variant %d skipped: %s", variant, why);
+      continue;
+    }
+    set_fused(config, variant);
+    const QString name = QString::fromStdString(config.devices_text());
+    const Served fused = serve_prompts(model, config, prompts, 16);
+    QVERIFY2(fused.failure.isEmpty(), qPrintable(name + ": " + fused.failure));
+    int same_fused = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      QCOMPARE(fused.outputs[i].size(), size_t{16});
+      same_fused += fused.outputs[i] == gpu.outputs[i];
+    }
+    qInfo("%d of %zu outputs the same with %s", same_fused, prompts.size(), qPrintable(name));
+    failure = check_served(model, prompts, fused.outputs, kSyntheticTie, name, checked);
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
   }
-  qInfo("%d of %zu outputs the same with the fused decode layers", same_fused, prompts.size());
-  failure = check_served(model, prompts, fused.outputs, kSyntheticTie,
-                         QStringLiteral("cuda:0, fused decode layers"), checked);
-  QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
 // Greedy output with a draft head on the GPU is the output without one, up to near-ties: Medusa
@@ -1136,7 +1161,7 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     std::vector<int32_t> tree_shape;
     bool partitions;
     int32_t decode_sms = 0;  // with partitions: SMs of the decode partition's own
-    bool fused = false;      // CudaOptions::fused_layers
+    int fused = kLayered;    // CudaOptions::fused_layers, fused_tensor_cores
   };
   const std::vector<Case> cases = {
       {"plain", nullptr, {}, false},
@@ -1149,15 +1174,18 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
       {"mtp chain with layer taps, two partitions", tapped, {}, true},
       {"medusa chain, two partitions", medusa, {}, true},
       {"medusa chain, two partitions on SMs of their own", medusa, {}, true, 64},
-      {"plain, fused decode layers", nullptr, {}, false, 0, true},
-      {"mtp tree 2,2,1 with layer taps, fused decode layers", tapped, {2, 2, 1}, false, 0, true},
-      {"medusa tree 2,2,2, fused decode layers", medusa, {2, 2, 2}, false, 0, true},
-      {"medusa chain, fused decode layers", medusa, {}, false, 0, true}};
-  std::vector<std::vector<TokenId>> plain, plain_fused;
-  std::map<std::vector<TokenId>, QString> checked;  // exact passes, shared by equal outputs
+      {"plain, fused decode layers", nullptr, {}, false, 0, kFusedGemv},
+      {"mtp tree 2,2,1, taps, fused decode layers", tapped, {2, 2, 1}, false, 0, kFusedGemv},
+      {"medusa tree 2,2,2, fused decode layers", medusa, {2, 2, 2}, false, 0, kFusedGemv},
+      {"medusa chain, fused decode layers", medusa, {}, false, 0, kFusedGemv},
+      {"plain, fused on tensor cores", nullptr, {}, false, 0, kFusedTensorCores},
+      {"mtp tree 2,2,1, taps, tensor cores", tapped, {2, 2, 1}, false, 0, kFusedTensorCores},
+      {"medusa chain, fused on tensor cores", medusa, {}, false, 0, kFusedTensorCores}};
+  std::map<int, std::vector<std::vector<TokenId>>> plain;  // by Case::fused
+  std::map<std::vector<TokenId>, QString> checked;         // exact passes, shared by equal outputs
   for (const Case& c : cases) {
-    if (c.fused && fused_layers_skipped()) {
-      qInfo("%s: skipped (%s)", c.name, fused_layers_skip_reason());
+    if (const char* why = fused_skip_reason(c.fused)) {
+      qInfo("%s: skipped (%s)", c.name, why);
       continue;
     }
     EngineConfig config;
@@ -1168,7 +1196,7 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     } else {
       config.devices = "cuda:0";
     }
-    config.fused_layers = c.fused;
+    set_fused(config, c.fused);
     const Served served = serve_prompts(model, config, prompts, 16, [&](GenerationRequest& r) {
       r.head = c.head;
       r.draft_len = 3;
@@ -1176,8 +1204,8 @@ void TestCudaModel::speculative_decoding_on_gpu_is_lossless() {
     });
     QVERIFY2(served.failure.isEmpty(),
              qPrintable(QStringLiteral("%1: %2").arg(c.name, served.failure)));
-    if (c.head == nullptr) (c.fused ? plain_fused : plain) = served.outputs;
-    const auto& base = c.fused ? plain_fused : plain;
+    if (c.head == nullptr) plain[c.fused] = served.outputs;
+    const auto& base = plain[c.fused];
     int same = 0;
     for (size_t i = 0; i < prompts.size(); ++i) same += served.outputs[i] == base[i];
     if (c.head != nullptr)

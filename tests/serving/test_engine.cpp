@@ -483,6 +483,9 @@ void EngineTest::devices_text_names_the_devices_and_how_gpus_decode() {
   QCOMPARE(c.devices_text(), std::string("cpu:0,cpu:1"));
   c.devices = "cuda:0";
   QCOMPARE(c.devices_text(), std::string("cuda:0, fused decode layers"));
+  c.fused_tensor_cores = true;
+  QCOMPARE(c.devices_text(), std::string("cuda:0, fused decode layers on tensor cores"));
+  c.fused_tensor_cores = false;
   c.fused_layers = false;
   QCOMPARE(c.devices_text(), std::string("cuda:0"));
   c.prefill = "cpu:0";
