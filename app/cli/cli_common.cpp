@@ -122,12 +122,21 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
 }
 
-void GpuBenchOptions::report(nlohmann::json& j, const Device& device) const {
+void GpuBenchOptions::report(nlohmann::json& j, Device& device) const {
   j["launch_overlap"] = launch_overlap;
   j["decode_weights"] = decode_weights;
   j["gemv_split_k"] = gemv_split_k;
   j["fused_layers"] = fused_layers;
   j["fused_layers_blocks"] = cuda_fused_layers_grid(device);
+  j["fused_phases"] = fused_phases_json(device);
+}
+
+nlohmann::json fused_phases_json(Device& device) {
+  const std::optional<FusedPhaseTimes> t = cuda_fused_phase_times(device);
+  if (!t) return nullptr;
+  return {{"steps", t->steps},    {"qkv_us", t->qkv_us},         {"attention_us", t->attention_us},
+          {"o_us", t->o_us},      {"gate_up_us", t->gate_up_us}, {"down_us", t->down_us},
+          {"tail_us", t->tail_us}};
 }
 
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {

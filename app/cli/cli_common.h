@@ -63,9 +63,14 @@ struct GpuBenchOptions {
   bool block_gemv() const { return decode_weights == "blocks"; }
   // The four settings, for a benchmark's JSON, and what `device` made of them:
   // fused_layers_blocks, the fused decode layers' grid (0: the layered kernels ran, as they do
-  // where the fused layers are unavailable).
-  void report(nlohmann::json& j, const Device& device) const;
+  // where the fused layers are unavailable), and fused_phases (fused_phases_json).
+  void report(nlohmann::json& j, Device& device) const;
 };
+
+// The fused decode layers' time per step by phase since the device was made or last asked
+// (cuda_fused_phase_times, in µs: qkv, attention, o, gate_up, down, tail, and the steps it
+// averages), or null where no fused step ran.
+nlohmann::json fused_phases_json(Device& device);
 
 // --fused-layers' help, for the benchmarks' flags and the engine's.
 inline constexpr const char* kFusedLayersHelp =

@@ -164,8 +164,12 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
   for (int i = 0; i < most; ++i)
     drafts[static_cast<size_t>(i)] = tokens[static_cast<size_t>(i) % tokens.size()];
   std::vector<std::vector<double>> ms(rows.size());
+  // The fused decode layers' phases per row count (their clock restarted before each count's
+  // steps, read after them; the last repetition's).
+  std::vector<nlohmann::json> phases(rows.size());
   for (int rep = 0; rep < repetitions; ++rep) {
     for (size_t r = 0; r < rows.size(); ++r) {
+      fused_phases_json(device);
       for (int i = 0; i < 5; ++i) {
         BatchSequence seq{std::span<const int32_t>(drafts).first(static_cast<size_t>(rows[r])),
                           pos0, table, false, true};
@@ -173,6 +177,7 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
         device.run_greedy({&seq, 1}, argmax, &hidden);
         ms[r].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
       }
+      phases[r] = fused_phases_json(device);
     }
   }
   nlohmann::json out = nlohmann::json::array();
@@ -183,6 +188,7 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
     const double step = median(ms[r]);
     nlohmann::json e = {{"rows", rows[r]}, {"step_ms", step}};
     if (one_row > 0) e["vs_one_row"] = step / one_row;
+    if (!phases[r].is_null()) e["fused_phases"] = phases[r];
     out.push_back(e);
   }
   return out;

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -71,6 +72,10 @@ std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions
 
 int cuda_fused_layers_grid(const Device&) {
   return 0;
+}
+
+std::optional<FusedPhaseTimes> cuda_fused_phase_times(Device&) {
+  return std::nullopt;
 }
 
 #else
@@ -230,7 +235,8 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   const std::shared_ptr<CudaKvTensors>& kv_tensors() const { return kv_->tensors(); }
-  int fused_grid() const { return fused_grid_; }  // cuda_fused_layers_grid
+  int fused_grid() const { return fused_grid_; }       // cuda_fused_layers_grid
+  std::optional<FusedPhaseTimes> fused_phase_times();  // cuda_fused_phase_times
 
   const DeviceSpec& spec() const override { return spec_; }
   int threads() const override { return pool_.size(); }
@@ -434,6 +440,7 @@ class CudaDevice final : public Device {
   std::vector<kernels::DecodeLayer> h_fused_layers_;
   DeviceArray<kernels::DecodeLayer> fused_layers_;
   DeviceArray<unsigned> fused_barrier_;
+  DeviceArray<unsigned long long> fused_clock_;  // the kernel's phase clock (phase_ns)
   // Uploads the fused kernel's layer table for a step whose taps (if `taps`) are n_logit rows,
   // when it differs from the one last uploaded.
   void prepare_fused_layers(int64_t n_logit, bool taps);
@@ -517,7 +524,13 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
       fused_grid_ =
           kernels::decode_layers_grid(spec.index, partition_.green() ? partition_.sms() : 0);
     });
-    if (fused_grid_ > 0) fused_barrier_.reserve(1, name_, "the fused layers' barrier");
+    if (fused_grid_ > 0) {
+      fused_barrier_.reserve(1, name_, "the fused layers' barrier");
+      fused_clock_.reserve(kernels::kDecodeLayersClockSlots, name_, "the fused layers' clock");
+      check(cudaMemsetAsync(fused_clock_.get(), 0,
+                            kernels::kDecodeLayersClockSlots * sizeof(unsigned long long), stream_),
+            name_, "clearing the fused layers' clock");
+    }
   }
   if (options.fused_layers)
     logger("device")->info("{}: fused decode layers {}", name_,
@@ -1085,6 +1098,7 @@ void CudaDevice::enqueue_fused_layers(int64_t n, int64_t n_logit, bool has_paths
   a.counts = split_counts_.get();
   a.count_ints = static_cast<int64_t>(split_counts_.size());
   a.barrier = fused_barrier_.get();
+  a.phase_ns = fused_clock_.get();
   kernels::launch_decode_layers(a, fused_grid_, stream_);
 }
 
@@ -1728,6 +1742,29 @@ std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& mode
 int cuda_fused_layers_grid(const Device& device) {
   const auto* cuda = dynamic_cast<const CudaDevice*>(&device);
   return cuda != nullptr ? cuda->fused_grid() : 0;
+}
+
+std::optional<FusedPhaseTimes> CudaDevice::fused_phase_times() {
+  if (fused_grid_ == 0) return std::nullopt;
+  cudaSetDevice(spec_.index);
+  std::array<unsigned long long, kernels::kDecodeLayersClockSlots> ns{};
+  check(cudaMemcpyAsync(ns.data(), fused_clock_.get(), sizeof(ns), cudaMemcpyDeviceToHost, stream_),
+        name_, "reading the fused layers' clock");
+  check(cudaMemsetAsync(fused_clock_.get(), 0, sizeof(ns), stream_), name_,
+        "clearing the fused layers' clock");
+  sync("reading the fused layers' clock");
+  const auto steps = static_cast<int64_t>(ns[kernels::kDecodeLayersLaunchSlot]);
+  if (steps == 0) return std::nullopt;
+  const auto us = [&](int slot) {
+    return static_cast<double>(ns[static_cast<size_t>(slot)]) / 1e3 / static_cast<double>(steps);
+  };
+  return FusedPhaseTimes{
+      steps, us(0), us(1), us(2), us(3), us(4), us(kernels::kDecodeLayersTailSlot)};
+}
+
+std::optional<FusedPhaseTimes> cuda_fused_phase_times(Device& device) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  return cuda != nullptr ? cuda->fused_phase_times() : std::nullopt;
 }
 
 std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions(

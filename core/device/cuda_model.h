@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "core/device/device.h"
@@ -103,6 +104,24 @@ std::unique_ptr<Device> make_cuda_device(DeviceSpec spec, const LlamaModel& mode
 // fused_layers), or 0 when they run the layered kernels (not asked for, or not available there:
 // block weights, shared SMs, no cooperative launch); 0 for a device that is not a CUDA device.
 int cuda_fused_layers_grid(const Device& device);
+
+// Where the fused decode layers' steps spend their time: per step, each phase of a layer summed
+// over the layers, as block 0 of the kernel clocks it (from the grid barrier that starts the
+// phase to the one that ends it: the slowest block's time), averaged over the fused steps run
+// since the device was made or last asked.
+struct FusedPhaseTimes {
+  int64_t steps = 0;
+  double qkv_us = 0;  // with the draft heads' taps of the layer before
+  double attention_us = 0;
+  double o_us = 0;
+  double gate_up_us = 0;
+  double down_us = 0;
+  double tail_us = 0;  // the last layer's taps
+};
+
+// `device`'s FusedPhaseTimes, the sums then restarted; nullopt for a device that does not run
+// the fused decode layers (or has run no fused step since). Waits for the device's work.
+std::optional<FusedPhaseTimes> cuda_fused_phase_times(Device& device);
 
 // The two partitions of one GPU (specs of one index, DevicePartition kPrefill and kDecode): CUDA
 // devices with a stream each, one copy of the weights, and one KV storage of kv_slots blocks that

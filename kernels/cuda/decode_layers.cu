@@ -86,6 +86,19 @@ struct GridBarrier {
   }
 };
 
+// The kernel's time by phase (DecodeLayersArgs::phase_ns), kept by block 0's first thread, which
+// every barrier lets through only once all blocks have arrived: adds the time since its last
+// mark to counter `slot` (none for slot −1: the start; the tail also counts the launch). Its
+// last mark waits in shared memory, not in a register the whole kernel would hold.
+__device__ void phase_clock(unsigned long long* ns, int slot) {
+  __shared__ unsigned long long last;
+  if (ns == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
+  const unsigned long long now = global_ns();
+  if (slot >= 0) ns[slot] += now - last;
+  if (slot == kDecodeLayersTailSlot) ns[kDecodeLayersLaunchSlot] += 1;
+  last = now;
+}
+
 // The most splits a row of up to max_keys keys has (row_splits): the attention's items per
 // (row, head), and the partials' slots per (row, head).
 __host__ __device__ int decode_layers_splits(int32_t max_keys) {
@@ -186,7 +199,7 @@ __device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, in
 
 constexpr int kMmaGroups = 4;   // x rows of eight a block takes at a time
 constexpr int kMmaKBlock = 32;  // weights a warp multiplies per tile row at a time
-constexpr int kMmaUnroll = 4;   // k-blocks whose loads a warp issues before its mmas
+constexpr int kMmaUnroll = 2;   // k-blocks whose loads a warp issues before its mmas
 
 __device__ inline uint32_t bf16_pair(float lo_k, float hi_k) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo_k, hi_k);  // .x: the lower column
@@ -299,7 +312,8 @@ __device__ void mma_tile_pass(const GemvArgs& a, const uint16_t* w0, const uint1
   }
 }
 
-// The product on tensor cores (see above), every block of the grid taking its tiles.
+// The product on tensor cores (see above), every block of the grid taking its tiles (or, with
+// many rows, its tiles' chunks of rows).
 __device__ void mma_pairs(const GemvArgs& a) {
   __shared__ float4 partial[kWarps][kMmaGroups][kWarp];  // each warp's accumulators
   __shared__ float squares[kWarps][kMmaGroups][8];       // each warp's sums of squares per x row
@@ -307,13 +321,25 @@ __device__ void mma_pairs(const GemvArgs& a) {
   const int g = lane / 4;
   const int64_t n_pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
   const int64_t n_tiles = (n_pairs + 7) / 8;
-  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+  // A step of many rows on a narrow product (fewer tiles than blocks) deals each tile's passes
+  // of 8·kMmaGroups rows to several blocks, in chunks of `chunk` passes: each block then reads
+  // only its chunk's x rows, where one block per tile would read all of them while the other
+  // blocks wait. A row is still computed whole by one block, as in any other step.
+  constexpr int kPassRows = 8 * kMmaGroups;
+  const int64_t passes = (a.m + kPassRows - 1) / kPassRows;
+  const int64_t per_tile = max(int64_t{1}, min(passes, static_cast<int64_t>(gridDim.x) / n_tiles));
+  const int64_t chunk = (passes + per_tile - 1) / per_tile;  // passes per task
+  const int64_t chunks = (passes + chunk - 1) / chunk;
+  for (int64_t task = blockIdx.x; task < n_tiles * chunks; task += gridDim.x) {
+    const int64_t tile = task % n_tiles;
+    const int r_begin = static_cast<int>(task / n_tiles * chunk * kPassRows);
+    const int r_end = static_cast<int>(min(static_cast<int64_t>(a.m), r_begin + chunk * kPassRows));
     const int64_t p = tile * 8 + g;
     const bool has_pair = p < n_pairs;
     const OutputPair op = output_pair(a, has_pair ? p : 0);
     const uint16_t* w0 = a.w + op.j0 * a.k;
     const uint16_t* w1 = a.w + (op.has1 ? op.j1 : op.j0) * a.k;
-    for (int r0 = 0; r0 < a.m; r0 += 8 * kMmaGroups) {
+    for (int r0 = r_begin; r0 < r_end; r0 += kPassRows) {
       float acc[kMmaGroups][4], ss[kMmaGroups];
       mma_tile_pass(a, w0, w1, has_pair, r0, acc, ss);
 #pragma unroll
@@ -589,6 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   const int warps = static_cast<int>(gridDim.x) * kWarps;
   const Dims d = dims_of(a);
   GridBarrier barrier{a.barrier};
+  phase_clock(a.phase_ns, -1);
   prefetch_layer(a.layers[0], d);
   for (int layer = 0; layer < a.n_layer; ++layer) {
     const DecodeLayer l = a.layers[layer];
@@ -613,16 +640,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     qkv.v_pool = l.v_pool;
     product<M, kMma>(qkv, inv_rms, warp, warps);
     barrier.sync();
+    phase_clock(a.phase_ns, 0);
 
     // 2. attention.
     attention_phase(a, l, d, warp, warps);
     barrier.sync();
+    phase_clock(a.phase_ns, 1);
 
     // 3. x += wo · att.
     product<M, kMma>(gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd,
                                   a.x, d.n_embd),
                      inv_rms, warp, warps);
     barrier.sync();
+    phase_clock(a.phase_ns, 2);
 
     // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
     if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
@@ -632,14 +662,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     gate_up.eps = a.eps;
     product<M, kMma>(gate_up, inv_rms, warp, warps);
     barrier.sync();
+    phase_clock(a.phase_ns, 3);
 
     // 5. x += w_down · h.
     product<M, kMma>(gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff,
                                   GemvEpilogue::kAdd, a.x, d.n_embd),
                      inv_rms, warp, warps);
     barrier.sync();
+    phase_clock(a.phase_ns, 4);
   }
   tap_phase(a, a.layers[a.n_layer - 1], warp, warps);
+  phase_clock(a.phase_ns, kDecodeLayersTailSlot);
 }
 
 template <int M, bool kMma>

@@ -64,6 +64,14 @@ struct DecodeLayer {
   float* tap = nullptr;
 };
 
+// The phase clock's counters (DecodeLayersArgs::phase_ns): nanoseconds in each of a layer's five
+// phases summed over layers and launches, then in the tail (the last layer's tap), then the
+// launches counted.
+inline constexpr int kDecodeLayersPhases = 5;
+inline constexpr int kDecodeLayersTailSlot = kDecodeLayersPhases;
+inline constexpr int kDecodeLayersLaunchSlot = kDecodeLayersPhases + 1;
+inline constexpr int kDecodeLayersClockSlots = kDecodeLayersPhases + 2;
+
 struct DecodeLayersArgs {
   const DecodeLayer* layers = nullptr;  // (n_layer) device memory
   int n_layer = 0;
@@ -95,6 +103,10 @@ struct DecodeLayersArgs {
   int32_t* counts = nullptr;
   int64_t count_ints = 0;
   unsigned* barrier = nullptr;
+  // Null, or kDecodeLayersClockSlots counters that block 0's first thread adds its clock
+  // (%globaltimer) to: each phase from the barrier that starts it to the one that ends it (the
+  // slowest block's time), so a step's time by phase.
+  unsigned long long* phase_ns = nullptr;
 };
 
 // Whether the fused kernel takes a model of this shape: head_dim a multiple of 64 up to

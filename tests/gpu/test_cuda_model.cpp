@@ -711,6 +711,19 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
         drafts[0][1], drafts[0][2], by_g[0], lead);
   if (!block_gemv && lead > 1e-3f * (1.0f + std::abs(g_logits[by_g[0]])))
     QCOMPARE(drafts[0], std::vector<int32_t>(3, by_g[0]));
+
+  // The fused kernel's phase clock counted the fused steps above (steps 3–6), gave every phase
+  // time, and restarts when read; the layered kernels have none.
+  const std::optional<FusedPhaseTimes> phases = cuda_fused_phase_times(*gpu);
+  QCOMPARE(phases.has_value(), fused != kLayered);
+  if (phases) {
+    QVERIFY2(phases->steps >= 4, qPrintable(QString::number(phases->steps)));
+    for (const double us :
+         {phases->qkv_us, phases->attention_us, phases->o_us, phases->gate_up_us, phases->down_us})
+      QVERIFY2(us > 0.0 && us < 1e6, qPrintable(QString::number(us)));
+    QVERIFY(phases->tail_us >= 0.0);
+    QVERIFY(!cuda_fused_phase_times(*gpu).has_value());
+  }
 }
 
 // The same steps through CUDA graphs (captured on a shape's second step, replayed after) and
