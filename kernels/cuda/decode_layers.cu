@@ -401,34 +401,60 @@ __device__ RowSplits row_splits(int32_t n_keys) {
   return {chunks, per, (chunks + per - 1) / per};
 }
 
-// One attention split of row r's query head `head`: its chunks one after another, a lane per key
-// of a chunk, with a running softmax over them. Scores as the layered decode attention's
-// (q·scale, then the K row in order); then Σ p·v with lane i owning V elements E·i … E·i + E − 1.
-// A row of one split writes its output; otherwise the split's partial (maximum, sum of
-// exponentials, Σ p·v) goes to the workspace and the row's last split to count itself combines
-// them, in split order.
+// Query heads an attention item takes at most: heads that share a KV head read each key's K and
+// V rows once for all of them. Four for heads of up to 128 elements; wider heads one at a time
+// (their sums would not fit in registers four times over).
+__host__ __device__ constexpr int item_heads_max(int e) {
+  return e <= 4 ? 4 : 1;
+}
+
+// The query heads of an attention item: the largest of item_heads_max … 2 that divides the heads
+// per KV head, else 1.
+__device__ int item_heads(int n_head, int n_kv_head, int head_dim) {
+  const int group = n_head / n_kv_head;
+  for (int h = item_heads_max(head_dim / kWarp); h > 1; --h)
+    if (group % h == 0) return h;
+  return 1;
+}
+
+// One attention split of row r's query heads head0 … head0 + H − 1 (H ≤ item_heads_max, one KV
+// head's): its chunks one after another, a lane per key of a chunk, with a running softmax over
+// them, each head's. Scores as the layered decode attention's (q·scale, then the K row in
+// order); then Σ p·v with lane i owning V elements E·i … E·i + E − 1. Each head's arithmetic is
+// the same, in the same order, whatever H is: the heads only share the loads. A row of one split
+// writes its output; otherwise the split's partials (maximum, sum of exponentials, Σ p·v) go to
+// the workspace, per head, and the item's last split to count itself combines them, in split
+// order.
 template <int E>
 __device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d,
-                                int r, int head, int split, int n_splits) {
+                                int r, int head0, int H, int split, int n_splits) {
   constexpr int D = E * kWarp;
+  constexpr int kItemHeads = item_heads_max(E);
   const int lane = threadIdx.x % kWarp;
   const CudaPagedRow row = a.rows[r];
   const int32_t n_keys = row.n_ctx + row.path_len;
   if (n_keys < 1) return;  // (flatten_paged_rows gives every row a key: its own)
   const RowSplits rs = row_splits(n_keys);
   if (split >= rs.count) return;
-  const int kv_head = head / (a.n_head / a.n_kv_head);
-  const float* q = a.qkv + row.q_row * d.qkv_dim + static_cast<int64_t>(head) * D;
-  float mx = -INFINITY, sum_p = 0.0f, acc[E];
+  const int kv_head = head0 / (a.n_head / a.n_kv_head);
+  const float* q = a.qkv + row.q_row * d.qkv_dim + static_cast<int64_t>(head0) * D;
+  float mx[kItemHeads], sum_p[kItemHeads], acc[kItemHeads][E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) acc[e] = 0.0f;
+  for (int h = 0; h < kItemHeads; ++h) {
+    mx[h] = -INFINITY;
+    sum_p[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
+  }
   const int32_t chunk_end = min(rs.chunks, (split + 1) * rs.per);
   for (int32_t chunk = split * rs.per; chunk < chunk_end; ++chunk) {
     const int32_t key0 = chunk * kSplit;
     const int32_t key = key0 + lane;
     const bool valid = key < n_keys;
     int64_t off = 0;
-    float score = -INFINITY;
+    float score[kItemHeads];
+#pragma unroll
+    for (int h = 0; h < kItemHeads; ++h) score[h] = -INFINITY;
     if (valid) {
       const int32_t pos = key < row.n_ctx ? key : a.paths[row.path_begin + key - row.n_ctx];
       off = cuda_detail::pool_row(row.blocks[pos / a.block_size], pos % a.block_size, kv_head,
@@ -439,7 +465,9 @@ __device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l,
       for (int e = 0; e < D; e += 64)
         asm volatile("prefetch.global.L1 [%0];" ::"l"(l.v_pool + off + e));
       const uint16_t* kr = l.k_pool + off;
-      float dot = 0.0f;
+      float dot[kItemHeads];
+#pragma unroll
+      for (int h = 0; h < kItemHeads; ++h) dot[h] = 0.0f;
 #pragma unroll
       for (int d0 = 0; d0 < D; d0 += 64) {  // eight 16-byte loads in flight, then their sums
         uint4 raw[8];
@@ -447,58 +475,77 @@ __device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l,
         for (int u = 0; u < 8; ++u) raw[u] = *reinterpret_cast<const uint4*>(kr + d0 + 8 * u);
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
-          const __half2* h = reinterpret_cast<const __half2*>(&raw[u]);
+          const __half2* hk = reinterpret_cast<const __half2*>(&raw[u]);
 #pragma unroll
           for (int t = 0; t < 4; ++t) {
-            const float2 f = __half22float2(h[t]);
+            const float2 f = __half22float2(hk[t]);
             const int e = d0 + 8 * u + 2 * t;
-            dot = fmaf(q[e] * a.scale, f.x, dot);
-            dot = fmaf(q[e + 1] * a.scale, f.y, dot);
+#pragma unroll
+            for (int h = 0; h < kItemHeads; ++h) {
+              if (h >= H) break;
+              const float* qh = q + h * D;
+              dot[h] = fmaf(qh[e] * a.scale, f.x, dot[h]);
+              dot[h] = fmaf(qh[e + 1] * a.scale, f.y, dot[h]);
+            }
           }
         }
       }
-      score = dot;
-    }
-    // The running maximum (finite: lane 0's key exists) and what the sums so far shrink by
-    // (0 at the first chunk, where they are 0).
-    const float m_new = fmaxf(mx, warp_max(score));
-    const float shrink = expf(mx - m_new);
-    const float p = valid ? expf(score - m_new) : 0.0f;
-    sum_p = sum_p * shrink + warp_sum(p);
-    mx = m_new;
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] *= shrink;
+      for (int h = 0; h < kItemHeads; ++h) score[h] = dot[h];
+    }
+    // Each head's running maximum (finite: lane 0's key exists) and what its sums so far shrink
+    // by (0 at the first chunk, where they are 0).
+    float p[kItemHeads];
+#pragma unroll
+    for (int h = 0; h < kItemHeads; ++h) {
+      p[h] = 0.0f;
+      if (h >= H) break;
+      const float m_new = fmaxf(mx[h], warp_max(score[h]));
+      const float shrink = expf(mx[h] - m_new);
+      p[h] = valid ? expf(score[h] - m_new) : 0.0f;
+      sum_p[h] = sum_p[h] * shrink + warp_sum(p[h]);
+      mx[h] = m_new;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[h][e] *= shrink;
+    }
     const int nj = min(kSplit, n_keys - key0);
     for (int j0 = 0; j0 < nj; j0 += 8) {  // eight keys' V loads in flight
       __half2 v[8][E / 2];
-      float pj[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int j = j0 + u;  // < 40: the shuffles' source lane is j mod 32, used only if j < nj
-        pj[u] = __shfl_sync(kFull, p, j % kWarp);
         const int64_t oj = __shfl_sync(kFull, off, j % kWarp);
         const __half2* vr = reinterpret_cast<const __half2*>(l.v_pool + oj + lane * E);
 #pragma unroll
         for (int e = 0; e < E / 2; ++e) v[u][e] = j < nj ? vr[e] : __float2half2_rn(0.0f);
-        if (j >= nj) pj[u] = 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
+        const int j = j0 + u;
 #pragma unroll
-        for (int e = 0; e < E / 2; ++e) {
-          const float2 f = __half22float2(v[u][e]);
-          acc[2 * e] = fmaf(pj[u], f.x, acc[2 * e]);
-          acc[2 * e + 1] = fmaf(pj[u], f.y, acc[2 * e + 1]);
+        for (int h = 0; h < kItemHeads; ++h) {
+          if (h >= H) break;
+          const float pj = j < nj ? __shfl_sync(kFull, p[h], j % kWarp) : 0.0f;
+#pragma unroll
+          for (int e = 0; e < E / 2; ++e) {
+            const float2 f = __half22float2(v[u][e]);
+            acc[h][2 * e] = fmaf(pj, f.x, acc[h][2 * e]);
+            acc[h][2 * e + 1] = fmaf(pj, f.y, acc[h][2 * e + 1]);
+          }
         }
       }
     }
   }
 
-  float* out = a.att + row.q_row * d.q_dim + static_cast<int64_t>(head) * D + lane * E;
   if (rs.count == 1) {
-    const float inv = 1.0f / sum_p;
 #pragma unroll
-    for (int e = 0; e < E; ++e) out[e] = acc[e] * inv;
+    for (int h = 0; h < kItemHeads; ++h) {
+      if (h >= H) break;
+      float* out = a.att + row.q_row * d.q_dim + static_cast<int64_t>(head0 + h) * D + lane * E;
+      const float inv = 1.0f / sum_p[h];
+#pragma unroll
+      for (int e = 0; e < E; ++e) out[e] = acc[h][e] * inv;
+    }
     return;
   }
   // Partials: m and l (rows · heads · n_splits), then the sums ((rows · heads · n_splits) · D).
@@ -506,78 +553,88 @@ __device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l,
   float* pm = a.partials;
   float* pl = a.partials + slots;
   float* pa = a.partials + 2 * slots;
-  const int64_t pair = static_cast<int64_t>(r) * a.n_head + head;
-  const int64_t slot0 = pair * n_splits;
-  const int64_t slot = slot0 + split;
 #pragma unroll
-  for (int e = 0; e < E; ++e) pa[slot * D + lane * E + e] = acc[e];
-  if (lane == 0) {
-    pm[slot] = mx;
-    pl[slot] = sum_p;
+  for (int h = 0; h < kItemHeads; ++h) {
+    if (h >= H) break;
+    const int64_t slot = (static_cast<int64_t>(r) * a.n_head + head0 + h) * n_splits + split;
+#pragma unroll
+    for (int e = 0; e < E; ++e) pa[slot * D + lane * E + e] = acc[h][e];
+    if (lane == 0) {
+      pm[slot] = mx[h];
+      pl[slot] = sum_p[h];
+    }
   }
+  // One counter per item (row, head0): the split that counts last combines every head's.
+  const int64_t counter = static_cast<int64_t>(r) * a.n_head + head0;
   __threadfence();
   __syncwarp();
   int last = 0;
-  if (lane == 0) last = atomicAdd(a.counts + pair, 1) == rs.count - 1;
+  if (lane == 0) last = atomicAdd(a.counts + counter, 1) == rs.count - 1;
   last = __shfl_sync(kFull, last, 0);
   __syncwarp();
   if (last == 0) return;
   __threadfence();
-  float big = -INFINITY;
-  for (int s = lane; s < rs.count; s += kWarp) big = fmaxf(big, __ldcg(pm + slot0 + s));
-  big = warp_max(big);
-  float total = 0.0f;
-  for (int s = lane; s < rs.count; s += kWarp)
-    total += __ldcg(pl + slot0 + s) * expf(__ldcg(pm + slot0 + s) - big);
-  total = warp_sum(total);
-  float sum[E];
+  for (int h = 0; h < H; ++h) {
+    const int64_t slot0 = (static_cast<int64_t>(r) * a.n_head + head0 + h) * n_splits;
+    float big = -INFINITY;
+    for (int s = lane; s < rs.count; s += kWarp) big = fmaxf(big, __ldcg(pm + slot0 + s));
+    big = warp_max(big);
+    float total = 0.0f;
+    for (int s = lane; s < rs.count; s += kWarp)
+      total += __ldcg(pl + slot0 + s) * expf(__ldcg(pm + slot0 + s) - big);
+    total = warp_sum(total);
+    float sum[E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) sum[e] = 0.0f;
-  constexpr int U = E <= 2 ? 8 : 16 / E;  // splits whose loads are in flight together
-  for (int s0 = 0; s0 < rs.count; s0 += U) {
-    float w[U], v[U][E];
+    for (int e = 0; e < E; ++e) sum[e] = 0.0f;
+    constexpr int U = E <= 2 ? 8 : 16 / E;  // splits whose loads are in flight together
+    for (int s0 = 0; s0 < rs.count; s0 += U) {
+      float w[U], v[U][E];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int s = s0 + u;
-      w[u] = s < rs.count ? expf(__ldcg(pm + slot0 + s) - big) : 0.0f;
+      for (int u = 0; u < U; ++u) {
+        const int s = s0 + u;
+        w[u] = s < rs.count ? expf(__ldcg(pm + slot0 + s) - big) : 0.0f;
 #pragma unroll
-      for (int e = 0; e < E; ++e)
-        v[u][e] = s < rs.count ? __ldcg(pa + (slot0 + s) * D + lane * E + e) : 0.0f;
+        for (int e = 0; e < E; ++e)
+          v[u][e] = s < rs.count ? __ldcg(pa + (slot0 + s) * D + lane * E + e) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) sum[e] += v[u][e] * w[u];
+      }
     }
+    const float inv = 1.0f / total;
+    float* out = a.att + row.q_row * d.q_dim + static_cast<int64_t>(head0 + h) * D + lane * E;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int e = 0; e < E; ++e) sum[e] += v[u][e] * w[u];
-    }
+    for (int e = 0; e < E; ++e) out[e] = sum[e] * inv;
   }
-  const float inv = 1.0f / total;
-#pragma unroll
-  for (int e = 0; e < E; ++e) out[e] = sum[e] * inv;
-  if (lane == 0) a.counts[pair] = 0;  // ready for the next layer and the next step
+  if (lane == 0) a.counts[counter] = 0;  // ready for the next layer and the next step
 }
 
-// Every (row, head, split) of the step, split fastest, warp w of the grid taking items w,
-// w + warps, ….
+// Every (row, item, split) of the step, split fastest, warp w of the grid taking items w,
+// w + warps, …: an item is item_heads query heads of one KV head.
 __device__ void attention_phase(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d,
                                 int warp, int warps) {
   const int n_splits = decode_layers_splits(a.max_keys);
-  const int64_t items = static_cast<int64_t>(a.m) * a.n_head * n_splits;
+  const int H = item_heads(a.n_head, a.n_kv_head, a.head_dim);
+  const int n_items = a.n_head / H;  // per row
+  const int64_t items = static_cast<int64_t>(a.m) * n_items * n_splits;
   for (int64_t item = warp; item < items; item += warps) {
     const int split = static_cast<int>(item % n_splits);
-    const int head = static_cast<int>(item / n_splits % a.n_head);
-    const int r = static_cast<int>(item / (static_cast<int64_t>(n_splits) * a.n_head));
+    const int head0 = static_cast<int>(item / n_splits % n_items) * H;
+    const int r = static_cast<int>(item / (static_cast<int64_t>(n_splits) * n_items));
     switch (a.head_dim / kWarp) {
       case 2:
-        attention_split<2>(a, l, d, r, head, split, n_splits);
+        attention_split<2>(a, l, d, r, head0, H, split, n_splits);
         break;
       case 4:
-        attention_split<4>(a, l, d, r, head, split, n_splits);
+        attention_split<4>(a, l, d, r, head0, H, split, n_splits);
         break;
       case 6:
-        attention_split<6>(a, l, d, r, head, split, n_splits);
+        attention_split<6>(a, l, d, r, head0, H, split, n_splits);
         break;
       default:
-        attention_split<8>(a, l, d, r, head, split, n_splits);
+        attention_split<8>(a, l, d, r, head0, H, split, n_splits);
         break;
     }
   }

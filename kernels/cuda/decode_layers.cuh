@@ -8,8 +8,9 @@
 //      output pair, the QKV GEMV's arithmetic and epilogue);
 //   2. attention over the pool: a row's keys in chunks of kDecodeLayersSplitKeys, a lane per key,
 //      dealt in order into at most kDecodeLayersMaxSplits splits (a chunk each up to 1,024 keys,
-//      more beyond), a warp per (row, head, split) with a running softmax over its chunks; a
-//      row's last split to finish combines the partial softmaxes;
+//      more beyond), a warp per (row, split) and query heads of one KV head (up to four, each
+//      key's K and V read once for them) with a running softmax over its chunks; a row's last
+//      split to finish combines the partial softmaxes;
 //   3. x += wo · att;
 //   4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x));
 //   5. x += w_down · h.
