@@ -612,7 +612,9 @@ __device__ void attention_split(const DecodeLayersArgs& a, const DecodeLayer& l,
 }
 
 // Every (row, item, split) of the step, split fastest, warp w of the grid taking items w,
-// w + warps, …: an item is item_heads query heads of one KV head.
+// w + warps, …: an item is item_heads query heads of one KV head. kE: the heads' E (head_dim /
+// 32) when the kernel is built for one head size, else 0 (any).
+template <int kE>
 __device__ void attention_phase(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d,
                                 int warp, int warps) {
   const int n_splits = decode_layers_splits(a.max_keys);
@@ -623,6 +625,10 @@ __device__ void attention_phase(const DecodeLayersArgs& a, const DecodeLayer& l,
     const int split = static_cast<int>(item % n_splits);
     const int head0 = static_cast<int>(item / n_splits % n_items) * H;
     const int r = static_cast<int>(item / (static_cast<int64_t>(n_splits) * n_items));
+    if constexpr (kE != 0) {
+      attention_split<kE>(a, l, d, r, head0, H, split, n_splits);
+      continue;
+    }
     switch (a.head_dim / kWarp) {
       case 2:
         attention_split<2>(a, l, d, r, head0, H, split, n_splits);
@@ -664,8 +670,10 @@ __device__ void product(const GemvArgs& p, const float* inv_rms, int warp, int w
     gemv_pairs<M>(p, inv_rms, warp, warps);
 }
 
-// M: the GEMV's x rows at a time (kMma false); kMma: the products on tensor cores.
-template <int M, bool kMma>
+// M: the GEMV's x rows at a time (kMma false); kMma: the products on tensor cores; kE: 2 for a
+// model whose heads have 64 elements (the embedded model's: only that attention is compiled in,
+// so the wider heads' registers do not weigh on the rest), 0 for any head size.
+template <int M, bool kMma, int kE>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersArgs a) {
   __shared__ float inv_rms[kMma ? 1 : kDecodeLayersMaxGemvRows];
   const int warp = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarp;
@@ -700,7 +708,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     phase_clock(a.phase_ns, 0);
 
     // 2. attention.
-    attention_phase(a, l, d, warp, warps);
+    attention_phase<kE>(a, l, d, warp, warps);
     barrier.sync();
     phase_clock(a.phase_ns, 1);
 
@@ -734,10 +742,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
 template <int M, bool kMma>
 int blocks_per_sm() {
-  int blocks = 0;
+  int any = 0, head64 = 0;
   TOKENFAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, decode_layers_kernel<M, kMma>, kThreads, 0));
-  return blocks;
+      &any, decode_layers_kernel<M, kMma, 0>, kThreads, 0));
+  TOKENFAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &head64, decode_layers_kernel<M, kMma, 2>, kThreads, 0));
+  return std::min(any, head64);
+}
+
+// The cooperative launch of the kernel for a's head size.
+template <int M, bool kMma>
+void launch(const cudaLaunchConfig_t& config, const DecodeLayersArgs& a) {
+  if (a.head_dim == 2 * kWarp) {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<M, kMma, 2>, a));
+  } else {
+    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<M, kMma, 0>, a));
+  }
 }
 
 }  // namespace
@@ -798,15 +818,15 @@ void launch_decode_layers(const DecodeLayersArgs& a, int grid, cudaStream_t stre
   config.attrs = &attribute;
   config.numAttrs = 1;
   if (a.tensor_cores) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<1, true>, a));
+    launch<1, true>(config, a);
   } else if (a.m <= 1) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<1, false>, a));
+    launch<1, false>(config, a);
   } else if (a.m <= 2) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<2, false>, a));
+    launch<2, false>(config, a);
   } else if (a.m <= 4) {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<4, false>, a));
+    launch<4, false>(config, a);
   } else {
-    TOKENFAB_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layers_kernel<kGroupRows, false>, a));
+    launch<kGroupRows, false>(config, a);
   }
 }
 
