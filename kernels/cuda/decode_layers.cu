@@ -68,21 +68,31 @@ __device__ __noinline__ void wait_for_count(const unsigned* counter, unsigned ta
 // A barrier of the whole grid (co-resident: a cooperative launch). The counter only grows during
 // a launch: the k-th barrier is passed when every block has arrived k times. Each block's writes
 // before it are visible to every block after it (a fence on each side of the count, after the
-// block's own barrier, as cooperative groups' grid sync does).
+// block's own barrier, as cooperative groups' grid sync does). arrive() then wait() is sync();
+// between the two a block may only read what no block writes in the phase (the weights: the
+// next product's first loads, issued while the grid finishes).
 struct GridBarrier {
   unsigned* counter;
   unsigned target = 0;
 
-  __device__ void sync() {
+  __device__ void arrive() {
     target += gridDim.x;
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();
       atomicAdd(counter, 1u);
+    }
+  }
+  __device__ void wait() {
+    if (threadIdx.x == 0) {
       wait_for_count(counter, target);
       __threadfence();
     }
     __syncthreads();
+  }
+  __device__ void sync() {
+    arrive();
+    wait();
   }
 };
 
@@ -144,23 +154,56 @@ __device__ void block_inv_rms(const float* x, int64_t k, int m, float eps, float
   __syncthreads();
 }
 
+// The output pair p of a product: rows j0 and j1 (has1: j1 exists): a SwiGLU's gate row and its
+// up row, else two neighbouring rows.
+struct OutputPair {
+  int64_t j0, j1;
+  bool has1;
+};
+
+__device__ inline OutputPair output_pair(const GemvArgs& a, int64_t p) {
+  if (a.epilogue == GemvEpilogue::kSwiGlu) return {p, p + a.n / 2, true};
+  return {2 * p, 2 * p + 1, 2 * p + 1 < a.n};
+}
+
+// The GEMV's chunks in flight per lane for M x rows (as gemv.cu's at P = 1), and their registers.
+template <int M>
+inline constexpr int kGemvUnroll = M <= 2 ? 4 : 2;
+template <int M>
+using GemvRaw = Chunk<GemvWeights::kBf16>[kGemvUnroll<M>][2];
+
+// The first loads of warp w's first output pair of product `a` (pair w, its first x rows: the
+// chunks gemv_pairs<M> takes first), into raw; nothing for a warp without a pair.
+template <int M>
+__device__ void gemv_preload(const GemvArgs& a, int warp, GemvRaw<M>& raw) {
+  using C = Chunk<GemvWeights::kBf16>;
+  const int64_t n_pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
+  if (warp >= n_pairs) return;
+  const OutputPair o = output_pair(a, warp);
+  const int64_t rows[2] = {o.j0, o.has1 ? o.j1 : o.j0};
+  gemv_detail::load_chunks<2, kGemvUnroll<M>>(a, rows, threadIdx.x % kWarp, kWarp, a.k / C::kElems,
+                                              raw);
+}
+
 // The product's output pairs, warp w of the grid taking pairs w, w + warps, …: for each, the
 // arithmetic of the layered GEMV's warp with whole rows (gemv.cu, P = 1, S = 1), so the same
 // values bit for bit, M x rows at a time (a step of more rows takes its rows in groups of M, the
 // pair's weights read again for each group from cache): a row's sums are the same in any group.
+// With `preloaded`, raw already holds the first pair's first chunks (gemv_preload).
 template <int M>
-__device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, int warps) {
+__device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, int warps,
+                           GemvRaw<M>& raw, bool preloaded) {
   using C = Chunk<GemvWeights::kBf16>;
   constexpr int R = 2;
-  constexpr int kUnroll = M <= 2 ? 4 : 2;  // as gemv.cu's at P = 1
+  constexpr int kUnroll = kGemvUnroll<M>;
   const int lane = threadIdx.x % kWarp;
-  const bool swiglu = a.epilogue == GemvEpilogue::kSwiGlu;
-  const int64_t n_pairs = swiglu ? a.n / 2 : (a.n + 1) / 2;
+  const int64_t n_pairs = a.epilogue == GemvEpilogue::kSwiGlu ? a.n / 2 : (a.n + 1) / 2;
   const int64_t n_vec = a.k / C::kElems;
+  bool loaded = preloaded;
   for (int64_t p = warp; p < n_pairs; p += warps) {
-    const int64_t j0 = swiglu ? p : 2 * p;
-    const int64_t j1 = swiglu ? p + a.n / 2 : 2 * p + 1;
-    const bool has1 = j1 < a.n;
+    const OutputPair o = output_pair(a, p);
+    const int64_t j0 = o.j0, j1 = o.j1;
+    const bool has1 = o.has1;
     const int64_t rows[R] = {j0, has1 ? j1 : j0};
     for (int g0 = 0; g0 < a.m; g0 += M) {
       GemvArgs g = a;  // rows g0 … g0 + M − 1
@@ -170,8 +213,8 @@ __device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, in
       if (a.rope != nullptr) g.rope = a.rope + static_cast<int64_t>(g0) * a.rot_dim;
       if (a.kv_slots != nullptr) g.kv_slots = a.kv_slots + g0;
       float acc[R][M];
-      C raw[kUnroll][R];
-      row_products<M, R, kUnroll>(g, inv_rms + g0, rows, lane, kWarp, n_vec, raw, false, acc);
+      row_products<M, R, kUnroll>(g, inv_rms + g0, rows, lane, kWarp, n_vec, raw, loaded, acc);
+      loaded = false;
       float y[R];
       lane_row_sums<M, R>(acc, y, lane);
       if (lane < g.m) finish(g, lane, j0, j1, has1, y[0], y[1]);
@@ -222,17 +265,6 @@ __device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The output pair p of the product (as gemv_pairs pairs them): rows j0 and j1 (has1: j1 exists).
-struct OutputPair {
-  int64_t j0, j1;
-  bool has1;
-};
-
-__device__ inline OutputPair output_pair(const GemvArgs& a, int64_t p) {
-  if (a.epilogue == GemvEpilogue::kSwiGlu) return {p, p + a.n / 2, true};
-  return {2 * p, 2 * p + 1, 2 * p + 1 < a.n};
 }
 
 // One pass of a tile: x rows r0 … r0 + 8·kMmaGroups − 1 (those below a.m) times the tile's 16
@@ -660,14 +692,63 @@ __device__ void tap_phase(const DecodeLayersArgs& a, const DecodeLayer& l, int w
   }
 }
 
+// A layer's four products, their epilogues and (qkv, gate_up) norms.
+__device__ GemvArgs qkv_product(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d) {
+  GemvArgs p = gemv_product(a.x, d.n_embd, a.m, l.wqkv, d.qkv_dim, d.n_embd, GemvEpilogue::kRopeKv,
+                            a.qkv, d.qkv_dim);
+  p.norm = l.attn_norm;
+  p.eps = a.eps;
+  p.rope = a.rope;
+  p.kv_slots = a.kv_slots;
+  p.q_dim = static_cast<int>(d.q_dim);
+  p.kv_dim = static_cast<int>(d.kv_dim);
+  p.head_dim = a.head_dim;
+  p.rot_dim = a.rot_dim;
+  p.n_kv_head = a.n_kv_head;
+  p.block_size = a.block_size;
+  p.k_pool = l.k_pool;
+  p.v_pool = l.v_pool;
+  return p;
+}
+
+__device__ GemvArgs o_product(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d) {
+  return gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd, a.x,
+                      d.n_embd);
+}
+
+__device__ GemvArgs gate_up_product(const DecodeLayersArgs& a, const DecodeLayer& l,
+                                    const Dims& d) {
+  GemvArgs p = gemv_product(a.x, d.n_embd, a.m, l.w_gate_up, 2 * d.n_ff, d.n_embd,
+                            GemvEpilogue::kSwiGlu, a.ffn, d.n_ff);
+  p.norm = l.ffn_norm;
+  p.eps = a.eps;
+  return p;
+}
+
+__device__ GemvArgs down_product(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d) {
+  return gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff, GemvEpilogue::kAdd, a.x,
+                      d.n_embd);
+}
+
 // The step's product `p`: on tensor cores (mma_pairs) or as the GEMV's warps (gemv_pairs, with
-// the rows' RMSNorm scales in inv_rms).
+// the rows' RMSNorm scales in inv_rms and the first loads in raw: gemv_preload).
 template <int M, bool kMma>
-__device__ void product(const GemvArgs& p, const float* inv_rms, int warp, int warps) {
+__device__ void product(const GemvArgs& p, const float* inv_rms, int warp, int warps,
+                        GemvRaw<M>& raw) {
   if constexpr (kMma)
     mma_pairs(p);
   else
-    gemv_pairs<M>(p, inv_rms, warp, warps);
+    gemv_pairs<M>(p, inv_rms, warp, warps, raw, true);
+}
+
+// The end of a phase: the grid barrier, with the next product's first loads (GEMV products)
+// issued between the block's arrival and its wait, so that they land while the grid finishes.
+template <int M, bool kMma>
+__device__ void end_phase(GridBarrier& barrier, const GemvArgs* next, int warp, GemvRaw<M>& raw) {
+  barrier.arrive();
+  if constexpr (!kMma)
+    if (next != nullptr) gemv_preload<M>(*next, warp, raw);
+  barrier.wait();
 }
 
 // M: the GEMV's x rows at a time (kMma false); kMma: the products on tensor cores; kE: 2 for a
@@ -680,8 +761,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   const int warps = static_cast<int>(gridDim.x) * kWarps;
   const Dims d = dims_of(a);
   GridBarrier barrier{a.barrier};
+  GemvRaw<M> raw;  // the next GEMV product's first loads (gemv_preload)
   phase_clock(a.phase_ns, -1);
   prefetch_layer(a.layers[0], d);
+  if constexpr (!kMma) gemv_preload<M>(qkv_product(a, a.layers[0], d), warp, raw);
   for (int layer = 0; layer < a.n_layer; ++layer) {
     const DecodeLayer l = a.layers[layer];
     if (layer + 1 < a.n_layer) prefetch_layer(a.layers[layer + 1], d);
@@ -689,51 +772,37 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // 1. q, k, v = wqkv · rmsnorm(x); RoPE; k and v into the pool.
     if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
-    GemvArgs qkv = gemv_product(a.x, d.n_embd, a.m, l.wqkv, d.qkv_dim, d.n_embd,
-                                GemvEpilogue::kRopeKv, a.qkv, d.qkv_dim);
-    qkv.norm = l.attn_norm;
-    qkv.eps = a.eps;
-    qkv.rope = a.rope;
-    qkv.kv_slots = a.kv_slots;
-    qkv.q_dim = static_cast<int>(d.q_dim);
-    qkv.kv_dim = static_cast<int>(d.kv_dim);
-    qkv.head_dim = a.head_dim;
-    qkv.rot_dim = a.rot_dim;
-    qkv.n_kv_head = a.n_kv_head;
-    qkv.block_size = a.block_size;
-    qkv.k_pool = l.k_pool;
-    qkv.v_pool = l.v_pool;
-    product<M, kMma>(qkv, inv_rms, warp, warps);
+    product<M, kMma>(qkv_product(a, l, d), inv_rms, warp, warps, raw);
     barrier.sync();
     phase_clock(a.phase_ns, 0);
 
     // 2. attention.
     attention_phase<kE>(a, l, d, warp, warps);
-    barrier.sync();
+    const GemvArgs o = o_product(a, l, d);
+    end_phase<M, kMma>(barrier, &o, warp, raw);
     phase_clock(a.phase_ns, 1);
 
     // 3. x += wo · att.
-    product<M, kMma>(gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd,
-                                  a.x, d.n_embd),
-                     inv_rms, warp, warps);
-    barrier.sync();
+    product<M, kMma>(o, inv_rms, warp, warps, raw);
+    const GemvArgs gate_up = gate_up_product(a, l, d);
+    end_phase<M, kMma>(barrier, &gate_up, warp, raw);
     phase_clock(a.phase_ns, 2);
 
     // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
     if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
-    GemvArgs gate_up = gemv_product(a.x, d.n_embd, a.m, l.w_gate_up, 2 * d.n_ff, d.n_embd,
-                                    GemvEpilogue::kSwiGlu, a.ffn, d.n_ff);
-    gate_up.norm = l.ffn_norm;
-    gate_up.eps = a.eps;
-    product<M, kMma>(gate_up, inv_rms, warp, warps);
-    barrier.sync();
+    product<M, kMma>(gate_up, inv_rms, warp, warps, raw);
+    const GemvArgs down = down_product(a, l, d);
+    end_phase<M, kMma>(barrier, &down, warp, raw);
     phase_clock(a.phase_ns, 3);
 
     // 5. x += w_down · h.
-    product<M, kMma>(gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff,
-                                  GemvEpilogue::kAdd, a.x, d.n_embd),
-                     inv_rms, warp, warps);
-    barrier.sync();
+    product<M, kMma>(down, inv_rms, warp, warps, raw);
+    if (layer + 1 < a.n_layer) {
+      const GemvArgs next = qkv_product(a, a.layers[layer + 1], d);
+      end_phase<M, kMma>(barrier, &next, warp, raw);
+    } else {
+      barrier.sync();
+    }
     phase_clock(a.phase_ns, 4);
   }
   tap_phase(a, a.layers[a.n_layer - 1], warp, warps);

@@ -15,7 +15,9 @@
 //   4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x));
 //   5. x += w_down · h.
 // While a layer runs, the grid prefetches the next layer's weights into L2 (layers of up to
-// 16 MB), so that its products read them from there. The products are the GEMV's warp arithmetic
+// 16 MB), so that its products read them from there, and a block that reaches a barrier issues
+// its warps' first loads of the next product's weights before it waits (they land while the grid
+// finishes the phase). The products are the GEMV's warp arithmetic
 // (gemv_warp.cuh), one warp per output pair, eight x rows at a time (more rows in groups of
 // eight): a row's result does not depend on the step's row count, bit for bit, and matches the
 // layered GEMV where that gives each warp whole rows (everything but its split-k matrices). Layer
