@@ -711,9 +711,10 @@ __device__ GemvArgs qkv_product(const DecodeLayersArgs& a, const DecodeLayer& l,
   return p;
 }
 
-__device__ GemvArgs o_product(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d) {
-  return gemv_product(a.att, d.q_dim, a.m, l.wo, d.n_embd, d.q_dim, GemvEpilogue::kAdd, a.x,
-                      d.n_embd);
+// o and down: x += w · in, rows of k.
+__device__ GemvArgs residual_product(const DecodeLayersArgs& a, const float* in, const uint16_t* w,
+                                     int64_t k, const Dims& d) {
+  return gemv_product(in, k, a.m, w, d.n_embd, k, GemvEpilogue::kAdd, a.x, d.n_embd);
 }
 
 __device__ GemvArgs gate_up_product(const DecodeLayersArgs& a, const DecodeLayer& l,
@@ -723,11 +724,6 @@ __device__ GemvArgs gate_up_product(const DecodeLayersArgs& a, const DecodeLayer
   p.norm = l.ffn_norm;
   p.eps = a.eps;
   return p;
-}
-
-__device__ GemvArgs down_product(const DecodeLayersArgs& a, const DecodeLayer& l, const Dims& d) {
-  return gemv_product(a.ffn, d.n_ff, a.m, l.w_down, d.n_embd, d.n_ff, GemvEpilogue::kAdd, a.x,
-                      d.n_embd);
 }
 
 // The step's product `p`: on tensor cores (mma_pairs) or as the GEMV's warps (gemv_pairs, with
@@ -778,7 +774,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // 2. attention.
     attention_phase<kE>(a, l, d, warp, warps);
-    const GemvArgs o = o_product(a, l, d);
+    const GemvArgs o = residual_product(a, a.att, l.wo, d.q_dim, d);
     end_phase<M, kMma>(barrier, &o, warp, raw);
     phase_clock(a.phase_ns, 1);
 
@@ -791,7 +787,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
     if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
     product<M, kMma>(gate_up, inv_rms, warp, warps, raw);
-    const GemvArgs down = down_product(a, l, d);
+    const GemvArgs down = residual_product(a, a.ffn, l.w_down, d.n_ff, d);
     end_phase<M, kMma>(barrier, &down, warp, raw);
     phase_clock(a.phase_ns, 3);
 
