@@ -225,20 +225,20 @@ __device__ void gemv_pairs(const GemvArgs& a, const float* inv_rms, int warp, in
 // ---- Tensor-core products (DecodeLayersArgs::tensor_cores) ----
 //
 // A block takes the product's tiles of 8 output pairs (16 weight rows: row i the pair's j0, row
-// i + 8 its j1), tiles b, b + blocks, …, and its 16 warps split each tile's k: warp w multiplies
-// the k-blocks of 32 weights w, w + 16, … with mma.sync m16n8k16 (BF16 in, f32 accumulate), the
-// weights as A and eight x rows as B (the step's rows, eight at a time, are the product's n).
-// Within a k-block, lane (g, t) (g = lane / 4, t = lane % 4) loads the 8 weights at 8t … 8t + 7
-// of its pair's two rows and the same 8 elements of x row g, and gives them to the two mma steps
-// as their columns 2t, 2t + 1, 2t + 8, 2t + 9 (elements 4s … 4s + 3 in step s): a permutation of
-// the k-block's columns, the same for A and B, so the sum is the product's. x goes in as two BF16
-// terms (x ≈ hi + lo, 16 bits of its mantissa), each multiplied, so a product keeps close to the
-// f32 GEMV's precision. The warps' partial sums are added in warp order by the block, then go
-// through the GEMV's epilogue (finish). A row's sum therefore depends on the product's shape
-// alone: the same bits in any step, whatever its row count or the row's place in it. The RMSNorm
-// scale of a normed product is taken from the same loads (each block sums the squares of the x
-// elements it reads, in a fixed order) and applied to the sums: no pass over x before the
-// product.
+// i + 8 its j1; with many rows, a chunk of a tile's rows: mma_pairs), and its 16 warps split each
+// tile's k: warp w multiplies the k-blocks of 32 weights w, w + 16, … with mma.sync m16n8k16 (BF16
+// in, f32 accumulate), the weights as A and eight x rows as B (the step's rows, eight at a time,
+// are the product's n). Within a k-block, lane (g, t) (g = lane / 4, t = lane % 4) loads the 8
+// weights at 8t … 8t + 7 of its pair's two rows and the same 8 elements of x row g, and gives them
+// to the two mma steps as their columns 2t, 2t + 1, 2t + 8, 2t + 9 (elements 4s … 4s + 3 in step
+// s): a permutation of the k-block's columns, the same for A and B, so the sum is the product's. x
+// goes in as two BF16 terms (x ≈ hi + lo, 16 bits of its mantissa), each multiplied, so a product
+// keeps close to the f32 GEMV's precision. The warps' partial sums are added in warp order by the
+// block, then go through the GEMV's epilogue (finish). A row's sum therefore depends on the
+// product's shape alone: the same bits in any step, whatever its row count or the row's place in
+// it. The RMSNorm scale of a normed product is taken from the same loads (each block sums the
+// squares of the x elements it reads, in a fixed order) and applied to the sums: no pass over x
+// before the product.
 
 constexpr int kMmaGroups = 4;   // x rows of eight a block takes at a time
 constexpr int kMmaKBlock = 32;  // weights a warp multiplies per tile row at a time
@@ -740,10 +740,9 @@ __device__ void product(const GemvArgs& p, const float* inv_rms, int warp, int w
 // The end of a phase: the grid barrier, with the next product's first loads (GEMV products)
 // issued between the block's arrival and its wait, so that they land while the grid finishes.
 template <int M, bool kMma>
-__device__ void end_phase(GridBarrier& barrier, const GemvArgs* next, int warp, GemvRaw<M>& raw) {
+__device__ void end_phase(GridBarrier& barrier, const GemvArgs& next, int warp, GemvRaw<M>& raw) {
   barrier.arrive();
-  if constexpr (!kMma)
-    if (next != nullptr) gemv_preload<M>(*next, warp, raw);
+  if constexpr (!kMma) gemv_preload<M>(next, warp, raw);
   barrier.wait();
 }
 
@@ -775,27 +774,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     // 2. attention.
     attention_phase<kE>(a, l, d, warp, warps);
     const GemvArgs o = residual_product(a, a.att, l.wo, d.q_dim, d);
-    end_phase<M, kMma>(barrier, &o, warp, raw);
+    end_phase<M, kMma>(barrier, o, warp, raw);
     phase_clock(a.phase_ns, 1);
 
     // 3. x += wo · att.
     product<M, kMma>(o, inv_rms, warp, warps, raw);
     const GemvArgs gate_up = gate_up_product(a, l, d);
-    end_phase<M, kMma>(barrier, &gate_up, warp, raw);
+    end_phase<M, kMma>(barrier, gate_up, warp, raw);
     phase_clock(a.phase_ns, 2);
 
     // 4. h = silu(gate · rmsnorm(x)) · (up · rmsnorm(x)).
     if constexpr (!kMma) block_inv_rms(a.x, d.n_embd, a.m, a.eps, inv_rms);
     product<M, kMma>(gate_up, inv_rms, warp, warps, raw);
     const GemvArgs down = residual_product(a, a.ffn, l.w_down, d.n_ff, d);
-    end_phase<M, kMma>(barrier, &down, warp, raw);
+    end_phase<M, kMma>(barrier, down, warp, raw);
     phase_clock(a.phase_ns, 3);
 
     // 5. x += w_down · h.
     product<M, kMma>(down, inv_rms, warp, warps, raw);
     if (layer + 1 < a.n_layer) {
       const GemvArgs next = qkv_product(a, a.layers[layer + 1], d);
-      end_phase<M, kMma>(barrier, &next, warp, raw);
+      end_phase<M, kMma>(barrier, next, warp, raw);
     } else {
       barrier.sync();
     }
