@@ -1,8 +1,9 @@
 // AVX2 kernels over the row-interleaved x8 layout (repack.h). Per row group and block:
 // Q4: 4 loads unpacked into 8 vectors of nibbles; per activation row, 8 broadcasts of 4 bytes
-// (BlockQ8A) or 8 loads of ready-broadcast vectors (BlockQ8B, prefill widths), 8 maddubs summed in 16 bits (|sum| ≤ 8·2·15·127 < 2^15), one madd to 32 bits, one FMA with the
-// eight rows' scales, one FMA for the minimums. Q8_0 uses the sign trick per vector and widens
-// each product to 32 bits (8·2·127·127 would overflow 16 bits).
+// (BlockQ8A) or 8 loads of ready-broadcast vectors (BlockQ8B, prefill widths), 8 maddubs summed in
+// 16 bits (|sum| ≤ 8·2·15·127 < 2^15), one madd to 32 bits, one FMA with the eight rows' scales,
+// one FMA for the minimums. Q8_0 uses the sign trick per vector and widens each product to 32 bits
+// (8·2·127·127 would overflow 16 bits).
 
 #include <immintrin.h>
 
@@ -35,7 +36,9 @@ inline __m256i broadcast4(const int8_t* p) {
 // Activation vector v of a block for the Q4 kernel: v = 2k holds elements 4k..4k+3 (they meet the
 // low nibbles of weight vector k), v = 2k + 1 elements 16+4k..16+4k+3 (the high nibbles), each
 // four-byte group repeated in all eight lanes.
-inline __m256i act(const BlockQ8A& x, int v) { return broadcast4(x.qs + 16 * (v & 1) + 4 * (v >> 1)); }
+inline __m256i act(const BlockQ8A& x, int v) {
+  return broadcast4(x.qs + 16 * (v & 1) + 4 * (v >> 1));
+}
 inline __m256i act(const BlockQ8B& x, int v) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(x.q[v]));
 }
@@ -58,12 +61,14 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
         _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + line), _MM_HINT_T0);
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-    const __m256 m = T == WeightType::Q4_1
-                         ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)))
-                         : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    const __m256 m =
+        T == WeightType::Q4_1
+            ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)))
+            : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
     __m256i w[8];  // w[2k]: low nibbles of vector k, w[2k + 1]: its high nibbles
     for (int k = 0; k < 4; ++k) {
-      const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kQsOffset + 32 * k));
+      const __m256i p =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kQsOffset + 32 * k));
       w[2 * k] = _mm256_and_si256(p, mask);
       w[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
     }
@@ -80,8 +85,7 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
       acc[c] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&xb.s), acc[c]);
     }
   }
-  for (int c = 0; c < C; ++c)
-    _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, acc[c]);
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, acc[c]);
 }
 
 template <int C>
@@ -101,17 +105,22 @@ void group_q8(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch) {
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
     const auto* qs = reinterpret_cast<const __m256i*>(rec + 16);
-    for (int c = 0; c < C; ++c) {
-      const BlockQ8A& xb = x[c][b];
-      __m256i s = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i w = _mm256_loadu_si256(qs + k);
-        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w),
-                                               _mm256_sign_epi8(broadcast4(xb.qs + 4 * k), w));
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    // Vector by vector, each weight vector's magnitudes made once for all the tile's columns
+    // (the columns' own integer sums and float steps are unchanged, so are the results).
+    __m256i s[C];
+    for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = _mm256_loadu_si256(qs + k);
+      const __m256i w_abs = _mm256_sign_epi8(w, w);
+      for (int c = 0; c < C; ++c) {
+        const __m256i p =
+            _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(broadcast4(x[c][b].qs + 4 * k), w));
+        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
       }
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[c]);
     }
+    for (int c = 0; c < C; ++c)
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]),
+                               _mm256_mul_ps(d, _mm256_set1_ps(x[c][b].d)), acc[c]);
   }
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * kX8Rows, acc[c]);
 }
@@ -145,10 +154,17 @@ void gemm_x8_typed(const GemmArgs& a) {
       // The rest in one tile, so that each record is unpacked once for all its columns (a
       // verified draft chain or a few streams are 2–5 columns).
       switch (c_end - c) {
-        case 3: group<T, X, 3>(a, g, c, c == cc); break;
-        case 2: group<T, X, 2>(a, g, c, c == cc); break;
-        case 1: group<T, X, 1>(a, g, c, c == cc); break;
-        default: break;
+        case 3:
+          group<T, X, 3>(a, g, c, c == cc);
+          break;
+        case 2:
+          group<T, X, 2>(a, g, c, c == cc);
+          break;
+        case 1:
+          group<T, X, 1>(a, g, c, c == cc);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -158,18 +174,30 @@ void gemm_x8_typed(const GemmArgs& a) {
 
 void gemm_x8_avx2(const GemmArgs& a) {
   switch (a.type) {
-    case WeightType::Q4_0: gemm_x8_typed<WeightType::Q4_0, BlockQ8A>(a); return;
-    case WeightType::Q4_1: gemm_x8_typed<WeightType::Q4_1, BlockQ8A>(a); return;
-    case WeightType::Q8_0: gemm_x8_typed<WeightType::Q8_0, BlockQ8A>(a); return;
-    default: return;
+    case WeightType::Q4_0:
+      gemm_x8_typed<WeightType::Q4_0, BlockQ8A>(a);
+      return;
+    case WeightType::Q4_1:
+      gemm_x8_typed<WeightType::Q4_1, BlockQ8A>(a);
+      return;
+    case WeightType::Q8_0:
+      gemm_x8_typed<WeightType::Q8_0, BlockQ8A>(a);
+      return;
+    default:
+      return;
   }
 }
 
 void gemm_x8_q8b_avx2(const GemmArgs& a) {
   switch (a.type) {
-    case WeightType::Q4_0: gemm_x8_typed<WeightType::Q4_0, BlockQ8B>(a); return;
-    case WeightType::Q4_1: gemm_x8_typed<WeightType::Q4_1, BlockQ8B>(a); return;
-    default: return;
+    case WeightType::Q4_0:
+      gemm_x8_typed<WeightType::Q4_0, BlockQ8B>(a);
+      return;
+    case WeightType::Q4_1:
+      gemm_x8_typed<WeightType::Q4_1, BlockQ8B>(a);
+      return;
+    default:
+      return;
   }
 }
 
