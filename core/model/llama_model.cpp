@@ -198,7 +198,7 @@ std::vector<WeightMatrix*> LlamaModel::matrices() {
 namespace {
 
 // Drops the file pages under [p, p + n) from this process's resident set (they stay in the page
-// cache and fault back in if read again). Used after a matrix has been copied into the x8 arena
+// cache and fault back in if read again). Used after a matrix has been copied into the packed arena
 // so the process does not hold both copies.
 void release_file_pages(const uint8_t* p, uint64_t n) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -207,17 +207,13 @@ void release_file_pages(const uint8_t* p, uint64_t n) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-bool wants_x8(const WeightMatrix& m) {
-  return kernels::use_avx2() && kernels::x8_supported(m.type) && m.rows % kernels::kX8Rows == 0;
-}
-
 }  // namespace
 
 void LlamaModel::repack_for_cpu(bool release_source) {
   constexpr uint64_t kAlign = 2u << 20;
   std::vector<WeightMatrix*> to_repack;
   for (WeightMatrix* m : matrices())
-    if (wants_x8(*m)) to_repack.push_back(m);
+    if (kernels::preferred_group_rows(m->type, m->rows) != 0) to_repack.push_back(m);
   uint64_t total = 0;
   for (const WeightMatrix* m : to_repack) total += m->bytes();
   if (total == 0) return;
@@ -228,8 +224,9 @@ void LlamaModel::repack_for_cpu(bool release_source) {
   madvise(repacked_.get(), rounded, MADV_HUGEPAGE);
   uint8_t* out = repacked_.get();
   for (WeightMatrix* m : to_repack) {
-    kernels::repack_x8(m->type, m->data, m->row_bytes, out, m->rows, m->cols);
-    m->x8_data = out;
+    m->group_rows = kernels::preferred_group_rows(m->type, m->rows);
+    kernels::repack(m->type, m->group_rows, m->data, m->row_bytes, out, m->rows, m->cols);
+    m->packed = out;
     out += m->bytes();
     // The embedding lookup keeps reading token_embd rows from the file, a few at a time.
     if (release_source) release_file_pages(m->data, m->bytes());
@@ -238,8 +235,8 @@ void LlamaModel::repack_for_cpu(bool release_source) {
 }
 
 kernels::MatmulJob matmul_job(const WeightMatrix& m, float* y, int64_t ldy) {
-  if (m.x8_data != nullptr) return {m.type, m.x8_data, m.rows, y, ldy, true};
-  return {m.type, m.data, m.rows, y, ldy, false};
+  if (m.packed != nullptr) return {m.type, m.packed, m.rows, y, ldy, m.group_rows};
+  return {m.type, m.data, m.rows, y, ldy, 0};
 }
 
 uint64_t LlamaModel::weight_bytes() const {
@@ -272,7 +269,8 @@ void LlamaModel::requantize(kernels::WeightType type) {
     m->type = type;
     m->row_bytes = bytes;
     m->data = out;
-    m->x8_data = nullptr;
+    m->packed = nullptr;
+    m->group_rows = 0;
     out += bytes * static_cast<uint64_t>(m->rows);
   }
   requantized_ = std::move(arena);

@@ -42,8 +42,10 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   uint64_t row_bytes = 0;
-  const uint8_t* data = nullptr;     // GGUF layout, inside the file mapping
-  const uint8_t* x8_data = nullptr;  // the same rows in the x8 layout, when repacked at load
+  const uint8_t* data = nullptr;  // GGUF layout, inside the file mapping
+  // The same rows packed for the CPU's kernels at load (x8 or x16, repack.h), or null.
+  const uint8_t* packed = nullptr;
+  int group_rows = 0;  // rows per group of `packed` (8 or 16), 0 when there is none
 
   const uint8_t* row(int64_t r) const { return data + static_cast<uint64_t>(r) * row_bytes; }
   uint64_t bytes() const { return row_bytes * static_cast<uint64_t>(rows); }
@@ -88,7 +90,8 @@ class LlamaModel {
 
  private:
   explicit LlamaModel(gguf::GgufFile file) : file_(std::move(file)) {}
-  // Repacks the block-quantized matrices into the x8 layout; `release_source` drops the file pages
+  // Repacks the block-quantized matrices into the layout the CPU's kernels read fastest (x16 with
+  // AVX-512 VNNI, x8 with AVX2; repack.h); `release_source` drops the file pages
   // they came from (never for matrices in owned memory, whose contents MADV_DONTNEED would lose).
   void repack_for_cpu(bool release_source = true);
   std::vector<WeightMatrix*> matrices();
@@ -100,14 +103,14 @@ class LlamaModel {
   bool output_tied_ = false;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
-  // Repacked (x8) copies of the quantized matrices, when the CPU has AVX2; 2 MiB aligned so the
-  // kernel can back it with huge pages.
+  // Repacked (x8 or x16) copies of the quantized matrices, when the CPU has AVX2; 2 MiB aligned so
+  // the kernel can back it with huge pages.
   std::unique_ptr<uint8_t, void (*)(void*)> repacked_{nullptr, &std::free};
   uint64_t repacked_bytes_ = 0;
   std::vector<uint8_t> requantized_;  // matrices re-quantized by requantize(), GGUF row layout
 };
 
-// A matmul job reading `m` (its x8 copy when there is one) and writing y (cols, ldy).
+// A matmul job reading `m` (its packed copy when there is one) and writing y (cols, ldy).
 kernels::MatmulJob matmul_job(const WeightMatrix& m, float* y, int64_t ldy);
 
 // The kernel type for a GGUF tensor type, or throws Error naming the tensor and the types the

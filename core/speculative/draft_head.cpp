@@ -233,18 +233,19 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
   std::call_once(cache.once, [&] {
     if (out.cols != d || out.rows != info.n_vocab)
       throw Error("draft head '" + info.name + "' does not fit the model's LM head");
-    // Where the target's LM head is in the x8 layout, so are these rows: padded to whole groups
-    // of 8 with copies of the last row, so that every row takes the kernel the target's takes.
-    const bool x8 = out.x8_data != nullptr;
-    cache.padded_rows = x8 ? (v + kernels::kX8Rows - 1) / kernels::kX8Rows * kernels::kX8Rows : v;
+    // Where the target's LM head is packed (x8 or x16), so are these rows, in the same groups:
+    // padded to whole groups with copies of the last row, so that every row takes the kernel the
+    // target's takes.
+    const int64_t group = out.packed != nullptr ? out.group_rows : 1;
+    cache.padded_rows = (v + group - 1) / group * group;
     std::vector<uint8_t> rows(static_cast<size_t>(cache.padded_rows) * out.row_bytes);
     for (int64_t j = 0; j < cache.padded_rows; ++j)
       std::memcpy(rows.data() + j * out.row_bytes, out.row(vocab[std::min(j, v - 1)]),
                   out.row_bytes);
-    if (x8) {
+    if (out.packed != nullptr) {
       cache.rows.resize(rows.size());
-      kernels::repack_x8(out.type, rows.data(), out.row_bytes, cache.rows.data(), cache.padded_rows,
-                         d);
+      kernels::repack(out.type, out.group_rows, rows.data(), out.row_bytes, cache.rows.data(),
+                      cache.padded_rows, d);
     } else {
       cache.rows = std::move(rows);
     }
@@ -254,19 +255,22 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
   const bool exact = cache.padded_rows == v;
   if (!exact) padded.resize(static_cast<size_t>(n * cache.padded_rows));
   float* y = exact ? logits : padded.data();
-  const bool x8 = out.x8_data != nullptr;
+  const int group = out.packed != nullptr ? out.group_rows : 0;
   // Each part on one thread (the calling worker's, or one of the device's through `split`), with
-  // its own single-thread team and scratch: a part is whole x8 row groups of the vocabulary.
-  for_parts(split, parts, cache.padded_rows, kernels::kX8Rows, [&](int64_t r0, int64_t r1) {
-    thread_local kernels::ThreadPool pool(1);
-    thread_local kernels::ActivationScratch scratch;
-    const size_t offset =
-        x8 ? static_cast<size_t>(r0 / kernels::kX8Rows) * kernels::x8_group_stride(out.type, d)
-           : static_cast<size_t>(r0) * out.row_bytes;
-    const kernels::MatmulJob job{out.type, cache.rows.data() + offset, r1 - r0,
-                                 y + r0,   cache.padded_rows,          x8};
-    kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
-  });
+  // its own single-thread team and scratch: a part is whole row groups of the vocabulary (in
+  // multiples of 8 rows either way).
+  for_parts(split, parts, cache.padded_rows, std::max(kernels::kX8Rows, group),
+            [&](int64_t r0, int64_t r1) {
+              thread_local kernels::ThreadPool pool(1);
+              thread_local kernels::ActivationScratch scratch;
+              const size_t offset = group != 0
+                                        ? static_cast<size_t>(r0 / group) *
+                                              kernels::packed_group_stride(out.type, group, d)
+                                        : static_cast<size_t>(r0) * out.row_bytes;
+              const kernels::MatmulJob job{out.type, cache.rows.data() + offset, r1 - r0,
+                                           y + r0,   cache.padded_rows,          group};
+              kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
+            });
   if (!exact)
     for (int64_t r = 0; r < n; ++r)
       std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);

@@ -13,45 +13,30 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstring>
-#include <vector>
-
+#include "kernels/cpu/gemm_vnni_tiles.h"
 #include "kernels/cpu/repack.h"
 
 namespace tokenfab::kernels {
 
 namespace {
 
-// The first tile over a row group streams its records from memory and prefetches this far ahead
-// (twice the AVX2 kernel's distance: the VNNI kernel computes a record in fewer cycles, so more
-// of them must be in flight to keep the memory busy). Where a row group has more tiles, the
-// second one prefetches the next group's records instead, so that the first tile of every group
-// finds them in cache and the stream from memory spreads over the whole group's work.
-constexpr size_t kPrefetchBytes = 1280;
-enum class Prefetch { None, Ahead, NextGroup };
+using vnni::Bytes4;
+using vnni::Prefetch;
+using vnni::prefetch_record;
 
-inline void prefetch_record(const uint8_t* rec, size_t bytes) {
-  for (size_t line = 0; line < bytes; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(rec + line), _MM_HINT_T0);
-}
+// How far ahead the first tile over a row group prefetches its records (vnni::Prefetch): twice the
+// AVX2 kernel's distance, as the VNNI kernel computes a record in fewer cycles, so more of them
+// must be in flight to keep the memory busy.
+constexpr size_t kPrefetchBytes = 1280;
 
 // acc + the four-byte products of w's lanes with the four bytes at p in every lane: vpdpbusd with
 // an embedded {1to8} broadcast, which the compiler does not form from _mm256_set1_epi32 (it
 // issues a separate broadcast instead, one more µop per multiply).
-using Bytes4 = int32_t __attribute__((may_alias, aligned(1)));  // four activation bytes
 inline __m256i dpbusd_bcast(__m256i acc, __m256i w, const int8_t* p) {
-  __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const Bytes4*>(p)));
+  __asm__("vpdpbusd %2%{1to8%}, %1, %0"
+          : "+v"(acc)
+          : "v"(w), "m"(*reinterpret_cast<const Bytes4*>(p)));
   return acc;
-}
-
-// offset[b] = −128 · Σ q of block b.
-void q8a_offsets(const BlockQ8A* x, int64_t nb, int32_t* offset) {
-  for (int64_t b = 0; b < nb; ++b) {
-    int32_t sum = 0;
-    for (int i = 0; i < kQK; ++i) sum += x[b].qs[i];
-    offset[b] = -128 * sum;
-  }
 }
 
 template <WeightType T, int C>
@@ -135,74 +120,21 @@ void group_q8(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const
 }
 
 template <WeightType T, int C>
-void group(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* offset) {
-  if constexpr (T == WeightType::Q8_0) {
-    group_q8<C>(a, g, c0, prefetch, offset);
-  } else {
-    group_q4<T, C>(a, g, c0, prefetch);
-  }
-}
-
-template <WeightType T, int C>
-void tail_tile(const GemmArgs& a, int64_t g, int64_t c, int64_t n, Prefetch prefetch,
-               const int32_t* offset) {
-  if constexpr (C > 0) {
-    if (n == C) return group<T, C>(a, g, c, prefetch, offset);
-    tail_tile<T, C - 1>(a, g, c, n, prefetch, offset);
-  }
-}
-
-// Columns in chunks of 64 that stay in L2 while every row group passes over them; within a chunk,
-// tiles of kTile columns (the 32 vector registers hold a tile's 8 weight vectors and 8
-// accumulators) and one tile of whatever is left, so that a verified draft chain or a few
-// streams (2–8 columns) unpack each record once.
-template <WeightType T>
-void gemm_x8_typed(const GemmArgs& a) {
-  // Q8_0's per-block offsets, per calling thread; grows to the largest input, never shrinks.
-  thread_local std::vector<int32_t> offsets;
-  const int32_t* offset = nullptr;
-  if constexpr (T == WeightType::Q8_0) {
-    const int64_t nb = a.k / kQK;
-    if (offsets.size() < static_cast<size_t>(a.cols * nb)) offsets.resize(a.cols * nb);
-    for (int64_t c = 0; c < a.cols; ++c)
-      q8a_offsets(reinterpret_cast<const BlockQ8A*>(a.x + c * a.x_stride), nb,
-                  offsets.data() + c * nb);
-    offset = offsets.data();
-  }
-  constexpr int64_t kColChunk = 64;
-  constexpr int kTile = 8;
-  const int64_t groups = a.rows / kX8Rows;
-  for (int64_t cc = 0; cc < a.cols; cc += kColChunk) {
-    const int64_t c_end = std::min(a.cols, cc + kColChunk);
-    for (int64_t g = 0; g < groups; ++g) {
-      int tile = 0;
-      const auto mode = [&] {
-        const int t = tile++;
-        return t == 0 ? Prefetch::Ahead : t == 1 ? Prefetch::NextGroup : Prefetch::None;
-      };
-      int64_t c = cc;
-      for (; c + kTile <= c_end; c += kTile) group<T, kTile>(a, g, c, mode(), offset);
-      if (c < c_end) tail_tile<T, kTile - 1>(a, g, c, c_end - c, mode(), offset);
+struct X8Group {
+  static void run(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch,
+                  const int32_t* offset) {
+    if constexpr (T == WeightType::Q8_0) {
+      group_q8<C>(a, g, c0, prefetch, offset);
+    } else {
+      group_q4<T, C>(a, g, c0, prefetch);
     }
   }
-}
+};
 
 }  // namespace
 
 void gemm_x8_vnni(const GemmArgs& a) {
-  switch (a.type) {
-    case WeightType::Q4_0:
-      gemm_x8_typed<WeightType::Q4_0>(a);
-      return;
-    case WeightType::Q4_1:
-      gemm_x8_typed<WeightType::Q4_1>(a);
-      return;
-    case WeightType::Q8_0:
-      gemm_x8_typed<WeightType::Q8_0>(a);
-      return;
-    default:
-      return;
-  }
+  vnni::run_typed<X8Group>(a, kX8Rows);
 }
 
 }  // namespace tokenfab::kernels

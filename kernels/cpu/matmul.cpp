@@ -1,7 +1,10 @@
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
@@ -28,7 +31,9 @@ void convert_rows(const float* x, int64_t ldx, int64_t k, int64_t c0, int64_t c1
       case XLayout::F32:
         std::memcpy(row, x + c * ldx, static_cast<size_t>(k) * sizeof(float));
         break;
-      case XLayout::Q8A: quantize_row_q8a(x + c * ldx, reinterpret_cast<BlockQ8A*>(row), k); break;
+      case XLayout::Q8A:
+        quantize_row_q8a(x + c * ldx, reinterpret_cast<BlockQ8A*>(row), k);
+        break;
       case XLayout::Q8B:
         quantize_row_q8a(x + c * ldx, tmp, k);
         expand_q8b(tmp, reinterpret_cast<BlockQ8B*>(row), k / kQK);
@@ -43,7 +48,8 @@ XLayout choose_layout(std::span<const MatmulJob> jobs, int64_t cols, bool vnni) 
   if (!is_block_quantized(jobs[0].type)) return XLayout::F32;
   if (vnni || cols < kQ8BMinCols) return XLayout::Q8A;
   for (const auto& j : jobs) {
-    if (!j.x8 || (j.type != WeightType::Q4_0 && j.type != WeightType::Q4_1)) return XLayout::Q8A;
+    if (j.group_rows != kX8Rows || (j.type != WeightType::Q4_0 && j.type != WeightType::Q4_1))
+      return XLayout::Q8A;
   }
   return XLayout::Q8B;
 }
@@ -54,16 +60,24 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
             int64_t k, int64_t cols, ActivationScratch& scratch) {
   if (jobs.empty() || cols == 0) return;
   const bool vnni = use_avx512_vnni();
+  for (const auto& j : jobs) {
+    if (j.group_rows != 0 && j.group_rows != kX8Rows && j.group_rows != kX16Rows)
+      throw std::invalid_argument("matmul: a job's weights packed in groups of " +
+                                  std::to_string(j.group_rows) + " rows (expected 0, 8 or 16)");
+    if (j.group_rows == kX16Rows && !vnni)
+      throw std::invalid_argument("matmul: x16 weights need a CPU with AVX-512 VNNI");
+  }
   const XLayout layout = choose_layout(jobs, cols, vnni);
-  const size_t x_stride = layout == XLayout::Q8B
-                              ? static_cast<size_t>(k / kQK) * sizeof(BlockQ8B)
-                              : activation_row_bytes(jobs[0].type, k);
+  const size_t x_stride = layout == XLayout::Q8B ? static_cast<size_t>(k / kQK) * sizeof(BlockQ8B)
+                                                 : activation_row_bytes(jobs[0].type, k);
   // The rows, then (Q8B) one row of BlockQ8A per thread; 32-byte aligned for the vector loads.
   const size_t rows_bytes = (x_stride * static_cast<size_t>(cols) + 31) / 32 * 32;
   const size_t tmp_bytes = layout == XLayout::Q8B ? activation_row_bytes(jobs[0].type, k) : 0;
   uint8_t* base = scratch.reserve(rows_bytes + tmp_bytes * static_cast<size_t>(pool.size()) + 32);
   uint8_t* xq = base + (32 - reinterpret_cast<uintptr_t>(base) % 32) % 32;
-  const auto tmp_row = [&](int t) { return reinterpret_cast<BlockQ8A*>(xq + rows_bytes + tmp_bytes * t); };
+  const auto tmp_row = [&](int t) {
+    return reinterpret_cast<BlockQ8A*>(xq + rows_bytes + tmp_bytes * t);
+  };
   if (cols < 8) {
     convert_rows(x, ldx, k, 0, cols, layout, xq, x_stride, tmp_row(0));
   } else {
@@ -74,17 +88,24 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
     });
   }
 
-  // Every job is split over all threads in multiples of 8 rows (the x8 group size), so the
-  // threads get equal work and x8 ranges start on a group boundary.
+  // Every job is split over all threads in multiples of 8 rows (the x8 group size; 16 for x16),
+  // so the threads get equal work and packed ranges start on a group boundary.
   pool.run([&](int t, int n) {
     for (const auto& j : jobs) {
       int64_t r0, r1;
-      ThreadPool::split(j.rows, kX8Rows, t, n, r0, r1);
+      ThreadPool::split(j.rows, std::max(kX8Rows, j.group_rows), t, n, r0, r1);
       if (r0 >= r1) continue;
-      if (j.x8) {
+      if (j.group_rows == kX16Rows) {
+        const size_t g_stride = packed_group_stride(j.type, kX16Rows, k);
+        gemm_x16_vnni(GemmArgs{j.type, j.w + r0 / kX16Rows * g_stride, g_stride, xq, x_stride, k,
+                               j.y + r0, j.ldy, r1 - r0, cols});
+      } else if (j.group_rows == kX8Rows) {
         const size_t g_stride = x8_group_stride(j.type, k);
-        const GemmArgs args{j.type, j.w + r0 / kX8Rows * g_stride, g_stride, xq, x_stride, k,
-                            j.y + r0, j.ldy, r1 - r0, cols};
+        const GemmArgs args{j.type,   j.w + r0 / kX8Rows * g_stride,
+                            g_stride, xq,
+                            x_stride, k,
+                            j.y + r0, j.ldy,
+                            r1 - r0,  cols};
         if (vnni) {
           gemm_x8_vnni(args);
         } else if (layout == XLayout::Q8B) {

@@ -21,9 +21,11 @@ struct MatmulJob {
   WeightType type;
   const uint8_t* w;  // rows × row_bytes(type, k), or row groups in the x8 layout (repack.h)
   int64_t rows;
-  float* y;          // (cols, ldy): y[c * ldy + r]
+  float* y;  // (cols, ldy): y[c * ldy + r]
   int64_t ldy;
-  bool x8 = false;   // w is in the x8 layout (rows % 8 == 0, AVX2 kernels)
+  // Rows per packed group of w: 0 for the GGUF rows; 8 for the x8 layout (rows % 8 == 0, AVX2
+  // kernels), 16 for x16 (rows % 16 == 0, AVX-512 VNNI only; repack.h).
+  int group_rows = 0;
 };
 
 // Reusable conversion buffer for X; grows to the largest input seen, never shrinks.

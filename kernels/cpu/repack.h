@@ -22,17 +22,36 @@
 namespace tokenfab::kernels {
 
 inline constexpr int kX8Rows = 8;
+// The x16 layout is the same with 16 rows a group (d[16], m[16], each vector 64 bytes: four bytes
+// of each of 16 rows), for the AVX-512 kernel whose 512-bit vectors take a whole record vector
+// (gemm_x16_vnni). Where both kernels run, the results are the same bit for bit.
+inline constexpr int kX16Rows = 16;
 
-bool x8_supported(WeightType type);  // Q4_0, Q4_1, Q8_0
-size_t x8_block_bytes(WeightType type);  // bytes of one packed record (8 rows × one block)
+bool x8_supported(WeightType type);  // Q4_0, Q4_1, Q8_0 (x16 too)
+// Bytes of one packed record (group_rows rows × one block).
+size_t packed_block_bytes(WeightType type, int group_rows);
+size_t x8_block_bytes(WeightType type);
 // Bytes between consecutive row groups for rows of k elements.
+inline size_t packed_group_stride(WeightType type, int group_rows, int64_t k) {
+  return packed_block_bytes(type, group_rows) * static_cast<size_t>(k / kQK);
+}
 inline size_t x8_group_stride(WeightType type, int64_t k) {
-  return x8_block_bytes(type) * static_cast<size_t>(k / kQK);
+  return packed_group_stride(type, kX8Rows, k);
 }
 
 // src: `rows` GGUF rows (rows % 8 == 0) `src_stride` bytes apart; dst: rows/8 groups.
 void repack_x8(WeightType type, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t rows,
                int64_t k);
+// The same into rows/16 groups of the x16 layout (rows % 16 == 0).
+void repack_x16(WeightType type, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t rows,
+                int64_t k);
+// repack_x8 or repack_x16 by group_rows (8 or 16).
+void repack(WeightType type, int group_rows, const uint8_t* src, size_t src_stride, uint8_t* dst,
+            int64_t rows, int64_t k);
+// The packing this CPU's kernels read fastest for a matrix of `rows` rows of `type`: 16 (x16)
+// with AVX-512 VNNI, 8 (x8) with AVX2, 0 (the GGUF rows) otherwise or where the rows do not
+// divide into groups.
+int preferred_group_rows(WeightType type, int64_t rows);
 
 // GemmArgs as for gemm(), except w points at packed row groups, w_stride is the group stride,
 // and rows is a multiple of 8. Same results as gemm_scalar on the GGUF layout, up to float
@@ -64,5 +83,11 @@ void gemm_x8_q8b_avx2(const GemmArgs& a);
 // AVX-512 VNNI (256-bit vectors, AVX512VL) version of gemm_x8_avx2 for Q4_0 / Q4_1 / Q8_0 on
 // BlockQ8A rows at any width (gemm_x8_avx512.cpp); equal to gemm_x8_avx2 bit for bit.
 void gemm_x8_vnni(const GemmArgs& a);
+
+// The same on the x16 layout with 512-bit vectors (gemm_x16_avx512.cpp): GemmArgs as for
+// gemm_x8_avx2 with w at x16 row groups, w_stride the x16 group stride and rows % 16 == 0; each
+// row's integer sums and float steps are gemm_x8_avx2's, so its results are too, bit for bit.
+// Needs AVX-512 VNNI.
+void gemm_x16_vnni(const GemmArgs& a);
 
 }  // namespace tokenfab::kernels

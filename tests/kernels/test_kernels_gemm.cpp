@@ -29,7 +29,7 @@ namespace {
 
 constexpr int64_t kMaxRows = 200;
 constexpr int64_t kMaxCols = 70;
-constexpr int64_t kRowCounts[] = {1, 7, 13, 33, 8, 64, 200};
+constexpr int64_t kRowCounts[] = {1, 7, 13, 33, 8, 16, 64, 200};
 constexpr int64_t kColCounts[] = {1, 2, 3, 5, 9, 70};
 constexpr size_t kRowPad = 32;  // bytes after each weight / activation row: strides are honoured
 // Marks y cells the kernels must not write (the ldy padding); a NaN no kernel produces.
@@ -213,7 +213,8 @@ void KernelTest::gemm_matches_reference_data() {
 //       reference);
 //   (b) gemm_avx2 vs gemm_scalar, (c) repack_x8 + gemm_x8_avx2 vs gemm_scalar, (d) for Q4
 //       weights, gemm_x8_q8b_avx2 on the expanded activations vs gemm_scalar: kFastVsScalar;
-//   (e) where the CPU has AVX-512 VNNI, gemm_x8_vnni vs gemm_x8_avx2: bit for bit.
+//   (e) where the CPU has AVX-512 VNNI, gemm_x8_vnni vs gemm_x8_avx2 and, for tiles of whole
+//       16-row groups, repack_x16 + gemm_x16_vnni vs gemm_x8_avx2: bit for bit.
 void KernelTest::gemm_matches_reference() {
   QFETCH(WeightType, type);
   QFETCH(int64_t, k);
@@ -292,6 +293,19 @@ void KernelTest::gemm_matches_reference() {
         gemm_x8_vnni(a);
         QVERIFY2(std::memcmp(y_vnni.data(), y_x8.data(), y_x8.size() * sizeof(float)) == 0,
                  qPrintable("gemm_x8_vnni differs from gemm_x8_avx2 bitwise" + shape));
+        if (rows % kX16Rows == 0) {
+          std::vector<uint8_t> packed16(packed_group_stride(type, kX16Rows, k) *
+                                        static_cast<size_t>(rows / kX16Rows));
+          repack_x16(type, w.data() + r0 * w_stride, w_stride, packed16.data(), rows, k);
+          std::vector<float> y_x16(cols * ldy, std::bit_cast<float>(kUntouched));
+          GemmArgs a16 = a;
+          a16.w = packed16.data();
+          a16.w_stride = packed_group_stride(type, kX16Rows, k);
+          a16.y = y_x16.data();
+          gemm_x16_vnni(a16);
+          QVERIFY2(std::memcmp(y_x16.data(), y_x8.data(), y_x8.size() * sizeof(float)) == 0,
+                   qPrintable("gemm_x16_vnni differs from gemm_x8_avx2 bitwise" + shape));
+        }
       }
 
       // (d) Q4 weights with the broadcast activation layout: the same blocks, expanded.
@@ -318,8 +332,9 @@ void KernelTest::matmul_matches_per_job_gemm_data() {
   QTest::addColumn<int>("threads");
   QTest::addColumn<int64_t>("cols");
   // "quantized": block types, some x8; "q4x8": only x8 Q4 jobs, which take the BlockQ8B layout
-  // from kQ8BMinCols columns on (with AVX2); "float": the float types.
-  for (const QString set : {"quantized", "q4x8", "float"}) {
+  // from kQ8BMinCols columns on (with AVX2); "x16": x16 jobs (with AVX-512 VNNI; x8 otherwise)
+  // beside an x8 one; "float": the float types.
+  for (const QString set : {"quantized", "q4x8", "x16", "float"}) {
     for (int threads : {1, 2, 3}) {
       for (int64_t cols : {1, 5, 9, 20, 70}) {  // ≥ 8 converted in parallel; ≥ 64: Q8B
         QTest::addRow("%s threads=%d cols=%lld", qPrintable(set), threads,
@@ -330,10 +345,10 @@ void KernelTest::matmul_matches_per_job_gemm_data() {
   }
 }
 
-// Two or three jobs on one input, some in the x8 layout (with AVX2), rows that do and do not
-// divide into the 8-row split unit, ldx > k and ldy > rows. Each job's y must match gemm_scalar
-// over its GGUF rows on the same Q8A input (quantize_row_q8a, the conversion matmul itself uses)
-// within kFastVsScalar, and its ldy padding must stay untouched.
+// Two to four jobs on one input, some in the x8 or x16 layout (with AVX2 / AVX-512 VNNI), rows
+// that do and do not divide into the 8-row split unit, ldx > k and ldy > rows. Each job's y must
+// match gemm_scalar over its GGUF rows on the same Q8A input (quantize_row_q8a, the conversion
+// matmul itself uses) within kFastVsScalar, and its ldy padding must stay untouched.
 void KernelTest::matmul_matches_per_job_gemm() {
   QFETCH(QString, jobs_set);
   QFETCH(int, threads);
@@ -342,18 +357,22 @@ void KernelTest::matmul_matches_per_job_gemm() {
   struct Spec {
     WeightType type;
     int64_t rows;
-    bool x8;
+    int group;  // MatmulJob::group_rows
   };
-  const bool avx2 = cpu_features().avx2;
+  const int x8 = cpu_features().avx2 ? kX8Rows : 0;
+  const int x16 = cpu_features().avx512_vnni ? kX16Rows : x8;
   std::vector<Spec> specs;
   if (jobs_set == "quantized") {
-    specs = {
-        {WeightType::Q4_0, 64, avx2}, {WeightType::Q8_0, 13, false}, {WeightType::Q4_1, 24, avx2}};
+    specs = {{WeightType::Q4_0, 64, x8}, {WeightType::Q8_0, 13, 0}, {WeightType::Q4_1, 24, x8}};
   } else if (jobs_set == "q4x8") {
-    specs = {{WeightType::Q4_1, 40, avx2}, {WeightType::Q4_0, 16, avx2}};
+    specs = {{WeightType::Q4_1, 40, x8}, {WeightType::Q4_0, 16, x8}};
+  } else if (jobs_set == "x16") {
+    specs = {{WeightType::Q8_0, 48, x16},
+             {WeightType::Q4_1, 80, x16},
+             {WeightType::Q4_0, 16, x16},
+             {WeightType::Q4_1, 24, x8}};
   } else {
-    specs = {
-        {WeightType::F16, 7, false}, {WeightType::BF16, 33, false}, {WeightType::F32, 16, false}};
+    specs = {{WeightType::F16, 7, 0}, {WeightType::BF16, 33, 0}, {WeightType::F32, 16, 0}};
   }
   std::mt19937 rng(static_cast<unsigned>(threads * 100 + cols));
   const std::vector<float> xf = random_activations(cols, k, ldx, rng);
@@ -369,14 +388,14 @@ void KernelTest::matmul_matches_per_job_gemm() {
     const Spec& s = specs[j];
     JobData& d = data[j];
     d.gguf = random_weights(s.type, s.rows, k, row_bytes(s.type, k), rng);
-    if (s.x8) {
-      d.packed.resize(x8_group_stride(s.type, k) * (s.rows / kX8Rows));
-      repack_x8(s.type, d.gguf.data(), row_bytes(s.type, k), d.packed.data(), s.rows, k);
+    if (s.group != 0) {
+      d.packed.resize(packed_group_stride(s.type, s.group, k) * (s.rows / s.group));
+      repack(s.type, s.group, d.gguf.data(), row_bytes(s.type, k), d.packed.data(), s.rows, k);
     }
     d.ldy = s.rows + 3;
     d.y.assign(cols * d.ldy, std::bit_cast<float>(kUntouched));
-    jobs.push_back(
-        {s.type, s.x8 ? d.packed.data() : d.gguf.data(), s.rows, d.y.data(), d.ldy, s.x8});
+    jobs.push_back({s.type, s.group != 0 ? d.packed.data() : d.gguf.data(), s.rows, d.y.data(),
+                    d.ldy, s.group});
   }
 
   ThreadPool pool(threads);
@@ -401,7 +420,7 @@ void KernelTest::matmul_matches_per_job_gemm() {
     QVERIFY2(err.isEmpty(), qPrintable(QString("job %1 (%2%3): ")
                                            .arg(j)
                                            .arg(weight_type_name(s.type))
-                                           .arg(s.x8 ? ", x8" : "") +
+                                           .arg(s.group != 0 ? QString(", x%1").arg(s.group) : "") +
                                        err));
   }
 }
