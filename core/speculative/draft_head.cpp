@@ -259,18 +259,17 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
   // Each part on one thread (the calling worker's, or one of the device's through `split`), with
   // its own single-thread team and scratch: a part is whole row groups of the vocabulary (in
   // multiples of 8 rows either way).
-  for_parts(split, parts, cache.padded_rows, std::max(kernels::kX8Rows, group),
-            [&](int64_t r0, int64_t r1) {
-              thread_local kernels::ThreadPool pool(1);
-              thread_local kernels::ActivationScratch scratch;
-              const size_t offset = group != 0
-                                        ? static_cast<size_t>(r0 / group) *
-                                              kernels::packed_group_stride(out.type, group, d)
-                                        : static_cast<size_t>(r0) * out.row_bytes;
-              const kernels::MatmulJob job{out.type, cache.rows.data() + offset, r1 - r0,
-                                           y + r0,   cache.padded_rows,          group};
-              kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
-            });
+  const auto part = [&](int64_t r0, int64_t r1) {
+    thread_local kernels::ThreadPool pool(1);
+    thread_local kernels::ActivationScratch scratch;
+    const size_t offset = group != 0 ? static_cast<size_t>(r0 / group) *
+                                           kernels::packed_group_stride(out.type, group, d)
+                                     : static_cast<size_t>(r0) * out.row_bytes;
+    const kernels::MatmulJob job{out.type, cache.rows.data() + offset, r1 - r0,
+                                 y + r0,   cache.padded_rows,          group};
+    kernels::matmul(pool, {&job, 1}, z, d, d, n, scratch);
+  };
+  for_parts(split, parts, cache.padded_rows, std::max(kernels::kX8Rows, group), part);
   if (!exact)
     for (int64_t r = 0; r < n; ++r)
       std::copy_n(padded.data() + r * cache.padded_rows, v, logits + r * v);

@@ -101,11 +101,8 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
                                j.y + r0, j.ldy, r1 - r0, cols});
       } else if (j.group_rows == kX8Rows) {
         const size_t g_stride = x8_group_stride(j.type, k);
-        const GemmArgs args{j.type,   j.w + r0 / kX8Rows * g_stride,
-                            g_stride, xq,
-                            x_stride, k,
-                            j.y + r0, j.ldy,
-                            r1 - r0,  cols};
+        const uint8_t* w = j.w + r0 / kX8Rows * g_stride;
+        const GemmArgs args{j.type, w, g_stride, xq, x_stride, k, j.y + r0, j.ldy, r1 - r0, cols};
         if (vnni) {
           gemm_x8_vnni(args);
         } else if (layout == XLayout::Q8B) {
