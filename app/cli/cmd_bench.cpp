@@ -113,6 +113,9 @@ double median(std::vector<double> v) {
 struct DeviceRun {
   double prefill_tok_s = 0, decode_tok_s = 0, ttft_ms = 0;
   double step_ms = 0;  // median decode step
+  // The GPU's own time of the prompt's pass and the median decode step (cuda_last_step_gpu_ms);
+  // negative where the device does not keep it.
+  double prefill_gpu_ms = -1, step_gpu_ms = -1;
 };
 
 // One repetition on a Device: the prompt in one pass, then one pass per generated token.
@@ -124,8 +127,9 @@ DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int
   BatchSequence seq{tokens, 0, table, true};
   device.run_greedy({&seq, 1}, argmax);
   const Clock::time_point first = Clock::now();
+  const std::optional<double> prefill_gpu = cuda_last_step_gpu_ms(device);
   tokens.push_back(argmax[0]);
-  std::vector<double> steps;
+  std::vector<double> steps, steps_gpu;
   for (int i = 1; i < gen_tokens; ++i) {
     const auto pos = static_cast<int64_t>(tokens.size()) - 1;
     seq = BatchSequence{std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos), 1), pos,
@@ -134,6 +138,7 @@ DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int
     device.run_greedy({&seq, 1}, argmax);
     tokens.push_back(argmax[0]);
     steps.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
+    if (const std::optional<double> gpu = cuda_last_step_gpu_ms(device)) steps_gpu.push_back(*gpu);
   }
   const Clock::time_point last = Clock::now();
   DeviceRun r;
@@ -143,6 +148,8 @@ DeviceRun device_repetition(Device& device, std::span<const TokenId> prompt, int
   r.decode_tok_s = static_cast<double>(gen_tokens - 1) /
                    std::max(1e-9, std::chrono::duration<double>(last - first).count());
   r.step_ms = median(steps);
+  if (prefill_gpu) r.prefill_gpu_ms = *prefill_gpu;
+  if (!steps_gpu.empty()) r.step_gpu_ms = median(steps_gpu);
   return r;
 }
 
@@ -163,7 +170,7 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
   std::vector<int32_t> drafts(static_cast<size_t>(most));
   for (int i = 0; i < most; ++i)
     drafts[static_cast<size_t>(i)] = tokens[static_cast<size_t>(i) % tokens.size()];
-  std::vector<std::vector<double>> ms(rows.size());
+  std::vector<std::vector<double>> ms(rows.size()), gpu_ms(rows.size());
   // The fused decode layers' phases per row count (their clock restarted before each count's
   // steps, read after them; the last repetition's).
   std::vector<nlohmann::json> phases(rows.size());
@@ -176,6 +183,8 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
         const Clock::time_point start = Clock::now();
         device.run_greedy({&seq, 1}, argmax, &hidden);
         ms[r].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        if (const std::optional<double> gpu = cuda_last_step_gpu_ms(device))
+          gpu_ms[r].push_back(*gpu);
       }
       phases[r] = fused_phases_json(device);
     }
@@ -188,6 +197,7 @@ nlohmann::json verify_report(Device& device, std::span<const TokenId> prompt,
     const double step = median(ms[r]);
     nlohmann::json e = {{"rows", rows[r]}, {"step_ms", step}};
     if (one_row > 0) e["vs_one_row"] = step / one_row;
+    if (!gpu_ms[r].empty()) e["step_gpu_ms"] = median(gpu_ms[r]);
     if (!phases[r].is_null()) e["fused_phases"] = phases[r];
     out.push_back(e);
   }
@@ -210,7 +220,7 @@ void run_device_bench(const BenchCommand& c) {
   const std::vector<int32_t> table = block_table(c);
   const std::unique_ptr<Device> device = make_bench_device(
       c.device, *m.model, 1, static_cast<int32_t>(table.size()), kBlockSize, c.gpu);
-  std::vector<double> prefill, decode, ttft, step;
+  std::vector<double> prefill, decode, ttft, step, prefill_gpu, step_gpu;
   for (int rep = -1; rep < c.repetitions; ++rep) {  // rep −1: the warm-up
     const DeviceRun r = device_repetition(*device, prompt, c.gen_tokens, table);
     if (rep < 0) continue;
@@ -218,6 +228,8 @@ void run_device_bench(const BenchCommand& c) {
     decode.push_back(r.decode_tok_s);
     ttft.push_back(r.ttft_ms);
     step.push_back(r.step_ms);
+    if (r.prefill_gpu_ms >= 0) prefill_gpu.push_back(r.prefill_gpu_ms);
+    if (r.step_gpu_ms >= 0) step_gpu.push_back(r.step_gpu_ms);
     if (!c.common.json)
       std::cerr << "run " << rep + 1 << ": prefill " << r.prefill_tok_s << " tok/s, decode "
                 << r.decode_tok_s << " tok/s" << std::endl;
@@ -226,6 +238,12 @@ void run_device_bench(const BenchCommand& c) {
                       {"decode_tok_s", median(decode)},
                       {"ttft_ms", median(ttft)},
                       {"decode_step_ms", median(step)},
+                      // The GPU's own time of the same (CUDA events around a step's stream
+                      // work): what the wall times above add to it is the host's.
+                      {"prefill_gpu_ms", prefill_gpu.empty() ? nlohmann::json()
+                                                             : nlohmann::json(median(prefill_gpu))},
+                      {"decode_step_gpu_ms",
+                       step_gpu.empty() ? nlohmann::json() : nlohmann::json(median(step_gpu))},
                       {"model", m.model->file().name()},
                       {"synthetic", !c.synthetic.empty()},
                       {"prompt_tokens", c.prompt_tokens},

@@ -78,6 +78,10 @@ std::optional<FusedPhaseTimes> cuda_fused_phase_times(Device&) {
   return std::nullopt;
 }
 
+std::optional<double> cuda_last_step_gpu_ms(const Device&) {
+  return std::nullopt;
+}
+
 #else
 
 bool cuda_backend_built() {
@@ -237,6 +241,7 @@ class CudaDevice final : public Device {
   const std::shared_ptr<CudaKvTensors>& kv_tensors() const { return kv_->tensors(); }
   int fused_grid() const { return fused_grid_; }       // cuda_fused_layers_grid
   std::optional<FusedPhaseTimes> fused_phase_times();  // cuda_fused_phase_times
+  std::optional<double> last_step_gpu_ms() const;      // cuda_last_step_gpu_ms
 
   const DeviceSpec& spec() const override { return spec_; }
   int threads() const override { return pool_.size(); }
@@ -441,6 +446,12 @@ class CudaDevice final : public Device {
   DeviceArray<kernels::DecodeLayer> fused_layers_;
   DeviceArray<unsigned> fused_barrier_;
   DeviceArray<unsigned long long> fused_clock_;  // the kernel's phase clock (phase_ns)
+  // The last forward pass's stream work, from its first upload to its last download (events
+  // made on first use; step_timed_ once both are recorded).
+  cudaEvent_t step_start_ = nullptr;
+  cudaEvent_t step_end_ = nullptr;
+  bool step_timed_ = false;
+  void end_step_clock();
   // Uploads the fused kernel's layer table for a step whose taps (if `taps`) are n_logit rows,
   // when it differs from the one last uploaded.
   void prepare_fused_layers(int64_t n_logit, bool taps);
@@ -543,6 +554,8 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
 CudaDevice::~CudaDevice() {
   cudaSetDevice(spec_.index);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (step_start_ != nullptr) cudaEventDestroy(step_start_);
+  if (step_end_ != nullptr) cudaEventDestroy(step_end_);
   drop_graphs();
   gemm_.reset();
   kv_.reset();
@@ -766,6 +779,12 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
                           stream_),
           name_, what);
   };
+  if (step_start_ == nullptr) {
+    check(cudaEventCreate(&step_start_), name_, "making the step clock");
+    check(cudaEventCreate(&step_end_), name_, "making the step clock");
+  }
+  step_timed_ = false;
+  check(cudaEventRecord(step_start_, stream_), name_, "starting the step clock");
   upload(tokens_.get(), rows_.tokens, "uploading tokens");
   h_i32_.assign(rows_.positions.begin(), rows_.positions.end());
   upload(positions_.get(), h_i32_, "uploading positions");
@@ -834,7 +853,20 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
     filter_rows(n_logit, hp_.n_vocab, out.filters, *out.filtered);
     return;
   }
+  end_step_clock();
   sync("running a batch");
+}
+
+void CudaDevice::end_step_clock() {
+  check(cudaEventRecord(step_end_, stream_), name_, "stopping the step clock");
+  step_timed_ = true;
+}
+
+std::optional<double> CudaDevice::last_step_gpu_ms() const {
+  if (!step_timed_) return std::nullopt;
+  float ms = 0.0f;
+  if (cudaEventElapsedTime(&ms, step_start_, step_end_) != cudaSuccess) return std::nullopt;
+  return static_cast<double>(ms);
 }
 
 void CudaDevice::filter_rows(int64_t n_logit, int64_t n_vocab,
@@ -874,6 +906,7 @@ void CudaDevice::filter_rows(int64_t n_logit, int64_t n_vocab,
   download(rows.count, candidate_counts_, "downloading candidate counts");
   download(rows.logits, candidate_logits_, "downloading candidate logits");
   download(rows.ids, candidate_ids_, "downloading candidate ids");
+  end_step_clock();  // rows the filter left whole come down after it (below)
   sync("running a batch");
   // Rows the filter left too many candidates (or no distribution) come whole.
   rows.whole_at.assign(static_cast<size_t>(n_logit), -1);
@@ -1765,6 +1798,11 @@ std::optional<FusedPhaseTimes> CudaDevice::fused_phase_times() {
 std::optional<FusedPhaseTimes> cuda_fused_phase_times(Device& device) {
   auto* cuda = dynamic_cast<CudaDevice*>(&device);
   return cuda != nullptr ? cuda->fused_phase_times() : std::nullopt;
+}
+
+std::optional<double> cuda_last_step_gpu_ms(const Device& device) {
+  const auto* cuda = dynamic_cast<const CudaDevice*>(&device);
+  return cuda != nullptr ? cuda->last_step_gpu_ms() : std::nullopt;
 }
 
 std::pair<std::unique_ptr<Device>, std::unique_ptr<Device>> make_cuda_partitions(

@@ -123,6 +123,11 @@ struct FusedPhaseTimes {
 // the fused decode layers (or has run no fused step since). Waits for the device's work.
 std::optional<FusedPhaseTimes> cuda_fused_phase_times(Device& device);
 
+// The GPU time of `device`'s last forward pass (a step's uploads, kernels and downloads on its
+// stream, CUDA events around them), in milliseconds; nullopt for a device that is not a CUDA
+// device or has run no step. Set against the step's wall time it shows what the host adds.
+std::optional<double> cuda_last_step_gpu_ms(const Device& device);
+
 // The two partitions of one GPU (specs of one index, DevicePartition kPrefill and kDecode): CUDA
 // devices with a stream each, one copy of the weights, and one KV storage of kv_slots blocks that
 // their workers' pools divide (core/kvcache/kv_slots.h). Throws as make_cuda_device does, and

@@ -482,6 +482,9 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
       {{sa.subspan(48, 1), 48, table_a, true}, {sb.subspan(40, 1), 40, table_b, true}},
   };
   RowCheck logits_check, hidden_check;
+  // The step clock: nothing before a step, and none on the CPU.
+  QVERIFY(!cuda_last_step_gpu_ms(*gpu).has_value());
+  QVERIFY(!cuda_last_step_gpu_ms(cpu).has_value());
   for (size_t i = 0; i < steps.size(); ++i) {
     std::vector<float> cpu_logits, gpu_logits, cpu_hidden, gpu_hidden;
     cpu.run(steps[i], cpu_logits, &cpu_hidden);
@@ -500,6 +503,11 @@ void TestCudaModel::synthetic_logits_match_cpu_on_mixed_batches() {
       filters.push_back(candidate_filter(sampling_mix()[r % sampling_mix().size()]));
     FilteredRows filtered;
     gpu->run_filtered(steps[i], filters, filtered);
+    const std::optional<double> step_ms = cuda_last_step_gpu_ms(*gpu);
+    QVERIFY2(
+        step_ms && *step_ms > 0.0 && *step_ms < 10000.0,
+        qPrintable(
+            QStringLiteral("step %1: GPU time %2 ms").arg(i + 1).arg(step_ms ? *step_ms : -1.0)));
     const QString filter_failure = check_filtered(filtered, filters, gpu_logits, hp.n_vocab);
     QVERIFY2(filter_failure.isEmpty(),
              qPrintable(QStringLiteral("step %1: ").arg(i + 1) + filter_failure));
