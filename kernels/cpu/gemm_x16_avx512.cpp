@@ -12,10 +12,14 @@
 
 // GCC 12 warns that the undefined pass-through operand of its own 512-bit conversion intrinsics
 // (_mm512_cvtph_ps, _mm512_cvtepi32_ps) may be used uninitialized; it is never read.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/gemm_vnni_tiles.h"
 #include "kernels/cpu/repack.h"
