@@ -42,7 +42,7 @@ inline void q8a_offsets(const BlockQ8A* x, int64_t nb, int32_t* offset) {
 // [c0, c0 + C). Columns go in chunks of 64 that stay in L2 while every row group passes over
 // them; within a chunk, tiles of 8 columns (the 32 vector registers hold a tile's 8 weight
 // vectors and 8 accumulators) and one tile of whatever is left, so that a verified draft chain or
-// a few streams (2–8 columns) unpack each record once. `group_rows`: rows per group.
+// a few streams (2–8 columns) unpack each record once. run_tiles' `group_rows`: rows per group.
 template <WeightType T, template <WeightType, int> class Group, int C>
 void tail_tile(const GemmArgs& a, int64_t g, int64_t c, int64_t n, Prefetch prefetch,
                const int32_t* offset) {

@@ -24,9 +24,9 @@ using vnni::Bytes4;
 using vnni::Prefetch;
 using vnni::prefetch_record;
 
-// How far ahead the first tile over a row group prefetches its records (vnni::Prefetch): twice the
-// AVX2 kernel's distance, as the VNNI kernel computes a record in fewer cycles, so more of them
-// must be in flight to keep the memory busy.
+// How far ahead the first tile over a row group prefetches its records (vnni::Prefetch): eight
+// Q4_1 records. (This kernel now runs only for matrices whose rows do not divide into the x16
+// records of gemm_x16_avx512.cpp, or where the caller packed x8 itself.)
 constexpr size_t kPrefetchBytes = 1280;
 
 // acc + the four-byte products of w's lanes with the four bytes at p in every lane: vpdpbusd with
