@@ -212,8 +212,10 @@ void release_file_pages(const uint8_t* p, uint64_t n) {
 void LlamaModel::repack_for_cpu(bool release_source) {
   constexpr uint64_t kAlign = 2u << 20;
   std::vector<WeightMatrix*> to_repack;
-  for (WeightMatrix* m : matrices())
-    if (kernels::preferred_group_rows(m->type, m->rows) != 0) to_repack.push_back(m);
+  for (WeightMatrix* m : matrices()) {
+    m->group_rows = kernels::preferred_group_rows(m->type, m->rows);
+    if (m->group_rows != 0) to_repack.push_back(m);
+  }
   uint64_t total = 0;
   for (const WeightMatrix* m : to_repack) total += m->bytes();
   if (total == 0) return;
@@ -224,7 +226,6 @@ void LlamaModel::repack_for_cpu(bool release_source) {
   madvise(repacked_.get(), rounded, MADV_HUGEPAGE);
   uint8_t* out = repacked_.get();
   for (WeightMatrix* m : to_repack) {
-    m->group_rows = kernels::preferred_group_rows(m->type, m->rows);
     kernels::repack(m->type, m->group_rows, m->data, m->row_bytes, out, m->rows, m->cols);
     m->packed = out;
     out += m->bytes();

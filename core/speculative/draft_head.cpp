@@ -236,7 +236,7 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
     // Where the target's LM head is packed (x8 or x16), so are these rows, in the same groups:
     // padded to whole groups with copies of the last row, so that every row takes the kernel the
     // target's takes.
-    const int64_t group = out.packed != nullptr ? out.group_rows : 1;
+    const int64_t group = std::max(out.group_rows, 1);
     cache.padded_rows = (v + group - 1) / group * group;
     std::vector<uint8_t> rows(static_cast<size_t>(cache.padded_rows) * out.row_bytes);
     for (int64_t j = 0; j < cache.padded_rows; ++j)
@@ -255,7 +255,7 @@ void DraftHead::vocab_logits(const LlamaModel& model, const float* z, int64_t n,
   const bool exact = cache.padded_rows == v;
   if (!exact) padded.resize(static_cast<size_t>(n * cache.padded_rows));
   float* y = exact ? logits : padded.data();
-  const int group = out.packed != nullptr ? out.group_rows : 0;
+  const int group = out.group_rows;  // 0: the GGUF rows
   // Each part on one thread (the calling worker's, or one of the device's through `split`), with
   // its own single-thread team and scratch: a part is whole row groups of the vocabulary (in
   // multiples of 8 rows either way).
