@@ -694,8 +694,7 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
     row += 1 + chunk.n_draft;
   }
   std::vector<ChunkResult> results(jobs.size());
-  // One sampler per request, so the chunks are sampled in parallel.
-  device_->parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
+  auto sample_job = [&](int64_t i) {
     const Job& job = jobs[static_cast<size_t>(i)];
     auto logits = [&](int64_t r) -> LogitRow {
       if (filtered_step_) return filtered_.row(job.row + r);
@@ -753,7 +752,15 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
       result.path.push_back(1 + j);
     }
     if (j == chunk.n_draft) result.tokens.push_back(choose(j));
-  });
+  };
+  // One sampler per request, so the chunks are sampled in parallel. A greedy step on a device
+  // that took the argmax only looks its rows' choices up: waking the device's threads for that
+  // would cost more than the lookups.
+  if (greedy_step_) {
+    for (int64_t i = 0; i < static_cast<int64_t>(jobs.size()); ++i) sample_job(i);
+  } else {
+    device_->parallel_for(static_cast<int64_t>(jobs.size()), sample_job);
+  }
   // Per-depth acceptance statistics: proposed at depth d when the drafts reached it, accepted
   // when the accepted path did.
   for (size_t i = 0; i < jobs.size(); ++i) {
