@@ -95,15 +95,13 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
       int64_t r0, r1;
       ThreadPool::split(j.rows, std::max(kX8Rows, j.group_rows), t, n, r0, r1);
       if (r0 >= r1) continue;
-      if (j.group_rows == kX16Rows) {
-        const size_t g_stride = packed_group_stride(j.type, kX16Rows, k);
-        gemm_x16_vnni(GemmArgs{j.type, j.w + r0 / kX16Rows * g_stride, g_stride, xq, x_stride, k,
-                               j.y + r0, j.ldy, r1 - r0, cols});
-      } else if (j.group_rows == kX8Rows) {
-        const size_t g_stride = x8_group_stride(j.type, k);
-        const uint8_t* w = j.w + r0 / kX8Rows * g_stride;
+      if (j.group_rows != 0) {
+        const size_t g_stride = packed_group_stride(j.type, j.group_rows, k);
+        const uint8_t* w = j.w + r0 / j.group_rows * g_stride;
         const GemmArgs args{j.type, w, g_stride, xq, x_stride, k, j.y + r0, j.ldy, r1 - r0, cols};
-        if (vnni) {
+        if (j.group_rows == kX16Rows) {
+          gemm_x16_vnni(args);
+        } else if (vnni) {
           gemm_x8_vnni(args);
         } else if (layout == XLayout::Q8B) {
           gemm_x8_q8b_avx2(args);
