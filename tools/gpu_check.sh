@@ -5,8 +5,11 @@
 #   {"tests":{"passed":…,"failed":…,"skipped":…,"suites":[{"name":…,"exit":…,"passed":…,
 #    "failed":…,"skipped":…}],"output":"…"},"devices":{…},"benchmarks":{"model":…,"bench":{…},
 #    "batch_bench_1":{…},"batch_bench_32":{…},"batch_bench_256":{…},"bench_llama3_8b":{…},
-#    "bench_serial_launches":{…},"bench_decode_blocks":{…},"bench_gemv_split_k_off":{…},
-#    "bench_llama3_8b_gemv_split_k_off":{…},"bench_fused_layers":{…},
+#    "bench_serial_launches":{…},"bench_decode_blocks":{…},"bench_gemv_split_k_on":{…},
+#    "bench_llama3_8b_gemv_split_k_on":{…},"bench_tiled_prompt_attention":{…},
+#    "bench_fused_epilogues":{…},"batch_bench_256_fused_epilogues":{…},
+#    "bench_verify_rows_chains_on_decode_kernel":{…},"bench_new_variants":{…},
+#    "bench_fused_layers":{…},
 #    "batch_bench_1_fused_layers":{…},"bench_llama3_8b_fused_layers":{…},
 #    "bench_verify_rows_fused_layers":{…},"batch_bench_32_fused_layers":{…},
 #    "serve_bench_1_fused_layers":{…},"fused_smoke":{…},"fused_tensor_cores_smoke":{…},
@@ -195,11 +198,28 @@ batch256_json="$(run_bench batch-bench-256 120 batch-bench --model "$model" --de
 # The Llama 3 8B shape at batch 1 against the HBM roofline (a Q4_0 file is written quicker than a
 # BF16 one; the GPU holds BF16 weights either way).
 bench8b_json="$(run_bench bench-llama3-8b 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1)"
-# Narrow matrices' rows split over four warps (the default) against whole rows per warp.
-bench_no_split_json="$(run_bench bench-gemv-split-k-off 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --gemv-split-k off)"
-bench8b_no_split_json="$(run_bench bench-llama3-8b-gemv-split-k-off 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --gemv-split-k off)"
+# The variants written since the last GPU run (2026-12-04), each off by default (the code of that
+# run) until a run verifies it; the gpu tests hold each to the code it replaces
+# (test_cuda_model's new_gpu_variants_agree_with_the_last_verified_ones and the kernels' own
+# comparisons), and these runs time each against the defaults above. Narrow matrices' rows split
+# over four warps against whole rows per warp (the default), at SmolLM2's and Llama 3 8B's shapes.
+bench_split_json="$(run_bench bench-gemv-split-k-on 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --gemv-split-k on)"
+bench8b_split_json="$(run_bench bench-llama3-8b-gemv-split-k-on 240 bench --device cuda:0 --synthetic llama3-8b --prompt-tokens 128 --gen-tokens 64 --repetitions 1 --gemv-split-k on)"
+# The tiled prompt attention against the key-by-key kernel: the 512-token prompt's pass
+# (prefill_gpu_ms, ttft_ms; 19 ms with the key-by-key kernel on 2026-12-04).
+bench_tiled_json="$(run_bench bench-tiled-prompt-attention 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --tiled-prompt-attention on)"
+# The many-row steps' glue in 10 launches a layer instead of 14: the prompt's pass and 256
+# streams' decode steps (cuBLASLt's GEMMs).
+bench_epilogues_json="$(run_bench bench-fused-epilogues 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --fused-epilogues on)"
+batch256_epilogues_json="$(run_bench batch-bench-256-fused-epilogues 120 batch-bench --model "$model" --device cuda:0 --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096 --fused-epilogues on)"
+# Verified chains of up to 8 rows on the decode kernel (and their graphs) against chains of 4+
+# rows attended as prompt chunks (bench_verify_rows below: 18 ms a step from 4 rows on
+# 2026-12-04).
+verify_chains_json="$(run_bench bench-verify-rows-chains-on-decode-kernel 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 --verify-rows 1,2,3,4,5,8 --chains-on-decode-kernel on)"
+# All four together (the code as written since, before they went back to off).
+bench_new_json="$(run_bench bench-new-variants 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --gemv-split-k on --tiled-prompt-attention on --chains-on-decode-kernel on --fused-epilogues on)"
 # Steps of decode rows in one cooperative kernel (CudaOptions::fused_layers) against five
-# launches a layer (ten above 8 rows): single stream, the 8B shape, verifying steps of 1 to 64
+# launches a layer (fourteen above 8 rows, ten with --fused-epilogues on): single stream, the 8B shape, verifying steps of 1 to 64
 # rows, and 32 streams.
 bench_fused_json="$(run_bench bench-fused-layers 120 bench --model "$model" --device cuda:0 --prompt-tokens 512 --gen-tokens 256 --fused-layers on)"
 batch1_fused_json="$(run_bench batch-bench-1-fused-layers 120 batch-bench --model "$model" --device cuda:0 --streams 1 --prompt-tokens 128 --gen-tokens 256 --fused-layers on)"
@@ -242,7 +262,9 @@ verify_json="$(run_bench bench-verify-rows 120 bench --model "$model" --device c
 # static tree; then the same three with the fused decode layers (-fused) and with them on tensor
 # cores (-tc). Each run says whether its tokens are those of the run without a head (of its kind
 # of layers: lossless) and its decode tok/s and ACCEPT/STEP. (heads_eval_code below still runs a
-# fixed chain of 4 over all the prompts.)
+# fixed chain of 4 over all the prompts.) The engine routes verified chains as on 2026-12-04
+# (CudaOptions::chains_on_decode_kernel off: a chain of 4+ rows attended as a prompt chunk, which
+# can part from the plain run at a near-tie); the fused runs take chains row by row.
 head_runs=null
 if [ -f "$root/gpu-model/head.gguf" ] && [ -n "${TOKENFAB_HOME:-}" ]; then
   prompts_dir="$libs/prompts"
@@ -321,7 +343,7 @@ if command -v ncu >/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-co
   profile256_json="$(profile decode-step-256 20000 310 batch-bench --model "$model" --device cuda:0 \
     --streams 256 --prompt-tokens 128 --gen-tokens 256 --token-budget 4096)"
 fi
-benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_gemv_split_k_off\":$bench_no_split_json,\"bench_llama3_8b_gemv_split_k_off\":$bench8b_no_split_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"fused_smoke\":$fused_smoke,\"fused_tensor_cores_smoke\":$fused_tc_smoke,\"bench_fused_tensor_cores\":$bench_tc_json,\"bench_verify_rows_fused_tensor_cores\":$verify_tc_json,\"batch_bench_32_fused_tensor_cores\":$batch32_tc_json,\"batch_bench_256_fused_tensor_cores\":$batch256_tc_json,\"bench_llama3_8b_fused_tensor_cores\":$bench8b_tc_json,\"serve_bench_256_fused_tensor_cores\":$serve256_tc_json,\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
+benchmarks="{\"model\":$(json_string "$model_kind"),\"bench\":$bench_json,\"batch_bench_1\":$batch1_json,\"batch_bench_32\":$batch32_json,\"batch_bench_256\":$batch256_json,\"bench_llama3_8b\":$bench8b_json,\"bench_serial_launches\":$bench_serial_json,\"bench_decode_blocks\":$bench_blocks_json,\"bench_gemv_split_k_on\":$bench_split_json,\"bench_llama3_8b_gemv_split_k_on\":$bench8b_split_json,\"bench_tiled_prompt_attention\":$bench_tiled_json,\"bench_fused_epilogues\":$bench_epilogues_json,\"batch_bench_256_fused_epilogues\":$batch256_epilogues_json,\"bench_verify_rows_chains_on_decode_kernel\":$verify_chains_json,\"bench_new_variants\":$bench_new_json,\"bench_fused_layers\":$bench_fused_json,\"batch_bench_1_fused_layers\":$batch1_fused_json,\"bench_llama3_8b_fused_layers\":$bench8b_fused_json,\"bench_verify_rows_fused_layers\":$verify_fused_json,\"batch_bench_32_fused_layers\":$batch32_fused_json,\"serve_bench_1_fused_layers\":$serve1_fused_json,\"serve_bench_1\":$serve1_json,\"serve_bench_32\":$serve32_json,\"serve_bench_256\":$serve256_json,\"serve_bench_256_sampled\":$serve256_sampled_json,\"serve_bench_32_partitions\":$serve32_partitions_json,\"serve_bench_32_partitions_66_sms\":$serve32_partitions_sms_json,\"partition_notes\":$(json_string "$partition_notes"),\"fused_smoke\":$fused_smoke,\"fused_tensor_cores_smoke\":$fused_tc_smoke,\"bench_fused_tensor_cores\":$bench_tc_json,\"bench_verify_rows_fused_tensor_cores\":$verify_tc_json,\"batch_bench_32_fused_tensor_cores\":$batch32_tc_json,\"batch_bench_256_fused_tensor_cores\":$batch256_tc_json,\"bench_llama3_8b_fused_tensor_cores\":$bench8b_tc_json,\"serve_bench_256_fused_tensor_cores\":$serve256_tc_json,\"bench_verify_rows\":$verify_json,\"generate_code_prompts\":$head_runs,\"heads_eval_code\":$heads_eval_json,\"profile_decode_step\":$profile_json,\"profile_decode_step_256\":$profile256_json}"
 
 printf '{"real_model":%s,"tests":{"passed":%d,"failed":%d,"skipped":%d,"suites":[%s],"output":%s},"sanitizer":%s,"devices":%s,"benchmarks":%s,"cublas":%s,"elapsed_s":%d}\n' \
   "$(json_string "$real_model")" "$passed" "$failed" "$skipped" "$suites_json" "$(json_string "$output")" "$sanitizer_json" "$devices" \

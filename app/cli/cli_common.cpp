@@ -114,7 +114,10 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
     CudaOptions options;
     options.overlap_launches = gpu.launch_overlap != "off";
     options.block_gemv = gpu.block_gemv();
-    options.gemv_split_k = gpu.gemv_split_k != "off";
+    options.gemv_split_k = gpu.gemv_split_k == "on";
+    options.tiled_prompt_attention = gpu.tiled_prompt_attention == "on";
+    options.chains_on_decode_kernel = gpu.chains_on_decode_kernel == "on";
+    options.fused_epilogues = gpu.fused_epilogues == "on";
     options.fused_layers = gpu.fused_layers != "off";
     options.fused_tensor_cores = gpu.fused_layers == "tensor-cores";
     return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
@@ -126,6 +129,9 @@ void GpuBenchOptions::report(nlohmann::json& j, Device& device) const {
   j["launch_overlap"] = launch_overlap;
   j["decode_weights"] = decode_weights;
   j["gemv_split_k"] = gemv_split_k;
+  j["tiled_prompt_attention"] = tiled_prompt_attention;
+  j["chains_on_decode_kernel"] = chains_on_decode_kernel;
+  j["fused_epilogues"] = fused_epilogues;
   j["fused_layers"] = fused_layers;
   j["fused_layers_blocks"] = cuda_fused_layers_grid(device);
   j["fused_phases"] = fused_phases_json(device);
@@ -152,7 +158,24 @@ void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
       ->capture_default_str();
   cmd.add_option("--gemv-split-k", options.gemv_split_k,
                  "GPU: a few-row step's narrow matrices of long rows split each row over a "
-                 "block's four warps, or each warp takes whole rows")
+                 "block's four warps (not yet run on a GPU), or each warp takes whole rows")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--tiled-prompt-attention", options.tiled_prompt_attention,
+                 "GPU: a prompt chunk's attention scores a key tile's 32 keys side by side (not "
+                 "yet run on a GPU), or one key at a time")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--chains-on-decode-kernel", options.chains_on_decode_kernel,
+                 "GPU: a verified chain of up to 8 rows goes to the decode attention kernel row "
+                 "by row and its steps replay CUDA graphs (not yet run on a GPU; always with "
+                 "--fused-layers), or a chain of 4 rows or more is attended as a prompt chunk")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--fused-epilogues", options.fused_epilogues,
+                 "GPU: a many-row step's residual adds inside the o and down GEMMs, its KV store "
+                 "inside the RoPE launch and its attention written in BF16 (10 launches a layer; "
+                 "not yet run on a GPU), or each in a launch of its own (14)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd.add_option("--fused-layers", options.fused_layers, kFusedLayersHelp)

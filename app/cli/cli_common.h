@@ -53,15 +53,20 @@ DeviceSpec bench_device_spec(const std::string& device);
 
 // How a benchmark's GPU device launches and what its decode GEMVs read (CudaOptions), as the
 // flags give them: --launch-overlap on|off, --decode-weights bf16|blocks, --gemv-split-k on|off,
-// --fused-layers on|tensor-cores|off.
+// --tiled-prompt-attention on|off, --chains-on-decode-kernel on|off, --fused-epilogues on|off,
+// --fused-layers on|tensor-cores|off. The defaults are CudaOptions' (the code of the last GPU run
+// where a newer variant waits for one).
 struct GpuBenchOptions {
   std::string launch_overlap = "on";
   std::string decode_weights = "bf16";
-  std::string gemv_split_k = "on";
+  std::string gemv_split_k = "off";
+  std::string tiled_prompt_attention = "off";
+  std::string chains_on_decode_kernel = "off";
+  std::string fused_epilogues = "off";
   std::string fused_layers = "off";  // off, on, or tensor-cores
 
   bool block_gemv() const { return decode_weights == "blocks"; }
-  // The four settings, for a benchmark's JSON, and what `device` made of them:
+  // The settings, for a benchmark's JSON, and what `device` made of them:
   // fused_layers_blocks, the fused decode layers' grid (0: the layered kernels ran, as they do
   // where the fused layers are unavailable), and fused_phases (fused_phases_json).
   void report(nlohmann::json& j, Device& device) const;
@@ -79,8 +84,8 @@ inline constexpr const char* kFusedLayersHelp =
     "the GEMV's arithmetic (steps of up to 128 rows), 'tensor-cores' with its products on tensor "
     "cores (up to 256 rows)";
 
-// Adds --launch-overlap, --decode-weights, --gemv-split-k and --fused-layers to `cmd`, stored in
-// `options`.
+// Adds --launch-overlap, --decode-weights, --gemv-split-k, --tiled-prompt-attention,
+// --chains-on-decode-kernel, --fused-epilogues and --fused-layers to `cmd`, stored in `options`.
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options);
 
 // The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"): a CPU virtual

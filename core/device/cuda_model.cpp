@@ -41,6 +41,7 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/overlap_support.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
@@ -105,7 +106,8 @@ using cuda_backend::shared_weights;
 constexpr int32_t kGraphKeyBucket = 1024;
 
 // Prompt chunks of at least this many tokens use the tiled prefill attention kernel (their rows
-// share each key tile); shorter ones, and the rows of verification steps, are decode rows.
+// share each key tile); shorter ones, and the rows of verified chains where they go to the decode
+// kernel (CudaOptions::chains_on_decode_kernel), are decode rows.
 constexpr int64_t kMinPrefillChunk = 4;
 
 // The paged KV storage in device memory: per layer, K and V as fp16 bits, (n_blocks, n_kv_head,
@@ -358,6 +360,20 @@ class CudaDevice final : public Device {
   void enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
                       int32_t max_keys, int64_t n_chunks, int32_t max_chunk_tokens, bool gathered,
                       bool taps);
+  // The attention rows of a step (forward's): decode rows (att_rows_, with paths_ if has_paths)
+  // and prompt chunks (chunks_).
+  struct StepAttention {
+    int64_t n_att_rows;
+    bool has_paths;
+    int32_t max_keys;
+    int64_t n_chunks;
+    int32_t max_chunk_tokens;
+  };
+  // Both attention kernels of `layer` over qkv_, into out (f32) or out16 (bf16), (n, q_dim).
+  void enqueue_attention(int64_t layer, const StepAttention& a, float* out, uint16_t* out16);
+  // One layer of a many-row step over x_ (n rows): cuBLASLt's GEMMs and the kernels between
+  // them, their glue as fused_epilogues_ says.
+  void enqueue_gemm_layer(int64_t layer, int64_t n, const StepAttention& att);
   // The layers of enqueue_forward in one cooperative launch (fused_step; no prompt chunk, every
   // row a decode row), with the taps if `taps` (the table prepare_fused_layers uploaded).
   void enqueue_fused_layers(int64_t n, int64_t n_logit, bool has_paths, int32_t max_keys,
@@ -400,9 +416,10 @@ class CudaDevice final : public Device {
   DeviceArray<int32_t> logit_rows_;  // rows_.logit_rows (steps whose logit rows are gathered)
   DeviceArray<kernels::CudaPagedRow> att_rows_;
   DeviceArray<float> x_, qkv_, att_, gate_up_, workspace_;
-  DeviceArray<int32_t> split_counts_;     // the decode attention's counters (PagedDecodeWorkspace)
-  DeviceArray<float> rope_;               // h_rope_ on the device
-  DeviceArray<uint16_t> act16_;           // a GEMM's input in bf16
+  DeviceArray<float> proj_;            // (rows, n_embd): a GEMM's product before its residual add
+  DeviceArray<int32_t> split_counts_;  // the decode attention's counters (PagedDecodeWorkspace)
+  DeviceArray<float> rope_;            // h_rope_ on the device
+  DeviceArray<uint16_t> act16_;        // a GEMM's input in bf16
   DeviceArray<float> xg_, xgn_, logits_;  // logit rows: gathered, normalised, logits
   // Draft features: the layers tapped (set_draft_taps; empty: off), the RMS norm's unit weights,
   // and a pass's tap rows (enqueue_taps).
@@ -434,8 +451,13 @@ class CudaDevice final : public Device {
   // Whether the few-row GEMVs and the decode attention may start while the kernel before them
   // runs (CudaOptions::overlap_launches on a GPU of compute capability 9.0 or later).
   bool overlap_ = false;
-  const bool block_gemv_;  // CudaOptions::block_gemv
-  const bool split_k_;     // CudaOptions::gemv_split_k
+  const bool block_gemv_;                                // CudaOptions::block_gemv
+  const bool split_k_;                                   // CudaOptions::gemv_split_k
+  const kernels::PrefillAttentionKernel prompt_kernel_;  // CudaOptions::tiled_prompt_attention
+  const bool fused_epilogues_;                           // CudaOptions::fused_epilogues
+  // CudaOptions::chains_on_decode_kernel, or the fused decode layers run here (set once
+  // fused_grid_ is known).
+  bool chains_on_decode_ = false;
   // CudaOptions::fused_layers: the cooperative kernel's grid (0: the layered kernels run), its
   // layer table on the device (weights, pools and this step's tap rows) with the host copy last
   // uploaded, and its grid barrier's counter.
@@ -477,6 +499,9 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
       use_graphs_(options.graphs),
       block_gemv_(options.block_gemv),
       split_k_(options.gemv_split_k),
+      prompt_kernel_(options.tiled_prompt_attention ? kernels::PrefillAttentionKernel::kTiled
+                                                    : kernels::PrefillAttentionKernel::kKeyByKey),
+      fused_epilogues_(options.fused_epilogues),
       fused_tensor_cores_(options.fused_tensor_cores) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -543,6 +568,9 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
             name_, "clearing the fused layers' clock");
     }
   }
+  // The fused layers' attention takes a chain's rows one by one (their verification is exact up
+  // to fused_rows()), so chains stay off the prompt kernel wherever they run.
+  chains_on_decode_ = options.chains_on_decode_kernel || fused_grid_ > 0;
   if (options.fused_layers)
     logger("device")->info("{}: fused decode layers {}", name_,
                            fused_grid_ > 0
@@ -602,11 +630,14 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |=
       qkv_.reserve(r * static_cast<size_t>(hp_.q_dim() + 2 * hp_.kv_dim()), name_, "activations");
   // The attention's f32 rows feed the few-row GEMVs and the fused decode layers only (many-row
-  // steps write them in bf16).
+  // steps write them in bf16), unless many-row steps convert them after the attention
+  // (fused_epilogues off), whose products also go through proj_ before their residual adds.
   const size_t f32_rows =
-      static_cast<size_t>(fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows);
+      fused_epilogues_ ? static_cast<size_t>(fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows)
+                       : r;
   grew |=
       att_.reserve(std::min(r, f32_rows) * static_cast<size_t>(hp_.q_dim()), name_, "activations");
+  if (!fused_epilogues_) grew |= proj_.reserve(r * e, name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
   grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
@@ -731,14 +762,17 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   // draft trees to the flash-decoding kernel (or the fused layers' attention), whose rows are
   // computed each on its own: a verified token's attention is then the same, bit for bit, as when
   // it is decoded alone, which keeps greedy speculation lossless on the GPU (with the GEMVs, which
-  // are the same per row whatever the row count; longer chains take the GEMMs).
+  // are the same per row whatever the row count; longer chains take the GEMMs). Without
+  // chains_on_decode_ (the last GPU run's routing) chains of kMinPrefillChunk rows or more are
+  // prompt chunks too.
   decode_seqs_.clear();
   h_chunks_.clear();
   int32_t max_chunk_tokens = 0;
   const int64_t chain_rows = fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows;
   for (size_t i = 0; i < device_seqs_.size(); ++i) {
     const kernels::PagedSequence& s = device_seqs_[i];
-    const bool verified_chain = batch[i].all_logits && s.n_tokens <= chain_rows;
+    const bool verified_chain =
+        chains_on_decode_ && batch[i].all_logits && s.n_tokens <= chain_rows;
     if (s.parent == nullptr && !verified_chain && s.n_tokens >= kMinPrefillChunk) {
       h_chunks_.push_back(
           {s.blocks, s.q_row, static_cast<int32_t>(s.n_tokens), static_cast<int32_t>(s.pos0)});
@@ -752,8 +786,10 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   // Steps of decode rows only (no prompt chunk, no tree; every row's logits, in order) replay a
   // CUDA graph captured for their row count and a bucket of key counts: the attention kernel's
   // grid is sized for the bucket, and the splits past a row's own keys return at once. Decode
-  // tokens and a verified chain's rows are the same kernels at the same row count.
-  const bool decode_only = use_graphs_ && n_logit == n && h_chunks_.empty() && att.paths.empty();
+  // tokens and a verified chain's rows are the same kernels at the same row count. Without
+  // chains_on_decode_ only steps of one row a sequence replay graphs, as on the last GPU run.
+  const bool decode_only = use_graphs_ && n_logit == n && h_chunks_.empty() && att.paths.empty() &&
+                           (chains_on_decode_ || static_cast<int64_t>(batch.size()) == n);
   const int32_t max_keys =
       decode_only ? (att.max_keys + kGraphKeyBucket - 1) / kGraphKeyBucket * kGraphKeyBucket
                   : att.max_keys;
@@ -956,11 +992,11 @@ void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, 
   const int32_t bs = kv_->block_size();
   const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  const StepAttention att{n_att_rows, has_paths, max_keys, n_chunks, max_chunk_tokens};
   // A few rows (decode steps, short chunks) take our GEMVs: a layer is then the QKV product
   // with its norm, RoPE and KV store, attention, and three more products with their norm,
   // SwiGLU and residual adds built in — five launches (six with a prefill chunk) where the
-  // cuBLAS path takes ten.
+  // cuBLAS path takes ten (fourteen without fused_epilogues_).
   const bool few_rows =
       n <= kernels::kGemvMaxRows &&
       kernels::gemv_supports(x_.get(), n_embd, static_cast<int>(n), w_->layers[0].wqkv.get(),
@@ -970,71 +1006,91 @@ void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, 
       kernels::gemv_supports(att_.get(), q_dim, static_cast<int>(n), w_->layers[0].wo.get(), q_dim);
   for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
     const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
-    const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), bs, hp_.n_kv_head, hp_.head_dim};
-    if (few_rows) {
-      const int m = static_cast<int>(n);
-      // q, k, v = wqkv · norm(x), RoPE on q and k, k and v into the pool.
-      kernels::GemvArgs g =
-          kernels::gemv_product(x_.get(), n_embd, m, w.wqkv.get(), qkv_dim, n_embd,
-                                kernels::GemvEpilogue::kRopeKv, qkv_.get(), qkv_dim);
-      g.norm = w.attn_norm.get();
-      g.eps = hp_.rms_eps;
-      g.overlap = overlap_;
-      g.split_k = split_k_;
-      w.qkv_blocks.use_in(g);
-      g.rope = rope_.get();
-      g.kv_slots = slots_.get();
-      g.q_dim = static_cast<int>(q_dim);
-      g.kv_dim = static_cast<int>(kv_dim);
-      g.head_dim = static_cast<int>(hp_.head_dim);
-      g.rot_dim = static_cast<int>(hp_.rot_dim);
-      g.n_kv_head = static_cast<int>(hp_.n_kv_head);
-      g.block_size = bs;
-      g.k_pool = kv_->k(layer);
-      g.v_pool = kv_->v(layer);
-      kernels::launch_gemv(g, stream_);
-      kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
-                                             has_paths ? paths_.get() : nullptr, max_keys,
-                                             qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                             scale, attention_workspace(), stream_, overlap_);
-      kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
-                                              qkv_.get(), qkv_dim, att_.get(), q_dim, hp_.n_head,
-                                              scale, stream_, overlap_);
-      // x += wo · att
-      kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
-                                                  kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
-      o.overlap = overlap_;
-      o.split_k = split_k_;
-      w.wo_blocks.use_in(o);
-      kernels::launch_gemv(o, stream_);
-      // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
-      kernels::GemvArgs f =
-          kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(), 2 * n_ff, n_embd,
-                                kernels::GemvEpilogue::kSwiGlu, gate_up_.get(), n_ff);
-      f.norm = w.ffn_norm.get();
-      f.eps = hp_.rms_eps;
-      f.overlap = overlap_;
-      f.split_k = split_k_;
-      w.gate_up_blocks.use_in(f);
-      kernels::launch_gemv(f, stream_);
-      // x += w_down · h
-      kernels::GemvArgs down =
-          kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
-                                kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
-      down.overlap = overlap_;
-      down.split_k = split_k_;
-      w.down_blocks.use_in(down);
-      kernels::launch_gemv(down, stream_);
+    if (!few_rows) {
+      enqueue_gemm_layer(layer, n, att);
       if (taps) enqueue_taps(layer, n_logit, gathered);
       continue;
     }
-    // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in
-    // the row) with K/V into the pool, attention, output projection with the residual add. The
-    // kernels between the GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
-    kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd, hp_.rms_eps,
-                                  stream_, overlap_);
-    gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
-    // RoPE on q and k, then k and v into the pool, in one launch.
+    const int m = static_cast<int>(n);
+    // q, k, v = wqkv · norm(x), RoPE on q and k, k and v into the pool.
+    kernels::GemvArgs g =
+        kernels::gemv_product(x_.get(), n_embd, m, w.wqkv.get(), qkv_dim, n_embd,
+                              kernels::GemvEpilogue::kRopeKv, qkv_.get(), qkv_dim);
+    g.norm = w.attn_norm.get();
+    g.eps = hp_.rms_eps;
+    g.overlap = overlap_;
+    g.split_k = split_k_;
+    w.qkv_blocks.use_in(g);
+    g.rope = rope_.get();
+    g.kv_slots = slots_.get();
+    g.q_dim = static_cast<int>(q_dim);
+    g.kv_dim = static_cast<int>(kv_dim);
+    g.head_dim = static_cast<int>(hp_.head_dim);
+    g.rot_dim = static_cast<int>(hp_.rot_dim);
+    g.n_kv_head = static_cast<int>(hp_.n_kv_head);
+    g.block_size = bs;
+    g.k_pool = kv_->k(layer);
+    g.v_pool = kv_->v(layer);
+    kernels::launch_gemv(g, stream_);
+    enqueue_attention(layer, att, att_.get(), nullptr);
+    // x += wo · att
+    kernels::GemvArgs o = kernels::gemv_product(att_.get(), q_dim, m, w.wo.get(), n_embd, q_dim,
+                                                kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
+    o.overlap = overlap_;
+    o.split_k = split_k_;
+    w.wo_blocks.use_in(o);
+    kernels::launch_gemv(o, stream_);
+    // h = silu(gate · norm(x)) · (up · norm(x)), into gate_up_
+    kernels::GemvArgs f =
+        kernels::gemv_product(x_.get(), n_embd, m, w.w_gate_up.get(), 2 * n_ff, n_embd,
+                              kernels::GemvEpilogue::kSwiGlu, gate_up_.get(), n_ff);
+    f.norm = w.ffn_norm.get();
+    f.eps = hp_.rms_eps;
+    f.overlap = overlap_;
+    f.split_k = split_k_;
+    w.gate_up_blocks.use_in(f);
+    kernels::launch_gemv(f, stream_);
+    // x += w_down · h
+    kernels::GemvArgs down =
+        kernels::gemv_product(gate_up_.get(), n_ff, m, w.w_down.get(), n_embd, n_ff,
+                              kernels::GemvEpilogue::kAdd, x_.get(), n_embd);
+    down.overlap = overlap_;
+    down.split_k = split_k_;
+    w.down_blocks.use_in(down);
+    kernels::launch_gemv(down, stream_);
+    if (taps) enqueue_taps(layer, n_logit, gathered);
+  }
+}
+
+void CudaDevice::enqueue_attention(int64_t layer, const StepAttention& a, float* out,
+                                   uint16_t* out16) {
+  const int64_t q_dim = hp_.q_dim(), qkv_dim = q_dim + 2 * hp_.kv_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), kv_->block_size(), hp_.n_kv_head,
+                                  hp_.head_dim};
+  kernels::launch_paged_decode_attention(pool, att_rows_.get(), a.n_att_rows,
+                                         a.has_paths ? paths_.get() : nullptr, a.max_keys,
+                                         qkv_.get(), qkv_dim, out, q_dim, hp_.n_head, scale,
+                                         attention_workspace(), stream_, overlap_, out16);
+  kernels::launch_paged_prefill_attention(pool, chunks_.get(), a.n_chunks, a.max_chunk_tokens,
+                                          qkv_.get(), qkv_dim, out, q_dim, hp_.n_head, scale,
+                                          stream_, overlap_, out16, prompt_kernel_);
+}
+
+void CudaDevice::enqueue_gemm_layer(int64_t layer, int64_t n, const StepAttention& att) {
+  const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
+  const int32_t bs = kv_->block_size();
+  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  // Attention block: norm (to bf16), QKV in one GEMM, RoPE on q and k together (adjacent in the
+  // row), K/V into the pool, attention, output projection, residual add. The kernels between the
+  // GEMMs may overlap the kernel before them (overlap_), as the GEMVs do.
+  kernels::launch_rms_norm_bf16(x_.get(), w.attn_norm.get(), act16_.get(), n, n_embd, hp_.rms_eps,
+                                stream_, overlap_);
+  gemm_->bf16_nt(act16_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, stream_);
+  if (fused_epilogues_) {
+    // RoPE and the KV store in one launch; the attention writes its rows in bf16, the o GEMM's
+    // input; x += wo · att in the GEMM's epilogue.
     kernels::RopeKvStore store;
     store.k_offset = q_dim;
     store.v_offset = q_dim + kv_dim;
@@ -1045,23 +1101,31 @@ void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, 
     store.v_pool = kv_->v(layer);
     kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
                          hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_, &store);
-    // The attention writes its rows in bf16, the o GEMM's input.
-    kernels::launch_paged_decode_attention(pool, att_rows_.get(), n_att_rows,
-                                           has_paths ? paths_.get() : nullptr, max_keys, qkv_.get(),
-                                           qkv_dim, nullptr, q_dim, hp_.n_head, scale,
-                                           attention_workspace(), stream_, overlap_, act16_.get());
-    kernels::launch_paged_prefill_attention(pool, chunks_.get(), n_chunks, max_chunk_tokens,
-                                            qkv_.get(), qkv_dim, nullptr, q_dim, hp_.n_head, scale,
-                                            stream_, overlap_, act16_.get());
-    // x += wo · att: the residual add in the GEMM's epilogue.
+    enqueue_attention(layer, att, nullptr, act16_.get());
     gemm_->bf16_nt(act16_.get(), w.wo.get(), x_.get(), n, n_embd, q_dim, stream_, true);
-    // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual.
-    kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd, hp_.rms_eps,
+  } else {
+    // As on the last GPU run: RoPE, then the KV store, the attention in f32, its conversion to
+    // bf16 and the o GEMM into proj_ (linear), then the residual add.
+    kernels::launch_rope(qkv_.get(), positions_.get(), n, qkv_dim, hp_.n_head + hp_.n_kv_head,
+                         hp_.head_dim, hp_.rot_dim, hp_.rope_base, stream_, overlap_);
+    kernels::launch_kv_store_rows(qkv_.get() + q_dim, qkv_.get() + q_dim + kv_dim, qkv_dim,
+                                  slots_.get(), n, static_cast<int>(hp_.n_kv_head),
+                                  static_cast<int>(hp_.head_dim), bs, kv_->k(layer), kv_->v(layer),
                                   stream_, overlap_);
-    gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, stream_);
-    kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
+    enqueue_attention(layer, att, att_.get(), nullptr);
+    linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim);
+    kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
+  }
+  // FFN block: norm (to bf16), gate and up in one GEMM, SwiGLU (to bf16), down, residual add.
+  kernels::launch_rms_norm_bf16(x_.get(), w.ffn_norm.get(), act16_.get(), n, n_embd, hp_.rms_eps,
+                                stream_, overlap_);
+  gemm_->bf16_nt(act16_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, stream_);
+  kernels::launch_silu_mul_rows_bf16(gate_up_.get(), n, n_ff, act16_.get(), stream_, overlap_);
+  if (fused_epilogues_) {
     gemm_->bf16_nt(act16_.get(), w.w_down.get(), x_.get(), n, n_embd, n_ff, stream_, true);
-    if (taps) enqueue_taps(layer, n_logit, gathered);
+  } else {
+    gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
+    kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
   }
 }
 

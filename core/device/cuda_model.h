@@ -14,8 +14,9 @@
 // KV: fp16 in the same (n_blocks, n_kv_head, block_size, head_dim) layout per layer as the CPU's
 // KvStorage, so the pool's blocks mean the same on both backends.
 // Attention: causal chunks of 4 tokens or more through the tiled prefill kernel
-// (paged_prefill_attention.cuh), decode rows and draft trees through the flash-decoding kernel
-// (paged_decode_attention.cuh).
+// (paged_prefill_attention.cuh; one of its two kernels, CudaOptions::tiled_prompt_attention),
+// decode rows and draft trees through the flash-decoding kernel (paged_decode_attention.cuh);
+// verified chains of 4 to 8 rows through either (CudaOptions::chains_on_decode_kernel).
 // Draft features (Device::set_draft_taps): after each tapped layer, the logit rows' residual
 // stream RMS-normalised on the GPU, downloaded beside the final hidden state; an mtp head's first
 // state from them (DraftHead::mtp_root) is made on the GPU, its W_f in BF16.
@@ -64,10 +65,38 @@ struct CudaOptions {
   // per step (0.625 or 1.125 a weight instead of 2), the file's exact weights, more memory.
   // Matrices of other types, or stacked from parts of different types, stay BF16.
   bool block_gemv = false;
+  // The next four choices (gemv_split_k … fused_epilogues) are off until a GPU run verifies them:
+  // off runs the code of the last GPU run (2026-12-04, commit d77f5a4), on the code written since,
+  // and the gpu tests hold the two settings to each other (tests/gpu; tools/gpu_check.sh measures
+  // both).
+  //
   // Few-row steps multiply narrow matrices of long rows (kernels::gemv_split_k: an 8B model's QKV,
   // o and down products) with each row's k split over a block's four warps, for four times the
-  // loads in flight; false gives each warp whole rows, as wide matrices always are.
-  bool gemv_split_k = true;
+  // loads in flight; false gives each warp whole rows, as wide matrices always are (and as every
+  // matrix was on the last GPU run). A row's sums are then added in another order (f32 rounding).
+  bool gemv_split_k = false;
+  // Prompt chunks' attention in the tiled kernel that scores a key tile's 32 keys side by side
+  // (kernels::PrefillAttentionKernel::kTiled); false: the kernel that scores one key at a time
+  // (kKeyByKey, 19 ms for a 512-token prompt of SmolLM2-135M on the last run). The same attention
+  // to f32 rounding.
+  bool tiled_prompt_attention = false;
+  // Verified chains (a sequence's rows of a step that wants every row's logits) of up to
+  // kernels::kGemvMaxRows rows go to the decode attention kernel, row by row, and steps of decode
+  // rows and such chains replay CUDA graphs: a verified row is then, bit for bit, the same token
+  // decoded alone (greedy speculation lossless; a chain of 4+ rows in the prompt kernel took
+  // 18 ms a step on the last run, and greedy outputs with a head parted from those without at a
+  // near-tie). False: as on the last run, chains of 4 rows or more are attended as prompt chunks
+  // and only steps of one row a sequence replay graphs. On wherever the fused decode layers run,
+  // whose attention takes chains row by row (fused_layers).
+  bool chains_on_decode_kernel = false;
+  // Many-row steps (cuBLASLt's GEMMs) with their glue in fewer launches, ten a layer: the o and
+  // down GEMMs add their products into the residual stream themselves (beta = 1), the RoPE launch
+  // stores the rows' K and V into the pool, and the attention kernels write the o GEMM's input in
+  // BF16. False: fourteen a layer, as on the last run: each product into a scratch buffer and a
+  // residual add after it, a KV store kernel after RoPE, the attention in f32 and a conversion to
+  // BF16. The same values bit for bit but for the residual adds, whose f32 sum cuBLASLt may form
+  // in another order (an algorithm that reduces split-k partials into C).
+  bool fused_epilogues = false;
   // Steps of up to kernels::kDecodeLayersMaxGemvRows (128) decode rows (no prompt chunk: decode
   // tokens, verified chains, draft trees) run all their layers in one cooperative kernel
   // (kernels/cuda/decode_layers.cuh: one launch a step, grid-wide barriers between a layer's

@@ -1,15 +1,11 @@
 #include "core/gguf/gguf_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
-#include <system_error>
+#include <span>
 
+#include "core/common/atomic_file.h"
 #include "core/gguf/gguf_parse.h"
 
 namespace tokenfab::gguf {
@@ -98,69 +94,6 @@ class Encoder {
   std::vector<uint8_t>& out_;
 };
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-void write_all(int fd, const uint8_t* data, size_t n, const std::string& shown) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot write " + shown + ": " + errno_text(errno));
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-// A file created next to the final path; removed on destruction unless committed by rename.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& final_path) : final_(final_path) {
-    static std::atomic<uint64_t> counter{0};
-    const auto dir = final_.has_parent_path() ? final_.parent_path() : std::filesystem::path(".");
-    for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-      path_ = dir / ("." + final_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(counter++));
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ < 0 && errno != EEXIST) break;
-    }
-    if (fd_ < 0) throw Error("cannot write " + final_.string() + ": " + errno_text(errno));
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  int fd() const { return fd_; }
-
-  // Flushes the data to disk and renames it over the final path (atomic on POSIX).
-  void commit() {
-    const std::string shown = final_.string();
-    if (::fsync(fd_) != 0) throw Error("cannot write " + shown + ": " + errno_text(errno));
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) throw Error("cannot write " + shown + ": " + errno_text(errno));
-    if (::rename(path_.c_str(), final_.c_str()) != 0) {
-      throw Error("cannot write " + shown + ": " + errno_text(errno));
-    }
-    committed_ = true;
-    // Make the rename itself durable; a failure here leaves a complete file, so it is ignored.
-    const auto dir = final_.has_parent_path() ? final_.parent_path() : std::filesystem::path(".");
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::filesystem::path final_;
-  std::filesystem::path path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 }  // namespace
 
 void GgufWriter::set_alignment(uint64_t alignment) {
@@ -246,14 +179,13 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 }
 
 void GgufWriter::write(const std::filesystem::path& path) const {
-  const std::string shown = path.string();
   const std::vector<uint8_t> head = encode_head(alignment_, metadata_, tensors_);
-  TempFile file(path);
-  write_all(file.fd(), head.data(), head.size(), shown);
+  AtomicFile file(path);
+  file.write(head);
   const std::vector<uint8_t> zeros(alignment_, 0);
   for (const auto& t : tensors_) {
-    write_all(file.fd(), t.data.data(), t.data.size(), shown);
-    write_all(file.fd(), zeros.data(), align_up(t.data.size(), alignment_) - t.data.size(), shown);
+    file.write(t.data);
+    file.write(std::span(zeros).first(align_up(t.data.size(), alignment_) - t.data.size()));
   }
   file.commit();
 }

@@ -443,4 +443,16 @@ void Engine::set_transfer_fault_injector(KvConnector::FaultInjector injector) {
   connector_->set_fault_injector(std::move(injector));
 }
 
+void Engine::set_step_fault_injector(StepFaultInjector injector) {
+  std::lock_guard lock(step_fault_mutex_);
+  step_fault_set_ = static_cast<bool>(injector);
+  step_fault_ = std::move(injector);
+}
+
+std::string Engine::step_fault(const std::string& device, int64_t step) const {
+  if (!step_fault_set_.load(std::memory_order_relaxed)) return {};
+  std::lock_guard lock(step_fault_mutex_);
+  return step_fault_ ? step_fault_(device, step) : std::string();
+}
+
 }  // namespace tokenfab

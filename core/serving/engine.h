@@ -31,6 +31,7 @@
 // thread-safe.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -289,6 +290,11 @@ class Engine {
   Goodput goodput(const Slo& slo) const;
   // Fault drills and tests: see KvConnector::set_fault_injector.
   void set_transfer_fault_injector(KvConnector::FaultInjector injector);
+  // Fault drills and tests: called before each step's pass on a device (its name and step id); a
+  // non-empty result makes that step fail with it as a device error would (the worker ends its
+  // requests as failed and goes on). Unset by default.
+  using StepFaultInjector = std::function<std::string(const std::string& device, int64_t step)>;
+  void set_step_fault_injector(StepFaultInjector injector);
 
   const EngineConfig& config() const { return config_; }
   MetricsTime started() const { return started_; }
@@ -302,6 +308,8 @@ class Engine {
   void hand_off(std::shared_ptr<Record> record, Worker& from, bool streamed);
   ServingMetrics& metrics() { return metrics_; }
   void on_transfer_ended(const KvTransferStats& stats);
+  // The step fault injector's verdict for (device, step); empty when none is set.
+  std::string step_fault(const std::string& device, int64_t step) const;
 
  private:
   const LlamaModel& model_;
@@ -322,6 +330,10 @@ class Engine {
   RequestId next_id_ = 1;
   int64_t n_active_ = 0;
   MetricsTime busy_since_{};  // when n_active_ last rose from 0
+
+  mutable std::mutex step_fault_mutex_;
+  std::atomic<bool> step_fault_set_{false};  // read on every step without the mutex
+  StepFaultInjector step_fault_;
 
   mutable std::mutex subscribers_mutex_;
   std::map<int64_t, TokenCallback> subscribers_;

@@ -149,8 +149,13 @@ void Worker::loop() {
       if (stopping_) break;
     }
     handle_cancellations();
-    handle_incoming();
-    const bool ran = step();
+    bool ran = false;
+    try {
+      handle_incoming();
+      ran = step();
+    } catch (const std::exception& e) {
+      fail_all(e.what());
+    }
     free_blocks_ = kv_.n_available_blocks();
     publish(!ran);
     if (ran) continue;
@@ -237,6 +242,31 @@ void Worker::admit(const std::shared_ptr<Engine::Record>& record) {
 
 void Worker::release_hold(SequenceId hold) {
   if (kv_.has_sequence(hold)) kv_.free_sequence(hold);
+}
+
+void Worker::fail_all(const std::string& error) {
+  const std::string message = "a step on " + name_ + " failed: " + error;
+  logger("serving")->error("{}; its {} request(s) end as failed", message,
+                           requests_.size() + incoming_.size());
+  device_->set_layer_progress(nullptr);
+  const MetricsTime t = MetricsClock::now();
+  for (auto& [id, record] : requests_) {
+    scheduler_.cancel(id);
+    // As a step's end does: a streamed request's decode worker gives back its side and the
+    // hold once it sees the request ended; otherwise the hold is this worker's to release.
+    const bool streamed = prefill_role() && record->streamed;
+    if (streamed) {
+      std::lock_guard lock(record->mutex);
+      record->info.decode_device.clear();
+    } else {
+      release_hold(hold_id(id));
+    }
+    end(record, RequestState::kFailed, message, {}, steps_, t);
+    if (streamed) record->decode_worker->wake();
+  }
+  requests_.clear();
+  for (auto it = incoming_.begin(); it != incoming_.end();)
+    it = fail_incoming(*it, message) ? incoming_.erase(it) : std::next(it);
 }
 
 void Worker::handle_cancellations() {
@@ -511,6 +541,7 @@ bool Worker::step() {
     }
   }
   const MetricsTime run_start = MetricsClock::now();
+  if (std::string fault = engine_.step_fault(name_, step_id); !fault.empty()) throw Error(fault);
   if (greedy_step_)
     device_->run_greedy(batch_, argmax_, need_hidden ? &hidden_ : nullptr);
   else if (filtered_step_)

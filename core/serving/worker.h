@@ -137,6 +137,12 @@ class Worker {
   void set_draft(const Engine::Record& record, int32_t length, std::vector<TokenId> draft,
                  std::vector<int32_t> parent);
   void release_hold(SequenceId hold);
+  // After a step threw (a device error: a CUDA call that failed, an injected fault): every
+  // request this worker owns ends as failed with `error`, giving back its blocks, holds and
+  // transfers, so that the worker goes on with an empty batch instead of taking the process down.
+  // A device whose errors are sticky (a CUDA context after a trap) fails each later step the same
+  // way, so the requests routed to it fail with the same message.
+  void fail_all(const std::string& error);
   void finish_transfer(Incoming& in, MetricsTime t);
   // Decode role: `in` fails with `error`, now if this worker owns it, else once it does; its
   // reservation, transfer and hold are given back at once. False: it stays in incoming_.

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/common/sha256.h"
 #include "core/model/transformer_pass.h"
@@ -183,14 +184,9 @@ std::vector<std::string> written_prompts(const LlamaModel& model, const Tokenize
   std::vector<std::string> out =
       write_prompts(model, tokenizer, tmpl, texts, w, progress, &cancelled);
   if (cancelled) throw Error("cancelled while writing prompts; no head was saved");
-  fs::create_directories(file.parent_path());
-  const fs::path part = file.string() + ".part";
-  {
-    std::ofstream f(part, std::ios::trunc);
-    f << nlohmann::json(out).dump(1);
-    if (!f) throw Error("cannot write " + part.string());
-  }
-  fs::rename(part, file);
+  create_folders_for(file);
+  // A temporary file of its own, renamed into place whole: a CLI and the app may write at once.
+  write_file_atomically(file, nlohmann::json(out).dump(1));
   message = unusable;
   return out;
 }
@@ -342,7 +338,7 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
             on_trace);
       }
       if (cancelled) throw Error("cancelled while tracing; no head was saved");
-      fs::create_directories(file.parent_path());
+      create_folders_for(file);
       set->save(file);
     }
     out.set.append(*set);
@@ -360,7 +356,7 @@ int64_t save_and_register(const LlamaModel& model, const DraftHead& head,
   file = user_data_dir() / "heads" / (r.name + ".gguf");
   for (int i = 2; fs::exists(file); ++i)
     file = user_data_dir() / "heads" / (r.name + "-" + std::to_string(i) + ".gguf");
-  fs::create_directories(file.parent_path());
+  create_folders_for(file);
   save_draft_head(head, file);
   HeadRecord record;
   record.name = r.name;
@@ -378,7 +374,8 @@ int64_t save_and_register(const LlamaModel& model, const DraftHead& head,
     registry.add_domain({0, r.domain, "", "user"});
     return registry.add_head(record);
   } catch (...) {
-    fs::remove(file);  // not registered: leave nothing behind
+    std::error_code ec;
+    fs::remove(file, ec);  // not registered: leave nothing behind
     throw;
   }
 }

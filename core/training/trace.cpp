@@ -11,6 +11,7 @@
 #include <span>
 #include <system_error>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 
 namespace tokenfab {
@@ -143,40 +144,23 @@ void TraceSet::save(const std::filesystem::path& path) const {
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(),
                                                                    &XXH64_freeState);
   XXH64_reset(state.get(), 0);
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("trace file " + where + ": cannot create " + tmp.string());
-    const auto put = [&](std::span<const uint8_t> bytes) {
-      XXH64_update(state.get(), bytes.data(), bytes.size());
-      out.write(reinterpret_cast<const char*>(bytes.data()),
-                static_cast<std::streamsize>(bytes.size()));
-    };
-    put({reinterpret_cast<const uint8_t*>(&h), sizeof h});
-    put(as_bytes(bounds));
-    put(as_bytes(hidden));
-    put(as_bytes(pred));
-    put(as_bytes(next));
-    put(as_bytes(topk_ids));
-    put(as_bytes(topk_probs));
-    put(as_bytes(taps));
-    const uint64_t sum = XXH64_digest(state.get());
-    out.write(reinterpret_cast<const char*>(&sum), sizeof sum);
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error("trace file " + where + ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw Error("trace file " + where + ": cannot rename the temporary file into place");
-  }
+  // A temporary file of its own (a CLI and the app may trace at once), renamed into place whole.
+  AtomicFile out(path);
+  const auto put = [&](std::span<const uint8_t> bytes) {
+    XXH64_update(state.get(), bytes.data(), bytes.size());
+    out.write(bytes);
+  };
+  put({reinterpret_cast<const uint8_t*>(&h), sizeof h});
+  put(as_bytes(bounds));
+  put(as_bytes(hidden));
+  put(as_bytes(pred));
+  put(as_bytes(next));
+  put(as_bytes(topk_ids));
+  put(as_bytes(topk_probs));
+  put(as_bytes(taps));
+  const uint64_t sum = XXH64_digest(state.get());
+  out.write({reinterpret_cast<const uint8_t*>(&sum), sizeof sum});
+  out.commit();
 }
 
 TraceSet TraceSet::load(const std::filesystem::path& path) {

@@ -68,6 +68,7 @@ class CliTest : public QObject {
   void synth_json();
   void devices_json();
   void heads_eval_names_its_devices();
+  void fetch_takes_any_destination();
 
   void bad_input_data();
   void bad_input();
@@ -365,6 +366,46 @@ void CliTest::heads_eval_names_its_devices() {
   QCOMPARE(j["prompts"].toInt(), 1);
   QVERIFY(j["lossless"].toBool());
   QVERIFY(j["decode_tok_s"].toDouble() > 0.0);
+}
+
+// `fetch --dest DIR` and `$TOKENFAB_HOME` reach the fetcher as one argument, whatever they hold:
+// a directory named with quotes and a command substitution is used as it is, and nothing in its
+// name runs. The model is already there (a link to the cached file), so nothing is downloaded.
+void CliTest::fetch_takes_any_destination() {
+  REQUIRE_MODEL();
+  const std::filesystem::path work = dir_.filePath("fetch").toStdString();
+  const std::string hostile = "it's \"$(touch injected)\"'; touch injected; '";
+  const std::filesystem::path dest = work / hostile;
+  const std::filesystem::path home = work / ("home " + hostile);
+  for (const auto& models : {dest, home / "models"}) {
+    std::filesystem::create_directories(models);
+    std::filesystem::create_symlink(tokenfab::default_model_path(),
+                                    models / tokenfab::EmbeddedModel::kFileName);
+  }
+  const auto fetch = [&](const QStringList& args, const std::filesystem::path& tokenfab_home) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("TOKENFAB_HOME", QString::fromStdString(tokenfab_home.string()));
+    p.setProcessEnvironment(env);
+    p.setWorkingDirectory(QString::fromStdString(work.string()));
+    p.start(kCli, args);
+    CliRun r;
+    r.finished = p.waitForFinished(kTimeoutMs) && p.exitStatus() == QProcess::NormalExit;
+    r.exit_code = p.exitCode();
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+  };
+  const QStringList with_dest = {"fetch", "--dest", QString::fromStdString(dest.string())};
+  CliRun r = fetch(with_dest, work);
+  QVERIFY2(r.finished && r.exit_code == 0, qPrintable(describe(with_dest, r)));
+  QCOMPARE(QString::fromUtf8(r.out).trimmed(),
+           QString::fromStdString((dest / tokenfab::EmbeddedModel::kFileName).string()));
+  r = fetch({"fetch"}, home);
+  QVERIFY2(r.finished && r.exit_code == 0, qPrintable(describe({"fetch"}, r)));
+  QCOMPARE(QString::fromUtf8(r.out).trimmed(),
+           QString::fromStdString((home / "models" / tokenfab::EmbeddedModel::kFileName).string()));
+  QVERIFY2(!std::filesystem::exists(work / "injected"), "a destination's name ran as a command");
 }
 
 void CliTest::bad_input_data() {

@@ -9,6 +9,15 @@
 #include "core/model/model_files.h"
 #include "core/tokenizer/tokenizer.h"
 
+// path_out (std::filesystem::path) ← the default model's file, or the test fails naming it.
+#define TOKENFAB_DEFAULT_MODEL_PATH(path_out)                                                 \
+  do {                                                                                        \
+    (path_out) = tokenfab::default_model_path();                                              \
+    if (!std::filesystem::exists(path_out))                                                   \
+      QFAIL(qPrintable(QString("the default model is missing (%1); run `tokenfab-cli fetch`") \
+                           .arg(QString::fromStdString((path_out).string()))));               \
+  } while (0)
+
 // For suites that keep their data in a temporary TOKENFAB_HOME: path_out (QString) ← the default
 // model's file, resolved before TOKENFAB_HOME moves (the model stays where it was fetched), or the
 // test fails naming it; then TOKENFAB_HOME ← home_dir (a valid QTemporaryDir).

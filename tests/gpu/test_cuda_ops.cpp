@@ -31,6 +31,7 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
+#include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/row_logsumexp.cuh"
@@ -128,10 +129,16 @@ class TestCudaOps : public QObject {
   void kv_pack_unpack_round_trip();
   void gemm_bf16_matches_cpu_loop_data();
   void gemm_bf16_matches_cpu_loop();
+  void gemm_accumulate_equals_gemm_then_add_data();
+  void gemm_accumulate_equals_gemm_then_add();
   void f32_to_bf16_matches_cpu_exactly_data() { add_shape_rows(); }
   void f32_to_bf16_matches_cpu_exactly();
   void rope_kv_store_matches_cpu_exactly_data();
   void rope_kv_store_matches_cpu_exactly();
+  void kv_store_after_rope_equals_the_rope_launch_store_data() {
+    rope_kv_store_matches_cpu_exactly_data();
+  }
+  void kv_store_after_rope_equals_the_rope_launch_store();
   void bf16_outputs_equal_the_f32_ops_rounded_data() { add_shape_rows(); }
   void bf16_outputs_equal_the_f32_ops_rounded();
 
@@ -718,6 +725,18 @@ void TestCudaOps::kv_pack_unpack_round_trip() {
   QVERIFY2(dv.download() == want_v, "unpacked V pool differs");
 }
 
+// count random values in [-2, 2) as bf16 bits and their exact f32 values.
+static void random_bf16(std::mt19937& rng, int64_t count, std::vector<uint16_t>& bits,
+                        std::vector<float>& values) {
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(count), -2.0f, 2.0f);
+  bits.resize(static_cast<size_t>(count));
+  values.resize(static_cast<size_t>(count));
+  for (size_t i = 0; i < x.size(); ++i) {
+    bits[i] = fp32_to_bf16(x[i]);
+    values[i] = bf16_to_fp32(bits[i]);
+  }
+}
+
 void TestCudaOps::gemm_bf16_matches_cpu_loop_data() {
   QTest::addColumn<qint64>("m");
   QTest::addColumn<qint64>("n");
@@ -738,19 +757,10 @@ void TestCudaOps::gemm_bf16_matches_cpu_loop() {
   QFETCH(qint64, k);
   std::mt19937 rng(static_cast<uint32_t>(m * 7 + n * 131 + k));
   // a: (m, k), b: (n, k) as bf16 bits, and their exact f32 values.
-  auto random_bf16 = [&](int64_t count, std::vector<uint16_t>& bits, std::vector<float>& values) {
-    const std::vector<float> x = random_floats(rng, count, -2.0f, 2.0f);
-    bits.resize(count);
-    values.resize(count);
-    for (int64_t i = 0; i < count; ++i) {
-      bits[i] = fp32_to_bf16(x[i]);
-      values[i] = bf16_to_fp32(bits[i]);
-    }
-  };
   std::vector<uint16_t> a_bits, b_bits;
   std::vector<float> a, b;
-  random_bf16(m * k, a_bits, a);
-  random_bf16(n * k, b_bits, b);
+  random_bf16(rng, m * k, a_bits, a);
+  random_bf16(rng, n * k, b_bits, b);
   std::vector<float> want(m * n);    // (m, n)
   std::vector<double> bound(m * n);  // allowed |gpu − cpu| per element
   for (int64_t i = 0; i < m; ++i) {
@@ -798,6 +808,79 @@ void TestCudaOps::gemm_bf16_matches_cpu_loop() {
   }
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            gemm.bf16_nt(da.get(), db.get(), dc.get(), m, n, 12, stream_));
+}
+
+void TestCudaOps::gemm_accumulate_equals_gemm_then_add_data() {
+  QTest::addColumn<qint64>("m");
+  QTest::addColumn<qint64>("n");
+  QTest::addColumn<qint64>("k");
+  // The many-row steps' o and down products (SmolLM2: 576 → 576, 1536 → 576; Llama-8B: 4096 →
+  // 4096, 14336 → 4096) at prompt-like and batch-like row counts.
+  const qint64 shapes[][3] = {{9, 576, 576},    {152, 576, 576},  {33, 576, 1536},
+                              {512, 576, 1536}, {17, 4096, 4096}, {17, 4096, 14336}};
+  for (const auto& s : shapes)
+    QTest::addRow("%lldx%lldx%lld", static_cast<long long>(s[0]), static_cast<long long>(s[1]),
+                  static_cast<long long>(s[2]))
+        << s[0] << s[1] << s[2];
+}
+
+// CudaOptions::fused_epilogues: the residual add inside the GEMM (c += a·bᵀ, cuBLASLt's beta = 1)
+// against the product into a scratch buffer and launch_add_inplace after it (the last GPU run's
+// many-row steps). Where cuBLASLt's algorithm forms the f32 sum of the k products and then adds c
+// (one rounding), the two are the same bits; an algorithm that reduces split-k partials into c
+// adds in another order. Each side is within kGemmUlps·max(k, 16)·2^-24 of the exact sum's
+// magnitude, Σ|a·b| + |c| (the gemm test's bound, with c as one more term), so they may differ by
+// twice that; a missing or doubled c, or a product of the wrong rows, is off by about |c| or
+// Σ|a·b|/√k, far outside it. How many elements are the same bits is reported.
+void TestCudaOps::gemm_accumulate_equals_gemm_then_add() {
+  QFETCH(qint64, m);
+  QFETCH(qint64, n);
+  QFETCH(qint64, k);
+  std::mt19937 rng(static_cast<uint32_t>(m * 3 + n * 17 + k));
+  // a: (m, k), b: (n, k) as bf16 bits, and their exact f32 values; c0: (m, n) residual rows.
+  std::vector<uint16_t> a_bits, b_bits;
+  std::vector<float> a, b;
+  random_bf16(rng, m * k, a_bits, a);
+  random_bf16(rng, n * k, b_bits, b);
+  const std::vector<float> c0 = random_floats(rng, static_cast<size_t>(m * n), -8.0f, 8.0f);
+  std::vector<double> allowed(c0.size());  // (m, n): |fused − separate| allowed per element
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double magnitude = std::fabs(double{c0[i * n + j]});
+      for (int64_t p = 0; p < k; ++p) magnitude += std::fabs(double{a[i * k + p]} * b[j * k + p]);
+      allowed[i * n + j] = 2 * kGemmUlps * static_cast<double>(std::max<int64_t>(k, 16)) *
+                           std::ldexp(1.0, -24) * magnitude;
+    }
+  }
+
+  CublasGemm gemm;
+  DeviceBuffer<uint16_t> da(a_bits.size()), db(b_bits.size());
+  DeviceBuffer<float> dx(c0.size()), dproj(c0.size()), dy(c0.size());
+  da.upload(a_bits);
+  db.upload(b_bits);
+  dx.upload(c0);
+  dy.upload(c0);
+  // The last GPU run's way, then the accumulating product, each run twice (the second call of a
+  // shape reuses its plan; the same plan serves both ways).
+  for (int call = 0; call < 2; ++call) {
+    gemm.bf16_nt(da.get(), db.get(), dproj.get(), m, n, k, stream_);
+    launch_add_inplace(dx.get(), dproj.get(), m * n, stream_);
+    gemm.bf16_nt(da.get(), db.get(), dy.get(), m, n, k, stream_, true);
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<float> separate = dx.download(), fused = dy.download();
+    dx.upload(c0);
+    dy.upload(c0);
+    int64_t same = 0;
+    for (int64_t e = 0; e < m * n; ++e) {
+      same += std::bit_cast<uint32_t>(separate[e]) == std::bit_cast<uint32_t>(fused[e]);
+      QVERIFY2(std::fabs(double{fused[e]} - separate[e]) <= allowed[e],
+               mismatch_message("accumulating gemm against gemm + add", e, n, fused, separate)
+                   .constData());
+    }
+    if (call == 0)
+      qInfo("%lld of %lld elements the same bits", static_cast<long long>(same),
+            static_cast<long long>(m * n));
+  }
 }
 
 void TestCudaOps::f32_to_bf16_matches_cpu_exactly() {
@@ -909,6 +992,93 @@ void TestCudaOps::rope_kv_store_matches_cpu_exactly() {
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            launch_rope(dqkv.get(), dpos.get(), rows, stride, 2 * n_kv_head,
                                        head_dim, head_dim, 10000.0f, stream_, false, &bad));
+}
+
+// CudaOptions::fused_epilogues: the many-row steps' RoPE launch with its KV store against RoPE
+// alone and then launch_kv_store_rows (the last GPU run's two launches) on the same rows: the same
+// rotated rows and the same pools, bit for bit (the same f32 → fp16 rounding of the same values
+// into the same slots); and the separate store's pools are what the CPU stores.
+void TestCudaOps::kv_store_after_rope_equals_the_rope_launch_store() {
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(qint64, rows);
+  QFETCH(bool, rotate);
+  std::mt19937 rng(static_cast<uint32_t>(n_kv_head * 11 + head_dim + rows + rotate));
+  const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
+  const int64_t stride = 3 * kv_dim + 8;  // [q | k | v] rows (q of kv_dim here) and padding
+  const std::vector<float> qkv =
+      random_floats(rng, static_cast<size_t>(rows * stride), -8.0f, 8.0f);
+  std::uniform_int_distribution<int32_t> pos(0, 5000);
+  std::vector<int32_t> positions(static_cast<size_t>(rows));
+  for (int32_t& p : positions) p = pos(rng);
+  const int32_t n_blocks = static_cast<int32_t>((rows + block_size - 1) / block_size) * 2 + 1;
+  std::vector<int32_t> slot_of(static_cast<size_t>(n_blocks) * block_size);
+  std::iota(slot_of.begin(), slot_of.end(), 0);
+  std::shuffle(slot_of.begin(), slot_of.end(), rng);
+  slot_of.resize(static_cast<size_t>(rows));
+  const size_t pool_halves = static_cast<size_t>(n_blocks) * kv_dim * block_size;
+  const std::vector<uint16_t> untouched(pool_halves, 0x7e00);  // slots no row takes keep this NaN
+
+  DeviceBuffer<int32_t> d_slot_of(slot_of.size()), dpos(positions.size());
+  d_slot_of.upload(slot_of);
+  dpos.upload(positions);
+  // Both ways, each on its own copy of the rows and pools.
+  struct Run {
+    DeviceBuffer<float> qkv;
+    DeviceBuffer<uint16_t> k, v;
+  };
+  Run fused{DeviceBuffer<float>(qkv.size()), DeviceBuffer<uint16_t>(pool_halves),
+            DeviceBuffer<uint16_t>(pool_halves)};
+  Run separate{DeviceBuffer<float>(qkv.size()), DeviceBuffer<uint16_t>(pool_halves),
+               DeviceBuffer<uint16_t>(pool_halves)};
+  for (Run* r : {&fused, &separate}) {
+    r->qkv.upload(qkv);
+    r->k.upload(untouched);
+    r->v.upload(untouched);
+  }
+  const int rot_dim = rotate ? head_dim : 0;
+  RopeKvStore store;
+  store.k_offset = kv_dim;
+  store.v_offset = 2 * kv_dim;
+  store.kv_slots = d_slot_of.get();
+  store.n_kv_head = n_kv_head;
+  store.block_size = block_size;
+  store.k_pool = fused.k.get();
+  store.v_pool = fused.v.get();
+  launch_rope(fused.qkv.get(), dpos.get(), rows, stride, 2 * n_kv_head, head_dim, rot_dim, 10000.0f,
+              stream_, false, &store);
+  launch_rope(separate.qkv.get(), dpos.get(), rows, stride, 2 * n_kv_head, head_dim, rot_dim,
+              10000.0f, stream_);
+  launch_kv_store_rows(separate.qkv.get() + kv_dim, separate.qkv.get() + 2 * kv_dim, stride,
+                       d_slot_of.get(), rows, n_kv_head, head_dim, block_size, separate.k.get(),
+                       separate.v.get(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> after = separate.qkv.download();
+  QVERIFY2(first_bit_mismatch(fused.qkv.download(), after) < 0, "the rotated rows differ");
+  const std::vector<uint16_t> k_pool = separate.k.download(), v_pool = separate.v.download();
+  QVERIFY2(fused.k.download() == k_pool, "K pools differ");
+  QVERIFY2(fused.v.download() == v_pool, "V pools differ");
+  std::vector<uint16_t> want_k = untouched, want_v = untouched;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t slot = slot_of[static_cast<size_t>(r)];
+    for (int g = 0; g < n_kv_head; ++g) {
+      const int64_t dst = ((static_cast<int64_t>(slot / block_size) * n_kv_head + g) * block_size +
+                           slot % block_size) *
+                          head_dim;
+      fp32_to_fp16_row(after.data() + r * stride + kv_dim + g * head_dim, want_k.data() + dst,
+                       head_dim);
+      fp32_to_fp16_row(after.data() + r * stride + 2 * kv_dim + g * head_dim, want_v.data() + dst,
+                       head_dim);
+    }
+  }
+  QVERIFY2(k_pool == want_k, "the separate store's K pool differs from the CPU store");
+  QVERIFY2(v_pool == want_v, "the separate store's V pool differs from the CPU store");
+  QVERIFY_THROWS_EXCEPTION(
+      std::invalid_argument,
+      launch_kv_store_rows(separate.qkv.get(), separate.qkv.get(), kv_dim - 1, d_slot_of.get(),
+                           rows, n_kv_head, head_dim, block_size, separate.k.get(),
+                           separate.v.get(), stream_));
 }
 
 // The fused bf16 outputs (rms_norm_bf16, silu_mul_rows_bf16) are the f32 ops (each tested

@@ -9,9 +9,11 @@
 // the exponentials (std::exp vs CUDA's expf, ≤ 2 ulp) and the dot products (≤ 256 f32 terms) add
 // about 1e-6. Allowed per element: 4e-6 + n_keys·2^-24. Rows with few keys are held to about
 // 1e-5, so a wrong or missing key (which moves an output by ~1/n_keys) cannot pass there.
-// The tiled prefill kernel is held to the same bound (one online softmax per row over its key
-// tiles in order, each tile's weighted V rows summed in order, so its sums are within the same
-// n·2^-24).
+// Both prompt kernels (PrefillAttentionKernel: tiled, and key by key as on the last GPU run) are
+// held to the same bound (one online softmax per row over its keys in order, the weighted V rows
+// summed in order, so their sums are within the same n·2^-24), and so to twice that of each
+// other (tiled_prefill_attention_matches_the_key_by_key_kernel: the tiled kernel, not yet run on
+// a GPU, against the one that was).
 
 #include <QtTest/QtTest>
 
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -148,6 +151,90 @@ std::vector<float> cpu_attention(const RandomBatch& b, const std::vector<Sequenc
   return want;
 }
 
+// The GQA shapes every attention test runs: SmolLM2-135M (9/3 × 64), Llama-8B (32/8 × 128),
+// multi-head without GQA, one kv head for all, the largest head, a head_dim that is no multiple of
+// 32, and one that is no multiple of 8 (the kernels' element-at-a-time path).
+struct HeadShape {
+  const char* name;
+  int n_head, n_kv_head, head_dim, block_size;
+};
+constexpr HeadShape kHeadShapes[] = {
+    {"9/3 x64 bs16", 9, 3, 64, 16},   {"32/8 x128 bs16", 32, 8, 128, 16},
+    {"4/4 x128 bs32", 4, 4, 128, 32}, {"6/1 x96 bs8", 6, 1, 96, 8},
+    {"2/1 x256 bs16", 2, 1, 256, 16}, {"3/3 x40 bs4", 3, 3, 40, 4},
+    {"4/2 x36 bs16", 4, 2, 36, 16}};
+
+void add_head_shape_columns() {
+  QTest::addColumn<int>("n_head");
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("block_size");
+}
+
+// Causal chunks of several lengths, from position 0 and after earlier context, tiles ending
+// inside and on chunk boundaries.
+std::vector<SequenceShape> prefill_shapes() {
+  return {{37, 0, {}}, {4, 5, {}}, {16, 0, {}}, {17, 33, {}}, {100, 300, {}}, {64, 0, {}}};
+}
+
+// One prompt-attention call over a random batch of prefill_shapes(): its chunks on the device, the
+// CPU's output, and launch(), which runs a kernel into an f32 or a bf16 output.
+struct PrefillBatch {
+  PrefillBatch(int n_head_, int n_kv_head, int head_dim, int block_size, std::mt19937& rng)
+      : shapes(prefill_shapes()),
+        b(random_batch(shapes, n_head_, n_kv_head, head_dim, block_size, rng)),
+        d(b),
+        dq(b.q.size()),
+        dchunks(shapes.size()),
+        kv{d.k.get(), d.v.get(), block_size, n_kv_head, head_dim},
+        n_head(n_head_),
+        scale(1.0f / std::sqrt(static_cast<float>(head_dim))) {
+    std::vector<CudaPrefillChunk> chunks;
+    int64_t block0 = 0, q_row = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const SequenceShape& s = shapes[i];
+      chunks.push_back({d.tables.get() + block0, q_row, static_cast<int32_t>(s.n_tokens),
+                        static_cast<int32_t>(s.pos0)});
+      q_row0.push_back(q_row);
+      max_tokens = std::max(max_tokens, static_cast<int32_t>(s.n_tokens));
+      block0 += b.n_seq_blocks[i];
+      q_row += s.n_tokens;
+    }
+    dchunks.upload(chunks);
+    dq.upload(b.q);
+    want = cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size);
+  }
+  // The kernel's output, (n_rows, stride), columns past the heads 0; with `out16` the same call
+  // into that bf16 buffer instead.
+  std::vector<float> launch(PrefillAttentionKernel kernel, cudaStream_t stream,
+                            DeviceBuffer<uint16_t>* out16 = nullptr) const {
+    DeviceBuffer<float> dout(b.q.size());
+    TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
+    launch_paged_prefill_attention(
+        kv, dchunks.get(), static_cast<int64_t>(shapes.size()), max_tokens, dq.get(), b.stride,
+        out16 != nullptr ? nullptr : dout.get(), b.stride, n_head, scale, stream, false,
+        out16 != nullptr ? out16->get() : nullptr, kernel);
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return dout.download();
+  }
+  // The allowed |gpu − cpu| of chunk si's token t (the header's bound).
+  double bound(size_t si, int64_t t) const {
+    return kAttentionAbs + (shapes[si].pos0 + t + 1) * std::ldexp(1.0, -24);
+  }
+
+  std::vector<SequenceShape> shapes;
+  RandomBatch b;
+  DeviceBatch d;
+  DeviceBuffer<float> dq;
+  DeviceBuffer<CudaPrefillChunk> dchunks;
+  CudaPagedKv kv;
+  int n_head;
+  float scale;
+  int32_t max_tokens = 0;
+  std::vector<int64_t> q_row0;  // per chunk
+  std::vector<float> want;      // the CPU's output
+};
+
 }  // namespace
 
 class TestCudaPagedAttention : public QObject {
@@ -159,8 +246,12 @@ class TestCudaPagedAttention : public QObject {
   void decode_attention_matches_cpu_data();
   void decode_attention_matches_cpu();
   void decode_attention_rejects_bad_shapes();
-  void prefill_attention_matches_cpu_data() { decode_attention_matches_cpu_data(); }
+  void prefill_attention_matches_cpu_data();
   void prefill_attention_matches_cpu();
+  void tiled_prefill_attention_matches_the_key_by_key_kernel_data() {
+    decode_attention_matches_cpu_data();
+  }
+  void tiled_prefill_attention_matches_the_key_by_key_kernel();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -176,20 +267,21 @@ void TestCudaPagedAttention::cleanupTestCase() {
 }
 
 void TestCudaPagedAttention::decode_attention_matches_cpu_data() {
-  QTest::addColumn<int>("n_head");
-  QTest::addColumn<int>("n_kv_head");
-  QTest::addColumn<int>("head_dim");
-  QTest::addColumn<int>("block_size");
-  // SmolLM2-135M (9/3 × 64), Llama-8B (32/8 × 128), multi-head without GQA, one kv head for all,
-  // the largest head, a head_dim that is no multiple of 32, and one that is no multiple of 8
-  // (the kernels' element-at-a-time path).
-  QTest::newRow("9/3 x64 bs16") << 9 << 3 << 64 << 16;
-  QTest::newRow("32/8 x128 bs16") << 32 << 8 << 128 << 16;
-  QTest::newRow("4/4 x128 bs32") << 4 << 4 << 128 << 32;
-  QTest::newRow("6/1 x96 bs8") << 6 << 1 << 96 << 8;
-  QTest::newRow("2/1 x256 bs16") << 2 << 1 << 256 << 16;
-  QTest::newRow("3/3 x40 bs4") << 3 << 3 << 40 << 4;
-  QTest::newRow("4/2 x36 bs16") << 4 << 2 << 36 << 16;
+  add_head_shape_columns();
+  for (const HeadShape& h : kHeadShapes)
+    QTest::newRow(h.name) << h.n_head << h.n_kv_head << h.head_dim << h.block_size;
+}
+
+// Every head shape with each prompt kernel.
+void TestCudaPagedAttention::prefill_attention_matches_cpu_data() {
+  add_head_shape_columns();
+  QTest::addColumn<int>("kernel");  // PrefillAttentionKernel
+  for (const HeadShape& h : kHeadShapes) {
+    QTest::addRow("%s, key by key", h.name) << h.n_head << h.n_kv_head << h.head_dim << h.block_size
+                                            << static_cast<int>(PrefillAttentionKernel::kKeyByKey);
+    QTest::addRow("%s, tiled", h.name) << h.n_head << h.n_kv_head << h.head_dim << h.block_size
+                                       << static_cast<int>(PrefillAttentionKernel::kTiled);
+  }
 }
 
 void TestCudaPagedAttention::decode_attention_matches_cpu() {
@@ -313,76 +405,82 @@ void TestCudaPagedAttention::decode_attention_rejects_bad_shapes() {
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, flatten_paged_rows({&bad_tree, 1}));
 }
 
-// Causal chunks of several lengths, from position 0 and after earlier context, tiles ending
-// inside and on chunk boundaries, against the CPU.
+// The prompt kernel of the row against the CPU on prefill_shapes(), in f32 and in bf16.
 void TestCudaPagedAttention::prefill_attention_matches_cpu() {
   QFETCH(int, n_head);
   QFETCH(int, n_kv_head);
   QFETCH(int, head_dim);
   QFETCH(int, block_size);
+  QFETCH(int, kernel);
   std::mt19937 rng(static_cast<uint32_t>(n_head * 7 + n_kv_head * 13 + head_dim + block_size));
-  const std::vector<SequenceShape> shapes = {{37, 0, {}},  {4, 5, {}},     {16, 0, {}},
-                                             {17, 33, {}}, {100, 300, {}}, {64, 0, {}}};
-  int32_t max_tokens = 0;
-  for (const SequenceShape& s : shapes)
-    max_tokens = std::max(max_tokens, static_cast<int32_t>(s.n_tokens));
-  const RandomBatch b = random_batch(shapes, n_head, n_kv_head, head_dim, block_size, rng);
-  const std::vector<int64_t>& n_seq_blocks = b.n_seq_blocks;
-  const std::vector<float>& q = b.q;
-  const int64_t stride = b.stride;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const DeviceBatch d(b);
-  const DeviceBuffer<uint16_t>&dk = d.k, &dv = d.v;
-  const DeviceBuffer<int32_t>& dtables = d.tables;
-  std::vector<CudaPrefillChunk> chunks;
-  std::vector<int64_t> q_row0;
-  int64_t block0 = 0, q_row = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const SequenceShape& s = shapes[i];
-    chunks.push_back({dtables.get() + block0, q_row, static_cast<int32_t>(s.n_tokens),
-                      static_cast<int32_t>(s.pos0)});
-    q_row0.push_back(q_row);
-    block0 += n_seq_blocks[i];
-    q_row += s.n_tokens;
-  }
-  const std::vector<float> want = cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size);
-
-  DeviceBuffer<CudaPrefillChunk> dchunks(chunks.size());
-  dchunks.upload(chunks);
-  DeviceBuffer<float> dq(q.size()), dout(q.size());
-  dq.upload(q);
-  TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
-  const CudaPagedKv gpu_kv{dk.get(), dv.get(), block_size, n_kv_head, head_dim};
-  launch_paged_prefill_attention(gpu_kv, dchunks.get(), static_cast<int64_t>(chunks.size()),
-                                 max_tokens, dq.get(), stride, dout.get(), stride, n_head, scale,
-                                 stream_);
-  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  const std::vector<float> got = dout.download();
+  const PrefillBatch p(n_head, n_kv_head, head_dim, block_size, rng);
+  const auto which = static_cast<PrefillAttentionKernel>(kernel);
+  const int64_t stride = p.b.stride;
+  const std::vector<float> got = p.launch(which, stream_);
   // With a bf16 output (a GEMM's input): the same values rounded, bit for bit.
-  DeviceBuffer<uint16_t> dout16(q.size());
+  DeviceBuffer<uint16_t> dout16(p.b.q.size());
   TOKENFAB_CUDA_CHECK(cudaMemset(dout16.get(), 0xff, dout16.bytes()));
-  launch_paged_prefill_attention(gpu_kv, dchunks.get(), static_cast<int64_t>(chunks.size()),
-                                 max_tokens, dq.get(), stride, nullptr, stride, n_head, scale,
-                                 stream_, false, dout16.get());
-  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  p.launch(which, stream_, &dout16);
   QVERIFY(dout16.download() == rounded_to_bf16(got, stride, int64_t{n_head} * head_dim));
-  for (size_t si = 0; si < shapes.size(); ++si) {
-    const SequenceShape& s = shapes[si];
-    for (int64_t t = 0; t < s.n_tokens; ++t) {
-      const int64_t row = q_row0[si] + t;
-      const double bound = kAttentionAbs + (s.pos0 + t + 1) * std::ldexp(1.0, -24);
+  for (size_t si = 0; si < p.shapes.size(); ++si) {
+    for (int64_t t = 0; t < p.shapes[si].n_tokens; ++t) {
+      const int64_t row = p.q_row0[si] + t;
       for (int64_t c = 0; c < stride; ++c) {
         const int64_t i = row * stride + c;
-        QVERIFY2(std::fabs(double{got[i]} - want[i]) <= bound,
+        QVERIFY2(std::fabs(double{got[i]} - p.want[i]) <= p.bound(si, t),
                  qPrintable(QStringLiteral("chunk %1 token %2 col %3: gpu %4, cpu %5")
                                 .arg(si)
                                 .arg(t)
                                 .arg(c)
                                 .arg(static_cast<double>(got[i]), 0, 'g', 9)
-                                .arg(static_cast<double>(want[i]), 0, 'g', 9)));
+                                .arg(static_cast<double>(p.want[i]), 0, 'g', 9)));
       }
     }
   }
+}
+
+// CudaOptions::tiled_prompt_attention: the tiled kernel (not yet run on a GPU) against the
+// key-by-key kernel of the last GPU run on the same chunks, element by element within twice the
+// CPU bound (each is held to the CPU within it; a wrong, missing or extra key moves an output by
+// about 1/n_keys, well outside it). Their bf16 outputs may differ only where their f32 ones do.
+void TestCudaPagedAttention::tiled_prefill_attention_matches_the_key_by_key_kernel() {
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  std::mt19937 rng(static_cast<uint32_t>(n_head * 5 + n_kv_head * 17 + head_dim + block_size));
+  const PrefillBatch p(n_head, n_kv_head, head_dim, block_size, rng);
+  const int64_t stride = p.b.stride;
+  const std::vector<float> tiled = p.launch(PrefillAttentionKernel::kTiled, stream_);
+  const std::vector<float> by_key = p.launch(PrefillAttentionKernel::kKeyByKey, stream_);
+  int64_t same = 0, compared = 0;
+  for (size_t si = 0; si < p.shapes.size(); ++si) {
+    for (int64_t t = 0; t < p.shapes[si].n_tokens; ++t) {
+      const int64_t row = p.q_row0[si] + t;
+      for (int64_t c = 0; c < stride; ++c) {
+        const int64_t i = row * stride + c;
+        ++compared;
+        same += std::memcmp(&tiled[i], &by_key[i], sizeof(float)) == 0;
+        QVERIFY2(std::fabs(double{tiled[i]} - by_key[i]) <= 2 * p.bound(si, t),
+                 qPrintable(QStringLiteral("chunk %1 token %2 col %3: tiled %4, key by key %5")
+                                .arg(si)
+                                .arg(t)
+                                .arg(c)
+                                .arg(static_cast<double>(tiled[i]), 0, 'g', 9)
+                                .arg(static_cast<double>(by_key[i]), 0, 'g', 9)));
+      }
+    }
+  }
+  qInfo("%lld of %lld outputs the same bits", static_cast<long long>(same),
+        static_cast<long long>(compared));
+  DeviceBuffer<uint16_t> tiled16(p.b.q.size()), by_key16(p.b.q.size());
+  TOKENFAB_CUDA_CHECK(cudaMemset(tiled16.get(), 0xff, tiled16.bytes()));
+  TOKENFAB_CUDA_CHECK(cudaMemset(by_key16.get(), 0xff, by_key16.bytes()));
+  p.launch(PrefillAttentionKernel::kTiled, stream_, &tiled16);
+  p.launch(PrefillAttentionKernel::kKeyByKey, stream_, &by_key16);
+  const std::vector<uint16_t> t16 = tiled16.download(), k16 = by_key16.download();
+  for (size_t i = 0; i < t16.size(); ++i)
+    if (std::memcmp(&tiled[i], &by_key[i], sizeof(float)) == 0) QCOMPARE(t16[i], k16[i]);
 }
 
 QTEST_APPLESS_MAIN(TestCudaPagedAttention)

@@ -61,7 +61,7 @@ class GuiDevicesTest : public QObject {
   // A finished disaggregated run of kPrompts (24 tokens each); the engine is idle.
   std::shared_ptr<const EngineSnapshot> idle_run_snapshot();
 
-  std::unique_ptr<LlamaModel> model_;
+  std::shared_ptr<const LlamaModel> model_;
   std::optional<Tokenizer> tokenizer_;
 };
 
@@ -153,7 +153,7 @@ void GuiDevicesTest::page_shows_devices_and_roofline_of_a_real_run() {
   }
 
   // Before the limits are known: measured points only, and "measuring…".
-  page.set_model(model_.get());
+  page.set_model(model_);
   const QString decode = QString::fromStdString(snapshot->devices[1].name);
   QVERIFY(page.roofline_summary(decode).startsWith("measuring"));
   int timed_steps = 0;
@@ -205,7 +205,7 @@ void GuiDevicesTest::limits_are_measured_when_shown_and_again_when_idle() {
   DevicesPage page;
   QSignalSpy measured(&page, &DevicesPage::limitsMeasured);
   page.on_snapshot(busy);
-  page.set_model(model_.get());
+  page.set_model(model_);
   // Nothing is measured for a page that is not shown (the probe would take the cores).
   QTest::qWait(300);
   QCOMPARE(measured.count(), 0);

@@ -1,10 +1,12 @@
 // The Draft heads page (ui/views/heads_page.h) on the offscreen platform with the real default
 // model: training a tiny head from the page reaches 100 % and the head appears in the table (and in
 // the registry, with its file); a training cancelled from its progress report leaves no new row and
-// no file in the heads folder; an evaluation fills the heat map, and one on a re-quantized target
-// (the quantization study) fills the selected head's evaluations table beside the model's own
-// speed; the selected head's recorded training curve fills the chart. TOKENFAB_HOME points at a
-// temporary directory before anything opens the database.
+// no file in the heads folder; a reload of the model while a training or an evaluation runs (a
+// chat that names another model does that) leaves the job its own model until it ends; an
+// evaluation fills the heat map, and one on a re-quantized target (the quantization study) fills
+// the selected head's evaluations table beside the model's own speed; the selected head's recorded
+// training curve fills the chart. TOKENFAB_HOME points at a temporary directory before anything
+// opens the database.
 
 #include <QSignalSpy>
 #include <QValueAxis>
@@ -69,6 +71,7 @@ class GuiHeadsTest : public QObject {
   void training_reaches_100_percent_and_lists_the_head();
   void cancelled_training_leaves_no_head_and_no_file();
   void evaluation_fills_the_matrix_export_and_delete();
+  void reloading_the_model_leaves_running_jobs_their_model();
   void closing_the_page_mid_training_leaves_nothing();
   void cleanupTestCase();
 
@@ -295,6 +298,75 @@ void GuiHeadsTest::evaluation_fills_the_matrix_export_and_delete() {
   QVERIFY(!registry.find_head("gui-code").has_value());
   QVERIFY(!std::filesystem::exists(record->file));
   QVERIFY(!table_has(page.heads_table(), 1, "gui-code"));
+}
+
+// The bridge's load() drops its model while a training or an evaluation may be running on another
+// thread. Each job holds the model it started with: after the reload that model is still alive
+// while the job reports progress, and it is freed once the job has ended.
+void GuiHeadsTest::reloading_the_model_leaves_running_jobs_their_model() {
+  HeadsPage page;
+  page.attach(bridge_.get());
+  QSignalSpy loaded(bridge_.get(), &EngineBridge::loaded);
+  QSignalSpy failed(bridge_.get(), &EngineBridge::failed);
+  EngineConfig config;
+  config.threads = 2;
+  // Loads the same file again (a new model object); true once it is in.
+  const auto reload = [&] {
+    const qsizetype before = loaded.size();
+    bridge_->load(model_path_, config);
+    return QTest::qWaitFor([&] { return loaded.size() > before || !failed.isEmpty(); },
+                           kLoadTimeoutMs) &&
+           failed.isEmpty();
+  };
+
+  // A head to evaluate later (the same file reloaded has the same SHA-256, so it stays usable).
+  QSignalSpy trained(&page, &HeadsPage::trainingFinished);
+  QVERIFY(page.start_training(tiny_request("gui-reload")));
+  QTRY_VERIFY_WITH_TIMEOUT(!trained.isEmpty(), kTrainTimeoutMs);
+  QVERIFY2(trained.last().at(0).toBool(), qPrintable(trained.last().at(1).toString()));
+
+  // Training: reloaded once it reports a training step.
+  {
+    std::weak_ptr<const LlamaModel> first = bridge_->shared_model();
+    QSignalSpy progress(&page, &HeadsPage::trainingProgress);
+    HeadTrainingRequest r = tiny_request("gui-reload-training");
+    r.steps = 100000;  // cancelled below: it must outlast the reload
+    QVERIFY(page.start_training(r));
+    QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(1).toString() == "training",
+                             kTrainTimeoutMs);
+    QVERIFY(reload());
+    QVERIFY(bridge_->shared_model() != first.lock());
+    QVERIFY2(page.busy(), "the training ended during the reload");
+    QVERIFY2(!first.expired(), "the training's model was freed by the reload");
+    const qsizetype reports = progress.size();
+    QTRY_VERIFY_WITH_TIMEOUT(progress.size() > reports, kTrainTimeoutMs);  // it goes on
+    page.cancel_job();
+    QTRY_VERIFY_WITH_TIMEOUT(trained.size() == 2, kTrainTimeoutMs);
+    QVERIFY(first.expired());  // the job ended and held the last handle
+  }
+
+  // Evaluation: reloaded once it reports a prompt done.
+  std::optional<HeadRecord> record;
+  {
+    const auto db = Database::open_default();
+    record = Registry(*db).find_head("gui-reload");
+  }
+  QVERIFY(record.has_value());
+  {
+    std::weak_ptr<const LlamaModel> first = bridge_->shared_model();
+    QSignalSpy progress(&page, &HeadsPage::evaluationProgress);
+    QSignalSpy evaluated(&page, &HeadsPage::evaluationFinished);
+    QVERIFY(page.start_evaluation(record->id, "code", 0, 512));
+    QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() || !evaluated.isEmpty(), kTrainTimeoutMs);
+    QVERIFY2(evaluated.isEmpty(), "the evaluation ended before its first prompt was reported");
+    QVERIFY(reload());
+    QVERIFY2(page.busy(), "the evaluation ended during the reload");
+    QVERIFY2(!first.expired(), "the evaluation's model was freed by the reload");
+    page.cancel_job();
+    QTRY_VERIFY_WITH_TIMEOUT(!evaluated.isEmpty(), kTrainTimeoutMs);
+    QVERIFY(first.expired());
+  }
+  QVERIFY(page.delete_head(record->id));
 }
 
 void GuiHeadsTest::closing_the_page_mid_training_leaves_nothing() {

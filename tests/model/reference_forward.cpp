@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "kernels/cpu/quant_types.h"
 #include "kernels/cpu/quantize.h"
 
 namespace tokenfab::test {
@@ -38,7 +39,14 @@ kernels::WeightType kernel_type(const gguf::TensorInfo& t) {
   }
 }
 
-Dense dense(const gguf::GgufFile& file, const std::string& name) {
+double to_bf16(double x) {
+  return kernels::bf16_to_fp32(kernels::fp32_to_bf16(static_cast<float>(x)));
+}
+double to_fp16(double x) {
+  return kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(x)));
+}
+
+Dense dense(const gguf::GgufFile& file, const std::string& name, Rounding rounding) {
   const gguf::TensorInfo& t = file.tensor(name);
   Dense d;
   d.cols = static_cast<int64_t>(t.dims[0]);
@@ -48,6 +56,8 @@ Dense dense(const gguf::GgufFile& file, const std::string& name) {
   const uint64_t row_bytes = kernels::row_bytes(type, static_cast<uint64_t>(d.cols));
   for (int64_t r = 0; r < d.rows; ++r)
     kernels::dequantize_row(type, t.data + r * row_bytes, d.w.data() + r * d.cols, d.cols);
+  if (rounding != Rounding::kExact)
+    for (float& w : d.w) w = static_cast<float>(to_bf16(w));
   return d;
 }
 
@@ -55,6 +65,7 @@ struct Config {
   int64_t n_embd = 0, n_layer = 0;
   int n_head = 0, n_kv_head = 0, head_dim = 0;
   double eps = 0.0, rope_base = 0.0;
+  Rounding rounding = Rounding::kExact;
 };
 
 Config read_config(const gguf::GgufFile& f) {
@@ -72,8 +83,13 @@ Config read_config(const gguf::GgufFile& f) {
   return c;
 }
 
-// y = W x: (rows) from (cols).
-Vec matvec(const Dense& m, const Vec& x) {
+// y = W x: (rows) from (cols), x rounded first as `rounding` says.
+Vec matvec(const Dense& m, const Vec& x_in, Rounding rounding) {
+  Vec x = x_in;
+  if (rounding == Rounding::kGpuFewRows)
+    for (double& v : x) v = static_cast<float>(v);
+  if (rounding == Rounding::kGpuManyRows)
+    for (double& v : x) v = to_bf16(v);
   Vec y(static_cast<size_t>(m.rows), 0.0);
   for (int64_t r = 0; r < m.rows; ++r) {
     const float* row = m.w.data() + r * m.cols;
@@ -142,47 +158,59 @@ void add(Vec& y, const Vec& x) {
 
 void layer(const gguf::GgufFile& f, const Config& c, int64_t index, std::vector<Vec>& x) {
   const std::string p = "blk." + std::to_string(index) + ".";
-  const Dense attn_norm = dense(f, p + "attn_norm.weight"), wq = dense(f, p + "attn_q.weight"),
-              wk = dense(f, p + "attn_k.weight"), wv = dense(f, p + "attn_v.weight"),
-              wo = dense(f, p + "attn_output.weight"), ffn_norm = dense(f, p + "ffn_norm.weight"),
-              gate = dense(f, p + "ffn_gate.weight"), up = dense(f, p + "ffn_up.weight"),
-              down = dense(f, p + "ffn_down.weight");
+  // The norms' weights stay exact: the GPU's norm kernels read them as f32.
+  const Dense attn_norm = dense(f, p + "attn_norm.weight", Rounding::kExact),
+              ffn_norm = dense(f, p + "ffn_norm.weight", Rounding::kExact);
+  const Rounding r = c.rounding;
+  const Dense wq = dense(f, p + "attn_q.weight", r), wk = dense(f, p + "attn_k.weight", r),
+              wv = dense(f, p + "attn_v.weight", r), wo = dense(f, p + "attn_output.weight", r),
+              gate = dense(f, p + "ffn_gate.weight", r), up = dense(f, p + "ffn_up.weight", r),
+              down = dense(f, p + "ffn_down.weight", r);
   std::vector<Vec> q, k, v;  // per position: (q_dim), (kv_dim), (kv_dim)
   for (size_t t = 0; t < x.size(); ++t) {
     const Vec h = rms_norm(x[t], attn_norm, c.eps);
-    q.push_back(matvec(wq, h));
-    k.push_back(matvec(wk, h));
-    v.push_back(matvec(wv, h));
+    q.push_back(matvec(wq, h, r));
+    k.push_back(matvec(wk, h, r));
+    v.push_back(matvec(wv, h, r));
     rope(q.back(), c.n_head, c.head_dim, static_cast<int64_t>(t), c.rope_base);
     rope(k.back(), c.n_kv_head, c.head_dim, static_cast<int64_t>(t), c.rope_base);
+    if (r != Rounding::kExact) {  // stored in the fp16 pool, read back by the attention
+      for (double& e : k.back()) e = to_fp16(e);
+      for (double& e : v.back()) e = to_fp16(e);
+    }
   }
   const std::vector<Vec> att = attention(c, q, k, v);
   for (size_t t = 0; t < x.size(); ++t) {
-    add(x[t], matvec(wo, att[t]));
+    add(x[t], matvec(wo, att[t], r));
     const Vec h = rms_norm(x[t], ffn_norm, c.eps);
-    Vec g = matvec(gate, h);
-    const Vec u = matvec(up, h);
+    Vec g = matvec(gate, h, r);
+    const Vec u = matvec(up, h, r);
     for (size_t i = 0; i < g.size(); ++i)
       g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SiLU(g)·u
-    add(x[t], matvec(down, g));
+    add(x[t], matvec(down, g, r));
   }
 }
 
 }  // namespace
 
-std::vector<double> reference_logits(const gguf::GgufFile& f, std::span<const int32_t> tokens) {
-  const Config c = read_config(f);
-  const Dense embd = dense(f, "token_embd.weight");  // (n_vocab, n_embd)
-  std::vector<Vec> x;                                // (n, n_embd) residual stream
+std::vector<double> reference_logits(const gguf::GgufFile& f, std::span<const int32_t> tokens,
+                                     Rounding rounding) {
+  Config c = read_config(f);
+  c.rounding = rounding;
+  // (n_vocab, n_embd): the GPU, too, reads the embedding rows in the file's own type.
+  const Dense embd = dense(f, "token_embd.weight", Rounding::kExact);
+  std::vector<Vec> x;  // (n, n_embd) residual stream
   for (int32_t token : tokens)
     x.emplace_back(embd.w.begin() + token * c.n_embd, embd.w.begin() + (token + 1) * c.n_embd);
   for (int64_t i = 0; i < c.n_layer; ++i) layer(f, c, i, x);
 
-  const Dense norm = dense(f, "output_norm.weight");
-  const Dense out = f.find_tensor("output.weight") != nullptr ? dense(f, "output.weight") : embd;
+  const Dense norm = dense(f, "output_norm.weight", Rounding::kExact);
+  const Dense out = f.find_tensor("output.weight") != nullptr
+                        ? dense(f, "output.weight", rounding)
+                        : dense(f, "token_embd.weight", rounding);  // tied: the GPU's LM head copy
   std::vector<double> logits;
   for (const Vec& row : x) {
-    const Vec l = matvec(out, rms_norm(row, norm, c.eps));
+    const Vec l = matvec(out, rms_norm(row, norm, c.eps), rounding);
     logits.insert(logits.end(), l.begin(), l.end());
   }
   return logits;

@@ -1,7 +1,8 @@
 // The engine facade on the real model: the same greedy tokens in every mode (one request alone,
 // colocated batches, disaggregated prefill → transfer → decode, with and without a long-prompt
 // pool), a tiny pool that forces preemption, cancellation in every lifecycle state, an injected
-// transfer failure, the decode-side prefix cache, and the lifecycle timestamps. After each run
+// transfer failure, a failed device step (its worker's requests fail, the engine goes on), the
+// decode-side prefix cache, and the lifecycle timestamps. After each run
 // every device's pool must hold no owned block.
 
 #include <QtTest>
@@ -57,6 +58,7 @@ class EngineTest : public QObject {
   void partitions_share_storage_under_pressure();
   void cancel_in_each_state_frees_everything();
   void injected_transfer_failure_fails_only_its_request();
+  void failed_step_fails_its_workers_requests_and_the_engine_goes_on();
   void transfer_streams_layers_during_the_last_prefill_step();
   void request_ended_at_its_first_token_leaves_nothing_on_the_decode_device();
   void follow_up_turn_prefills_only_new_tokens_on_the_decode_device();
@@ -337,6 +339,53 @@ void EngineTest::injected_transfer_failure_fails_only_its_request() {
   const ServingSummary s = engine.summary();
   QCOMPARE(s.failed, int64_t{1});
   QCOMPARE(s.completed, static_cast<int64_t>(prompts_.size()) - 1);
+}
+
+// A step whose pass throws (as a CUDA call does after a device fault; injected here) ends every
+// request its worker owns as failed, naming the device and the error, and gives back their blocks,
+// holds and transfers; the process and the other workers go on, and once the fault is gone the
+// same engine serves every prompt with its usual output. Colocated, and disaggregated with the
+// fault on the prefill and then on the decode device.
+void EngineTest::failed_step_fails_its_workers_requests_and_the_engine_goes_on() {
+  struct Case {
+    const char* devices;
+    const char* prefill;
+    const char* decode;
+    const char* faulty;
+  };
+  for (const Case& c : {Case{"cpu:0", "", "", "cpu:0"}, Case{"", "cpu:0", "cpu:1", "cpu:0"},
+                        Case{"", "cpu:0", "cpu:1", "cpu:1"}}) {
+    Engine engine(*model_, config(c.devices, c.prefill, c.decode));
+    std::atomic<bool> armed{true};
+    std::atomic<int> injected{0};
+    engine.set_step_fault_injector([&](const std::string& device, int64_t step) {
+      if (!armed || device != c.faulty || step < 2) return std::string();
+      armed = false;  // one fault: the steps after it run
+      ++injected;
+      return std::string("injected device fault");
+    });
+    const auto first = run_all(engine);
+    QCOMPARE(injected.load(), 1);
+    int failed = 0;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const RequestInfo info = engine.request(static_cast<RequestId>(i + 1));
+      if (info.state == RequestState::kFailed) {
+        ++failed;
+        const std::string expected = std::string("a step on ") + c.faulty + " failed";
+        QVERIFY2(info.error.find(expected) != std::string::npos, info.error.c_str());
+        QVERIFY2(info.error.find("injected device fault") != std::string::npos, info.error.c_str());
+      } else {
+        QCOMPARE(info.state, RequestState::kFinished);
+        QCOMPARE(first[i], alone_[i]);
+      }
+    }
+    QVERIFY2(failed > 0, c.faulty);
+    expect_all_free(engine);
+    QCOMPARE(engine.summary().failed, static_cast<int64_t>(failed));
+    // The fault is gone: the same engine serves every prompt as before.
+    QCOMPARE(run_all(engine), alone_);
+    expect_all_free(engine);
+  }
 }
 
 // Disaggregated: the prefill worker hands a request to its decode worker before the step that

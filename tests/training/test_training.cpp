@@ -8,11 +8,13 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/common/error.h"
@@ -872,7 +874,40 @@ void TrainingTest::trace_roundtrip() {
   QVERIFY(back.topk_ids == t.topk_ids);
   QVERIFY(back.topk_probs == t.topk_probs);
   QVERIFY(back.seq_begin == t.seq_begin);
-  QVERIFY(!std::filesystem::exists(path("t.trace.tmp")));
+  // Saved under a temporary name of its own, then renamed: no temporary file stays behind, and a
+  // save that cannot finish throws Error naming the file (never a filesystem_error) and leaves
+  // none either.
+  const auto temporary_files = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_.path().toStdString()))
+      n += e.path().filename().string().find(".tmp-") != std::string::npos;
+    return n;
+  };
+  QCOMPARE(temporary_files(), 0);
+  // Writers of one file at once (a CLI and the app tracing the same data) never share a temporary
+  // file: each save succeeds, and the file that stays is one of them, whole.
+  {
+    std::atomic<int> failures{0};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 4; ++w)
+      writers.emplace_back([&] {
+        for (int i = 0; i < 5; ++i) {
+          try {
+            t.save(path("shared.trace"));
+          } catch (const std::exception&) {
+            ++failures;
+          }
+        }
+      });
+    for (std::thread& w : writers) w.join();
+    QCOMPARE(failures.load(), 0);
+    QVERIFY(TraceSet::load(path("shared.trace")).hidden == t.hidden);
+  }
+  QCOMPARE(temporary_files(), 0);
+  std::filesystem::create_directory(path("taken.trace"));  // a folder holds the name
+  expect_error([&] { t.save(path("taken.trace")); }, {"taken.trace", "rename"});
+  expect_error([&] { t.save(path("no-such-folder") / "t.trace"); }, {"no-such-folder"});
+  QCOMPARE(temporary_files(), 0);
 
   const std::vector<int64_t> ends = t.sequence_ends();
   QCOMPARE(ends[0], int64_t(5));

@@ -12,8 +12,8 @@ namespace tokenfab::ui {
 
 struct EngineBridge::LoadResult {
   // Member order matters: the engine reads the model's weights, so it is destroyed first.
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const LlamaModel> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
   EngineConfig config;
   QString error;
@@ -59,6 +59,8 @@ void EngineBridge::load(const QString& model_path, const EngineConfig& config) {
   join_loader();
   stop_engine();
   last_snapshot_.reset();
+  // Only the bridge's handles: a training, evaluation or measurement still running keeps its own,
+  // and the old model is freed when it ends.
   model_.reset();
   tokenizer_.reset();
   const uint64_t generation = ++load_generation_;
@@ -80,7 +82,7 @@ void EngineBridge::LoadResult::load(const std::string& model_path,
     std::optional<std::string> requested;
     if (!model_path.empty()) requested = model_path;
     out.model = LlamaModel::load(resolve_model_path(requested));
-    out.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(out.model->file()));
+    out.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_gguf(out.model->file()));
     if (out.tokenizer->n_vocab() > out.model->hparams().n_vocab)
       throw Error(out.model->file().name() + ": the tokenizer has " +
                   std::to_string(out.tokenizer->n_vocab()) + " tokens but token_embd.weight only " +

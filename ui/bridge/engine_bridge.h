@@ -3,6 +3,11 @@
 // core/serving/engine.h and metric snapshots). It lives on the GUI thread and owns the model,
 // its tokenizer and the Engine.
 //
+// Ownership: the model and its tokenizer are shared. Work that runs on threads of its own and may
+// outlive a reload (training and evaluating heads, measuring the machine's limits) holds them
+// through shared_model() / shared_tokenizer(): load() drops the bridge's handles, and the old
+// model is freed when the last such job ends.
+//
 // Threads: the model loads on a background thread (load() returns at once; loaded() or failed()
 // follows). Token events arrive on engine worker threads; the bridge only queues them there, and
 // a GUI-thread timer drains the queue ~30 times a second, coalescing each request's tokens into
@@ -67,6 +72,9 @@ class EngineBridge : public QObject {
   void cancel_load();
   const LlamaModel* model() const { return model_.get(); }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The same, owned jointly: for work on other threads that must outlive a reload.
+  std::shared_ptr<const LlamaModel> shared_model() const { return model_; }
+  std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
   const EngineConfig& config() const { return config_; }
   Engine* engine() { return engine_.get(); }  // nullptr until loaded
 
@@ -94,8 +102,8 @@ class EngineBridge : public QObject {
   void take_snapshot();
   void join_loader();
 
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const LlamaModel> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;  // destroyed before model_ (it reads the weights)
   EngineConfig config_;
   SnapshotPtr last_snapshot_;

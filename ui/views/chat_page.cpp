@@ -213,6 +213,8 @@ void ChatPage::attach(EngineBridge* bridge) {
     }
   };
   connect(bridge, &EngineBridge::loaded, this, on_loaded);
+  // The choosers refer to the model the bridge is about to drop.
+  connect(bridge, &EngineBridge::loadStarted, this, [this] { choosers_.clear(); });
   if (bridge->ready()) on_loaded();
   connect(bridge, &EngineBridge::loadCancelled, this, [this] {
     show_status(tr("No model: loading was cancelled"));

@@ -133,16 +133,19 @@ void DevicesPage::attach(EngineBridge* bridge) {
   bridge_ = bridge;
   auto on_loaded = [this] {
     load_editor(bridge_->config());
-    set_model(bridge_->model());
+    set_model(bridge_->shared_model());
   };
   connect(bridge, &EngineBridge::loaded, this, on_loaded);
+  // The bridge drops the model when another one starts loading; so does the page (a measurement
+  // running then keeps its own handle).
+  connect(bridge, &EngineBridge::loadStarted, this, [this] { set_model(nullptr); });
   connect(bridge, &EngineBridge::snapshotTaken, this, &DevicesPage::on_snapshot);
   if (bridge->ready()) on_loaded();
 }
 
-void DevicesPage::set_model(const LlamaModel* model) {
+void DevicesPage::set_model(std::shared_ptr<const LlamaModel> model) {
   if (model == model_) return;
-  model_ = model;
+  model_ = std::move(model);
   ++model_generation_;
   limits_.clear();
   provisional_.clear();
@@ -371,9 +374,9 @@ void DevicesPage::measure_next() {
   steps_at_start_ = last_snapshot_ ? engine_steps(*last_snapshot_) : 0;
   busy_at_start_ = last_snapshot_ && !engine_idle(*last_snapshot_);
   measuring_ = true;
-  const LlamaModel* model = model_;
+  std::shared_ptr<const LlamaModel> model = model_;
   const uint64_t generation = model_generation_;
-  measurer_ = std::thread([this, model, threads, generation] {
+  measurer_ = std::thread([this, model = std::move(model), threads, generation] {
     MachineLimits limits;
     try {
       limits.bandwidth_gbs = measure_host_bandwidth_gbs(threads);

@@ -68,8 +68,9 @@ class DevicesPage : public Page {
   void attach(EngineBridge* bridge) override;
 
   // The model the roofline is computed for; starts measuring the limits for every thread count
-  // seen so far (once the page is shown). nullptr clears it.
-  void set_model(const LlamaModel* model);
+  // seen so far (once the page is shown). nullptr clears it. The page and its measuring thread
+  // share the model's ownership, so a reload cannot free it under a measurement.
+  void set_model(std::shared_ptr<const LlamaModel> model);
   // Restarts the engine with `config` through the bridge; returns the error message (empty on
   // success). Without a bridge, says so.
   QString apply(const EngineConfig& config);
@@ -125,7 +126,7 @@ class DevicesPage : public Page {
   void join_measurer();
 
   EngineBridge* bridge_ = nullptr;
-  const LlamaModel* model_ = nullptr;
+  std::shared_ptr<const LlamaModel> model_;
   uint64_t model_generation_ = 0;  // bumped by set_model: older measurements are discarded
   SnapshotPtr last_snapshot_;
 

@@ -581,9 +581,11 @@ bool HeadsPage::start_training(const HeadTrainingRequest& request) {
       QStringLiteral("Training %1").arg(QString::fromStdString(request.name)));
   HeadTrainingRequest r = request;
   if (r.threads == 0) r.threads = bridge_->config().threads;
-  const LlamaModel* model = bridge_->model();
-  const Tokenizer* tokenizer = bridge_->tokenizer();
-  worker_ = std::thread([this, r, model, tokenizer] {
+  // Owned jointly with the bridge: a reload while this runs (a chat that names another model)
+  // frees the old model only when the training ends.
+  std::shared_ptr<const LlamaModel> model = bridge_->shared_model();
+  std::shared_ptr<const Tokenizer> tokenizer = bridge_->shared_tokenizer();
+  worker_ = std::thread([this, r, model = std::move(model), tokenizer = std::move(tokenizer)] {
     auto last_post = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     auto progress = [&](const HeadTrainingProgress& p) {
       const auto now = std::chrono::steady_clock::now();
@@ -644,8 +646,9 @@ bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max
   if (busy_ || !bridge_ || !bridge_->ready() || !bridge_->model() || !bridge_->tokenizer())
     return false;
   begin_job(QStringLiteral("evaluating on %1…").arg(domain));
-  const LlamaModel* model = bridge_->model();
-  const Tokenizer* tokenizer = bridge_->tokenizer();
+  // Owned jointly with the bridge, as for training.
+  std::shared_ptr<const LlamaModel> model = bridge_->shared_model();
+  std::shared_ptr<const Tokenizer> tokenizer = bridge_->shared_tokenizer();
   GenerationEvalRequest r;
   // An engine of its own with the bridge's configuration: the chat's traffic does not skew the
   // measurement, and reconfiguring the bridge's engine meanwhile cannot pull it away.
@@ -653,7 +656,8 @@ bool HeadsPage::start_evaluation(int64_t head_id, const QString& domain, int max
   r.max_tokens = max_tokens;
   r.target_quant = target_quant.toStdString();
   const std::string d = domain.toStdString();
-  worker_ = std::thread([this, r, model, tokenizer, head_id, d, max_prompts]() mutable {
+  worker_ = std::thread([this, r, model = std::move(model), tokenizer = std::move(tokenizer),
+                         head_id, d, max_prompts]() mutable {
     bool ok = true;
     QString message;
     try {
