@@ -4,10 +4,9 @@
 # --prompt-tokens 512 --gen-tokens 128 --repetitions 3`.
 #
 # llama.cpp is the copy that the llama-cpp-python sdist vendors (vendor/llama.cpp), downloaded
-# from PyPI and checked against the SHA-256 that PyPI's JSON API gives for it, then built with
-# CMake (Release, GGML_NATIVE=ON without AMX: see below; CPU only; the llama-bench target alone)
-# in build-llamacpp/ (git-ignored: none of llama.cpp's code is part of this repository). Steps
-# already done are skipped, so a second run only benchmarks. Tokenfab itself must already be built
+# from PyPI, verified and built (Release, GGML_NATIVE=ON without AMX, CPU only; the llama-bench
+# target) in build-llamacpp/ by tools/llamacpp_build.sh, which this script sources. Steps already
+# done are skipped, so a second run only benchmarks. Tokenfab itself must already be built
 # (tools/bootstrap.sh).
 #
 # Prints ONE JSON object on stdout; progress and the tools' own logs go to stderr:
@@ -24,9 +23,11 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${TOKENFAB_BUILD_DIR:-$root/build}"
-work_dir="${LLAMACPP_WORK_DIR:-$root/build-llamacpp}"
-# The README's figures came from the llama.cpp that this release vendors.
-llama_cpp_python_version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+# llama.cpp's download and build: $llamacpp_python_version, $llamacpp_work_dir, llamacpp_build.
+# shellcheck source=tools/llamacpp_build.sh
+source "$root/tools/llamacpp_build.sh"
+llama_cpp_python_version="$llamacpp_python_version"
+work_dir="$llamacpp_work_dir"
 prompt_tokens=512
 gen_tokens=128
 repetitions=3
@@ -94,10 +95,7 @@ while (($#)); do
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads \"$threads\": expected a positive integer"
 
-need python3 "it downloads the sdist and writes the JSON (apt-get install python3)"
-need cmake "it builds llama.cpp (apt-get install cmake)"
-need c++ "llama.cpp needs a C++ compiler (apt-get install build-essential)"
-need tar "it unpacks the sdist (apt-get install tar)"
+need python3 "it writes the JSON (apt-get install python3)"
 need sha256sum "it hashes the model file (apt-get install coreutils)"
 
 cli="$build_dir/bin/tokenfab-cli"
@@ -106,120 +104,13 @@ if ((!build_only)); then
   if [[ -n "$model" && ! -f "$model" ]]; then die "--model $model: no such file"; fi
 fi
 
-# --- llama.cpp: the sdist, verified, unpacked -------------------------------------------------
+# --- llama.cpp: llama-bench, built (tools/llamacpp_build.sh) -------------------------------------
 
-src_dir="$work_dir/llama_cpp_python-$llama_cpp_python_version"
-llama_src="$src_dir/vendor/llama.cpp"
-llama_build="$work_dir/build-$llama_cpp_python_version"
-bench_bin="$llama_build/bin/llama-bench"
-tarball="$work_dir/llama_cpp_python-$llama_cpp_python_version.tar.gz"
-unpacked_stamp="$src_dir/.tokenfab-unpacked" # holds the verified sdist's SHA-256
-
-# Downloads the sdist to $2 and prints its SHA-256, after checking it against the digest PyPI's
-# JSON API states for that file.
-download_sdist() {
-  python3 - "$1" "$2" <<'PY'
-import hashlib, json, os, sys, urllib.parse, urllib.request
-
-version, dest = sys.argv[1], sys.argv[2]
-def fail(message):
-    sys.exit("compare_llamacpp: error: " + message)
-
-def read_json(url):
-    with urllib.request.urlopen(url, timeout=60) as response:
-        return json.load(response)
-
-# The release's own document, else the project's (whose "releases" lists every version's files).
-api = f"https://pypi.org/pypi/llama-cpp-python/{version}/json"
-try:
-    files = read_json(api)["urls"]
-except Exception:
-    api = "https://pypi.org/pypi/llama-cpp-python/json"
-    try:
-        releases = read_json(api)["releases"]
-    except Exception as e:
-        fail(f"cannot read PyPI's JSON API ({api}): {e}")
-    if version not in releases:
-        fail(f"llama-cpp-python {version} is not on PyPI")
-    files = releases[version]
-sdists = [f for f in files if f.get("packagetype") == "sdist"]
-if not sdists:
-    fail(f"PyPI lists no sdist for llama-cpp-python {version}")
-sdist = sdists[0]
-url = urllib.parse.urljoin(api, sdist["url"])
-expected = sdist["digests"]["sha256"]
-print(f"compare_llamacpp: downloading {sdist['filename']} "
-      f"({sdist.get('size', 0) / 1e6:.0f} MB) from {url}", file=sys.stderr)
-part = dest + ".part"
-digest = hashlib.sha256()
-try:
-    with urllib.request.urlopen(url, timeout=120) as response, open(part, "wb") as out:
-        while chunk := response.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
-except Exception as e:
-    fail(f"downloading {url} failed: {e}")
-if digest.hexdigest() != expected:
-    os.remove(part)
-    fail(f"{sdist['filename']}: SHA-256 {digest.hexdigest()}, but PyPI states {expected}")
-os.replace(part, dest)
-print(expected)
-PY
-}
-
-mkdir -p "$work_dir"
-if [[ -f "$unpacked_stamp" ]]; then
-  sdist_sha256="$(cat "$unpacked_stamp")"
-  log "llama-cpp-python $llama_cpp_python_version already unpacked in $src_dir"
-else
-  sdist_sha256="$(download_sdist "$llama_cpp_python_version" "$tarball")" ||
-    die "could not get the llama-cpp-python $llama_cpp_python_version sdist (see above)"
-  log "sdist verified (sha256 $sdist_sha256); unpacking into $src_dir"
-  rm -rf "$src_dir"
-  mkdir -p "$src_dir"
-  tar -xzf "$tarball" -C "$src_dir" --strip-components=1 || die "unpacking $tarball failed"
-  [[ -f "$llama_src/CMakeLists.txt" ]] ||
-    die "the sdist has no vendor/llama.cpp/CMakeLists.txt: not the layout this script knows"
-  echo "$sdist_sha256" >"$unpacked_stamp"
-  rm -f "$tarball"
-fi
-
-# The llama.cpp commit the release pinned: its submodule's HEAD, which the sdist carries.
-llama_commit=""
-submodule_head="$src_dir/.git/modules/vendor/llama.cpp/HEAD"
-if [[ -f "$submodule_head" ]] && grep -Eqx '[0-9a-f]{40}' "$submodule_head"; then
-  llama_commit="$(cat "$submodule_head")"
-fi
-
-# --- llama.cpp: llama-bench, built --------------------------------------------------------------
-
-# CPU only, Release, for this CPU (-march=native), and only what llama-bench needs.
-cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=OFF
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
-  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF)
-# Without AMX: on a CPU that has it, -march=native compiles ggml's AMX matmuls, and in this
-# llama.cpp GCC drops the stores that fill their on-stack tile configuration (only palette_id
-# survives: seen with GCC 12, llama-cpp-python 0.3.36, on a Xeon with amx_int8), so the first
-# tile instruction raises SIGILL. Those kernels cannot run, so they are left out; every other
-# feature -march=native enables stays. On a CPU without AMX these flags change nothing.
-cmake_flags+=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
-flags_stamp="$llama_build/.tokenfab-cmake-flags"
-if [[ ! -f "$llama_build/CMakeCache.txt" || "$(cat "$flags_stamp" 2>/dev/null)" != "${cmake_flags[*]}" ]]; then
-  generator=()
-  if [[ ! -f "$llama_build/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
-    generator=(-G Ninja)
-  fi
-  log "configuring llama.cpp${llama_commit:+ ${llama_commit:0:12}} in $llama_build"
-  rm -f "$flags_stamp"
-  cmake -S "$llama_src" -B "$llama_build" "${generator[@]}" "${cmake_flags[@]}" >&2 ||
-    die "configuring llama.cpp failed (see above)"
-  echo "${cmake_flags[*]}" >"$flags_stamp"
-fi
-log "building llama-bench (the first time takes minutes)"
-cmake --build "$llama_build" --target llama-bench -j "$(nproc)" >&2 ||
-  die "building llama-bench failed (see above)"
-[[ -x "$bench_bin" ]] || die "the build finished but $bench_bin is missing"
+llamacpp_build llama-bench
+bench_bin="$llamacpp_bin/llama-bench"
+sdist_sha256="$llamacpp_sdist_sha256"
+llama_commit="$llamacpp_commit"
+cmake_flags=("${llamacpp_cmake_flags[@]}")
 if ((build_only)); then
   log "llama-bench is ready: $bench_bin"
   exit 0

@@ -11,6 +11,7 @@
 #include <QtTest>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/gguf/gguf_writer.h"
 #include "core/model/model_files.h"
@@ -57,6 +58,7 @@ class CliTest : public QObject {
   void initTestCase();
 
   void info_json();
+  void info_describes_files_it_cannot_run();
   void tokenize_json();
   void detokenize_text();
   void generate_json();
@@ -65,6 +67,7 @@ class CliTest : public QObject {
   void bench_json();
   void batch_bench_json();
   void perplexity_json();
+  void perplexity_llama_cpp_convention();
   void synth_json();
   void devices_json();
   void heads_eval_names_its_devices();
@@ -154,6 +157,41 @@ void CliTest::info_json() {
   QCOMPARE(j["n_layer"].toInt(), 30);
   QVERIFY(j["tensor_count"].toInt() > 0);
   QCOMPARE(j["sha256"].toString(), QString(tokenfab::EmbeddedModel::kSha256));
+  QVERIFY(j["runnable"].toBool());
+  // Every tensor with its type; the mix and the bits per weight add up to them.
+  const QJsonArray tensors = j["tensors"].toArray();
+  QCOMPARE(tensors.size(), j["tensor_count"].toInt());
+  double bytes = 0, elements = 0;
+  std::map<QString, double> bytes_by_type;
+  for (const QJsonValue& t : tensors) {
+    const QJsonObject o = t.toObject();
+    double n = 1;
+    for (const QJsonValue& d : o["shape"].toArray()) n *= d.toDouble();
+    elements += n;
+    bytes += o["bytes"].toDouble();
+    bytes_by_type[o["type"].toString()] += o["bytes"].toDouble();
+  }
+  QCOMPARE(j["bits_per_weight"].toDouble(), 8 * bytes / elements);
+  const QJsonObject mix = j["type_mix"].toObject();
+  QCOMPARE(static_cast<size_t>(mix.size()), bytes_by_type.size());
+  for (const auto& [type, b] : bytes_by_type) QCOMPARE(mix[type].toObject()["bytes"].toDouble(), b);
+  // The embedded file's own statement of its quantization, and its matrices' types.
+  QCOMPARE(j["file_type"].toString(), QString("Q4_1"));
+  QVERIFY(mix.contains("Q4_1") && mix.contains("Q8_0") && mix.contains("F32"));
+}
+
+// Any valid GGUF file is described, also one Tokenfab cannot run, which says why.
+void CliTest::info_describes_files_it_cannot_run() {
+  const QJsonObject j = run_json({"info", "--model", gpt2_});
+  RETURN_IF_FAILED();
+  QCOMPARE(j["architecture"].toString(), QString("gpt2"));
+  QCOMPARE(j["runnable"].toBool(), false);
+  QVERIFY2(j["not_runnable_because"].toString().contains("unsupported architecture 'gpt2'"),
+           qPrintable(j["not_runnable_because"].toString()));
+  QCOMPARE(j["n_layer"].toInt(), 1);
+  QCOMPARE(j["tensors"].toArray().size(), 1);
+  QCOMPARE(j["tensors"].toArray()[0].toObject()["type"].toString(), QString("F32"));
+  QCOMPARE(j["bits_per_weight"].toDouble(), 32.0);
 }
 
 void CliTest::tokenize_json() {
@@ -302,6 +340,34 @@ void CliTest::perplexity_json() {
   // The reference gives 36.96 (tools/reference_forward.py); test_model bounds it tightly.
   QVERIFY2(j["ppl"].toDouble() > 30.0 && j["ppl"].toDouble() < 45.0,
            qPrintable(QString::number(j["ppl"].toDouble())));
+  QCOMPARE(j["convention"].toString(), QString("tokenfab"));
+}
+
+// --convention llama.cpp scores as llama-perplexity does: floor(text_tokens / ctx) full chunks,
+// the tail dropped, and in each only the second half: positions ctx/2 … ctx−2 predict the next
+// token, so chunks × (ctx − 1 − ⌊ctx/2⌋) scored tokens. The text has 365 tokens once its trailing
+// '\n' is dropped (perplexity_json's 366-token window less that newline).
+void CliTest::perplexity_llama_cpp_convention() {
+  REQUIRE_MODEL();
+  struct Case {
+    int ctx, chunks, scored;
+  };
+  for (const Case c : {Case{128, 2, 2 * 63}, Case{121, 3, 3 * 60}}) {
+    const QJsonObject j = run_json({"perplexity", "--file", kPerplexityText, "--threads", "2",
+                                    "--convention", "llama.cpp", "--ctx", QString::number(c.ctx)});
+    RETURN_IF_FAILED();
+    QCOMPARE(j["convention"].toString(), QString("llama.cpp"));
+    QCOMPARE(j["ctx"].toInt(), c.ctx);
+    QCOMPARE(j["text_tokens"].toInt(), 365);
+    QCOMPARE(j["chunks"].toInt(), c.chunks);
+    QCOMPARE(j["tokens"].toInt(), c.scored);
+    QVERIFY(j["ppl"].toDouble() > 1.0);
+    QVERIFY(j["ppl_stderr"].toDouble() > 0.0 && j["ppl_stderr"].toDouble() < j["ppl"].toDouble());
+  }
+  // llama-perplexity refuses a text shorter than two windows; so does this convention.
+  const CliRun r = run_cli(
+      {"perplexity", "--file", kPerplexityText, "--convention", "llama.cpp", "--ctx", "512"});
+  QVERIFY2(r.exit_code != 0 && r.err.contains("2 × --ctx = 1024"), qPrintable(describe({}, r)));
 }
 
 // `synth` writes a model that loads, runs and says it is synthetic.
