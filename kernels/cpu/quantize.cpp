@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/cpu_features.h"
@@ -16,24 +19,26 @@ const char* weight_type_name(WeightType type) {
     case WeightType::Q4_0: return "Q4_0";
     case WeightType::Q4_1: return "Q4_1";
     case WeightType::Q8_0: return "Q8_0";
+    case WeightType::Q5_0: return "Q5_0";
+    case WeightType::Q5_1: return "Q5_1";
+    case WeightType::Q2_K: return "Q2_K";
+    case WeightType::Q3_K: return "Q3_K";
+    case WeightType::Q4_K: return "Q4_K";
+    case WeightType::Q5_K: return "Q5_K";
+    case WeightType::Q6_K: return "Q6_K";
+    case WeightType::IQ4_NL: return "IQ4_NL";
+    case WeightType::IQ4_XS: return "IQ4_XS";
   }
   return "?";
 }
 
 bool is_block_quantized(WeightType type) {
-  return type == WeightType::Q4_0 || type == WeightType::Q4_1 || type == WeightType::Q8_0;
+  return block_elements(type) > 1;
 }
 
 uint64_t row_bytes(WeightType type, uint64_t n) {
-  switch (type) {
-    case WeightType::F32: return n * 4;
-    case WeightType::F16:
-    case WeightType::BF16: return n * 2;
-    case WeightType::Q4_0: return n / kQK * sizeof(BlockQ4_0);
-    case WeightType::Q4_1: return n / kQK * sizeof(BlockQ4_1);
-    case WeightType::Q8_0: return n / kQK * sizeof(BlockQ8_0);
-  }
-  return 0;
+  const int elements = block_elements(type);
+  return elements > 0 ? n / static_cast<uint64_t>(elements) * block_bytes(type) : 0;
 }
 
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
@@ -100,6 +105,15 @@ void quantize_row(WeightType type, const float* x, void* dst, int64_t n) {
     case WeightType::Q4_0: quantize_row_q4_0(x, static_cast<BlockQ4_0*>(dst), n); return;
     case WeightType::Q4_1: quantize_row_q4_1(x, static_cast<BlockQ4_1*>(dst), n); return;
     case WeightType::Q8_0: quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n); return;
+    case WeightType::Q5_0: quantize_row_q5_0(x, static_cast<BlockQ5_0*>(dst), n); return;
+    case WeightType::Q5_1: quantize_row_q5_1(x, static_cast<BlockQ5_1*>(dst), n); return;
+    case WeightType::Q2_K: quantize_row_q2_k(x, static_cast<BlockQ2_K*>(dst), n); return;
+    case WeightType::Q3_K: quantize_row_q3_k(x, static_cast<BlockQ3_K*>(dst), n); return;
+    case WeightType::Q4_K: quantize_row_q4_k(x, static_cast<BlockQ4_K*>(dst), n); return;
+    case WeightType::Q5_K: quantize_row_q5_k(x, static_cast<BlockQ5_K*>(dst), n); return;
+    case WeightType::Q6_K: quantize_row_q6_k(x, static_cast<BlockQ6_K*>(dst), n); return;
+    case WeightType::IQ4_NL: quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL*>(dst), n); return;
+    case WeightType::IQ4_XS: quantize_row_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n); return;
   }
 }
 
@@ -151,7 +165,84 @@ void dequantize_row(WeightType type, const void* src, float* y, int64_t n) {
       }
       return;
     }
+    case WeightType::Q5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), y, n); return;
+    case WeightType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), y, n); return;
+    case WeightType::Q2_K: dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), y, n); return;
+    case WeightType::Q3_K: dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), y, n); return;
+    case WeightType::Q4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), y, n); return;
+    case WeightType::Q5_K: dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), y, n); return;
+    case WeightType::Q6_K: dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), y, n); return;
+    case WeightType::IQ4_NL:
+      dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), y, n);
+      return;
+    case WeightType::IQ4_XS:
+      dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), y, n);
+      return;
   }
+}
+
+namespace {
+
+// Where a block type keeps its fp16 scales: byte offsets within the block, and their names.
+struct ScaleField {
+  int offset;  // -1: none
+  const char* name;
+};
+struct ScaleFields {
+  ScaleField first, second;
+};
+
+ScaleFields scale_fields(WeightType type) {
+  constexpr ScaleField kNone{-1, ""};
+  switch (type) {
+    case WeightType::F32:
+    case WeightType::F16:
+    case WeightType::BF16: return {kNone, kNone};
+    case WeightType::Q4_0:
+    case WeightType::Q8_0:
+    case WeightType::Q5_0:
+    case WeightType::IQ4_NL:
+    case WeightType::IQ4_XS: return {{0, "d"}, kNone};  // d first in each
+    case WeightType::Q4_1:
+    case WeightType::Q5_1: return {{0, "d"}, {2, "m"}};
+    case WeightType::Q4_K:
+    case WeightType::Q5_K: return {{0, "d"}, {2, "dmin"}};
+    case WeightType::Q2_K:
+      return {{offsetof(BlockQ2_K, d), "d"}, {offsetof(BlockQ2_K, dmin), "dmin"}};
+    case WeightType::Q3_K: return {{offsetof(BlockQ3_K, d), "d"}, kNone};
+    case WeightType::Q6_K: return {{offsetof(BlockQ6_K, d), "d"}, kNone};
+  }
+  return {kNone, kNone};
+}
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+std::string describe_bad_block(WeightType type, const void* row, int64_t n) {
+  const ScaleFields f = scale_fields(type);
+  if (f.first.offset < 0) return {};
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  const int64_t stride = block_bytes(type);
+  const int64_t blocks = n / block_elements(type);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = bytes + b * stride;
+    for (const ScaleField& field : {f.first, f.second}) {
+      if (field.offset < 0) continue;
+      const uint16_t h = load_u16(block + field.offset);
+      if ((h & 0x7c00) != 0x7c00) continue;  // finite: exponent not all ones
+      const char* what = (h & 0x03ff) ? "nan" : (h & 0x8000) ? "-inf" : "inf";
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(h));
+      return "block " + std::to_string(b) + " of " + weight_type_name(type) + ": " + field.name +
+             " is " + what + " (fp16 0x" + hex + ")";
+    }
+  }
+  return {};
 }
 
 void quantize_row_q8a_scalar(const float* x, BlockQ8A* y, int64_t n) {

@@ -2,7 +2,8 @@
 // Qt Test suite for kernels/cpu. Every fast path is checked against a slow, obviously-right
 // reference written here (or against the scalar kernel, once that has been checked so). Slots
 // are defined in one file per theme:
-//   test_kernels_formats.cpp    block formats from hand-built bytes, fp16/bf16 conversions
+//   test_kernels_formats.cpp    block formats from hand-built bytes and gguf.quants' golden
+//                               blocks, fp16/bf16 conversions, describe_bad_block
 //   test_kernels_quantize.cpp   quantizers (weights and activations)
 //   test_kernels_gemv_blocks.cpp  the quantized GPU GEMV's weight layout, built on the host
 //   test_kernels_gemm.cpp       gemm_scalar / gemm_avx2 / x8 kernels, matmul()
@@ -36,6 +37,21 @@ class KernelTest : public QObject {
   void fp16_round_trips_every_value();
   void fp16_rounds_to_nearest_even();
   void bf16_round_trips_and_rounds_to_nearest_even();
+  void block_sizes_match_ggml();
+  void dequantizes_hand_built_q5_0();
+  void dequantizes_hand_built_q5_1();
+  void dequantizes_hand_built_q2_k();
+  void dequantizes_hand_built_q3_k();
+  void dequantizes_hand_built_q4_k();
+  void dequantizes_hand_built_q5_k();
+  void dequantizes_hand_built_q6_k();
+  void dequantizes_hand_built_iq4_nl();
+  void dequantizes_hand_built_iq4_xs();
+  void dequantizes_golden_blocks_data();
+  void dequantizes_golden_blocks();
+  void describe_bad_block_names_the_block_data();
+  void describe_bad_block_names_the_block();
+  void describe_bad_block_ignores_float_types();
 
   // test_kernels_quantize.cpp
   void quantize_dequantize_error_is_bounded_data();
@@ -43,6 +59,12 @@ class KernelTest : public QObject {
   void q8a_avx2_matches_scalar_bitwise_data();
   void q8a_avx2_matches_scalar_bitwise();
   void q8a_scalar_error_is_bounded();
+  void searched_quantizers_error_is_bounded_data();
+  void searched_quantizers_error_is_bounded();
+  void searched_quantizers_beat_plain_max_scaling_data();
+  void searched_quantizers_beat_plain_max_scaling();
+  void searched_quantizers_are_blockwise_and_keep_zeros_data();
+  void searched_quantizers_are_blockwise_and_keep_zeros();
 
   // test_kernels_gemv_blocks.cpp
   void gemv_blocks_equal_dequantized_rows_data();
