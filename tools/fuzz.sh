@@ -5,13 +5,15 @@
 # build-fuzz/fuzz/corpus/<target>/ from run to run. An input that makes a target fail is copied to
 # tests/fuzz/regressions/<target>/ and the script exits 1: fix the fault, and commit the input, so
 # that test_fuzz_replay keeps it fixed in every build.
-# Usage: tools/fuzz.sh [SECONDS] [TARGET…]   (targets: gguf_file model_file head_file tokenizer_text sampler_rows database_file)
+# Usage: tools/fuzz.sh [SECONDS] [TARGET…]   (targets: gguf_file model_file head_file tokenizer_text
+#   sampler_rows database_file quant_blocks)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-300}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_file model_file head_file tokenizer_text sampler_rows database_file)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_file model_file head_file tokenizer_text sampler_rows database_file
+  quant_blocks)
 build="$root/build-fuzz"
 jobs="$(nproc)"
 

@@ -96,7 +96,8 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
                                           int threads, int32_t kv_blocks, int32_t block_size,
                                           const GpuBenchOptions& gpu = {});
 
-// The weight types `synth` writes, by their CLI names (f32, f16, bf16, q8_0, q4_0, q4_1).
+// The weight types `synth` writes, by their CLI names (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,
+// q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs).
 const std::map<std::string, kernels::WeightType>& weight_types();
 
 // Registration of each subcommand (cmd_*.cpp).
@@ -112,6 +113,7 @@ void register_synth(CLI::App& app);
 void register_serve_bench(CLI::App& app);
 void register_heads(CLI::App& app);
 void register_devices(CLI::App& app);
+void register_quantize(CLI::App& app);
 
 }  // namespace tokenfab::cli
 

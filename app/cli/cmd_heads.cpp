@@ -391,7 +391,8 @@ void register_heads(CLI::App& app) {
                  "chain: choose each step's length up to --draft-len as generate and chat do "
                  "(measured costs, acceptance and the head's confidence); reported, not recorded");
   eval->add_option("--target-quant", e->target_quant,
-                   "re-quantize the target in memory first: native, f16, q8_0, q4_1, q4_0")
+                   "re-quantize the target in memory first: " + target_quant_names_text() +
+                       " (the K-quant names: llama-quantize's mixtures of those names)")
       ->capture_default_str();
   add_engine_options(*eval, e->engine);
   eval->callback([e] { run_eval(*e); });

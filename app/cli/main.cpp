@@ -12,6 +12,9 @@
 #include "core/common/log.h"
 #include "kernels/cpu/cpu_features.h"
 
+namespace tokenfab::cli {
+}  // namespace tokenfab::cli
+
 namespace {
 
 // The innermost command the command line chose (the app itself when none).
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
   tokenfab::cli::register_serve_bench(app);
   tokenfab::cli::register_heads(app);
   tokenfab::cli::register_synth(app);
+  tokenfab::cli::register_quantize(app);
   tokenfab::cli::register_devices(app);
 
   try {

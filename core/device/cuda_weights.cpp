@@ -87,8 +87,9 @@ namespace cuda_backend {
 
 namespace {
 
-// Uploads a model's weights to the current GPU on `stream`, dequantizing each matrix to BF16
-// through staging buffers sized for the largest one; returns when they are in.
+// Uploads a model's weights to the current GPU on `stream`, dequantizing each matrix (of any
+// WeightType) to BF16 through staging buffers sized for the largest one; returns when they are
+// in.
 class WeightUploader {
  public:
   // blocks: also upload each Q4_0, Q4_1 and Q8_0 matrix in the quantized GEMV's layout.

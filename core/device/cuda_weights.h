@@ -1,8 +1,12 @@
 #pragma once
 // A model's weights on one GPU (the CUDA backend, cuda_model.cpp): the matrices in BF16 for
-// every product, and with blocks (CudaOptions::block_gemv) also in the quantized GEMV's layout;
-// one copy per (model, GPU, blocks or not), shared by the devices (partitions) that run it there.
-// CUDA builds only.
+// every product, whatever the file's type (each dequantized on the GPU at load, bit for bit as
+// kernels::dequantize_row, then rounded to BF16), and with blocks (CudaOptions::block_gemv) the
+// Q4_0, Q4_1 and Q8_0 ones also in the quantized GEMV's layout (the other types have no such
+// form: Q5_0/Q5_1, the K-quants and IQ4 keep their BF16 copy alone); the token embedding in the
+// file's type, each token's row decoded on the device (kernels/cuda/embedding.cuh). One copy per
+// (model, GPU, blocks or not), shared by the devices (partitions) that run it there. CUDA builds
+// only.
 
 #include <cuda_runtime.h>
 

@@ -1,9 +1,13 @@
 #include "core/model/llama_model.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
 #include "core/common/log.h"
+#include "core/gguf/file_type.h"
+#include "core/model/quant_mix.h"
+#include "core/model/requantize_rows.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/repack.h"
@@ -73,27 +77,100 @@ HParams HParams::from_gguf(const gguf::GgufFile& file) {
   return h;
 }
 
-kernels::WeightType weight_type_for(const gguf::TensorInfo& tensor, const std::string& file) {
+std::optional<kernels::WeightType> kernel_type_of(gguf::TensorType type) {
   using gguf::TensorType;
-  switch (tensor.type) {
+  using kernels::WeightType;
+  switch (type) {
     case TensorType::F32:
-      return kernels::WeightType::F32;
+      return WeightType::F32;
     case TensorType::F16:
-      return kernels::WeightType::F16;
+      return WeightType::F16;
     case TensorType::BF16:
-      return kernels::WeightType::BF16;
+      return WeightType::BF16;
     case TensorType::Q4_0:
-      return kernels::WeightType::Q4_0;
+      return WeightType::Q4_0;
     case TensorType::Q4_1:
-      return kernels::WeightType::Q4_1;
+      return WeightType::Q4_1;
     case TensorType::Q8_0:
-      return kernels::WeightType::Q8_0;
+      return WeightType::Q8_0;
+    case TensorType::Q5_0:
+      return WeightType::Q5_0;
+    case TensorType::Q5_1:
+      return WeightType::Q5_1;
+    case TensorType::Q2_K:
+      return WeightType::Q2_K;
+    case TensorType::Q3_K:
+      return WeightType::Q3_K;
+    case TensorType::Q4_K:
+      return WeightType::Q4_K;
+    case TensorType::Q5_K:
+      return WeightType::Q5_K;
+    case TensorType::Q6_K:
+      return WeightType::Q6_K;
+    case TensorType::IQ4_NL:
+      return WeightType::IQ4_NL;
+    case TensorType::IQ4_XS:
+      return WeightType::IQ4_XS;
     default:
-      break;
+      return std::nullopt;
   }
+}
+
+gguf::TensorType tensor_type_of(kernels::WeightType type) {
+  using gguf::TensorType;
+  using kernels::WeightType;
+  switch (type) {
+    case WeightType::F32:
+      return TensorType::F32;
+    case WeightType::F16:
+      return TensorType::F16;
+    case WeightType::BF16:
+      return TensorType::BF16;
+    case WeightType::Q4_0:
+      return TensorType::Q4_0;
+    case WeightType::Q4_1:
+      return TensorType::Q4_1;
+    case WeightType::Q8_0:
+      return TensorType::Q8_0;
+    case WeightType::Q5_0:
+      return TensorType::Q5_0;
+    case WeightType::Q5_1:
+      return TensorType::Q5_1;
+    case WeightType::Q2_K:
+      return TensorType::Q2_K;
+    case WeightType::Q3_K:
+      return TensorType::Q3_K;
+    case WeightType::Q4_K:
+      return TensorType::Q4_K;
+    case WeightType::Q5_K:
+      return TensorType::Q5_K;
+    case WeightType::Q6_K:
+      return TensorType::Q6_K;
+    case WeightType::IQ4_NL:
+      return TensorType::IQ4_NL;
+    case WeightType::IQ4_XS:
+      return TensorType::IQ4_XS;
+  }
+  throw Error("tensor_type_of: unknown weight type");
+}
+
+std::string supported_types_text() {
+  using kernels::WeightType;
+  std::string text;
+  for (const WeightType t :
+       {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0, WeightType::Q6_K,
+        WeightType::Q5_K, WeightType::Q5_1, WeightType::Q5_0, WeightType::Q4_K, WeightType::Q4_1,
+        WeightType::Q4_0, WeightType::IQ4_NL, WeightType::IQ4_XS, WeightType::Q3_K,
+        WeightType::Q2_K})
+    text += (text.empty() ? "" : ", ") + std::string(kernels::weight_type_name(t));
+  return text;
+}
+
+kernels::WeightType weight_type_for(const gguf::TensorInfo& tensor, const std::string& file) {
+  if (const std::optional<kernels::WeightType> type = kernel_type_of(tensor.type)) return *type;
   throw Error(file + ": tensor " + tensor.name + " has type " +
               gguf::tensor_type_name(tensor.type) +
-              ", which tokenfab cannot compute on (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+              ", which tokenfab cannot compute on (supported: " + supported_types_text() + ")");
 }
 
 namespace {
@@ -104,6 +181,20 @@ std::string shape_string(const std::vector<uint64_t>& dims) {
   return s + "]";
 }
 
+// Refuses a tensor whose blocks hold a scale that is not finite (a NaN or Inf fp16 d, dmin or
+// m): every product with it would be NaN. Reads two or four bytes per block, once, at load.
+void check_scales(const gguf::GgufFile& file, const std::string& name, kernels::WeightType type,
+                  const uint8_t* data, int64_t rows, int64_t cols) {
+  if (!kernels::is_block_quantized(type)) return;
+  const uint64_t row_bytes = kernels::row_bytes(type, static_cast<uint64_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::string bad =
+        kernels::describe_bad_block(type, data + static_cast<uint64_t>(r) * row_bytes, cols);
+    if (!bad.empty())
+      throw Error(file.name() + ": tensor " + name + " row " + std::to_string(r) + ": " + bad);
+  }
+}
+
 // A matrix stored as GGUF dims [cols, rows] (ggml order: dims[0] is contiguous).
 WeightMatrix load_matrix(const gguf::GgufFile& file, const std::string& name, int64_t rows,
                          int64_t cols) {
@@ -112,12 +203,23 @@ WeightMatrix load_matrix(const gguf::GgufFile& file, const std::string& name, in
       t.dims[1] != static_cast<uint64_t>(rows))
     throw Error(file.name() + ": tensor " + name + " has shape " + shape_string(t.dims) +
                 ", expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
-  if (cols % kernels::kQK != 0)
-    throw Error(file.name() + ": tensor " + name + " rows of " + std::to_string(cols) +
-                " elements are not a multiple of 32, which the kernels need");
   WeightMatrix m;
   m.name = name;
   m.type = weight_type_for(t, file.name());
+  // The GGUF reader already refuses such a tensor (its byte size would not be whole blocks);
+  // this names the requirement in the model's terms.
+  const int block = kernels::block_elements(m.type);
+  if (cols % block != 0)
+    throw Error(file.name() + ": tensor " + name + ": rows of " + std::to_string(cols) +
+                " elements are not a multiple of " + std::to_string(block) + ", which " +
+                kernels::weight_type_name(m.type) +
+                (block == kernels::kQK_K ? "'s super-blocks need" : "'s blocks need"));
+  // The activations are quantized in blocks of 32 for every quantized type, and the float
+  // kernels read rows 32 elements at a time.
+  if (cols % kernels::kQK != 0)
+    throw Error(file.name() + ": tensor " + name + ": rows of " + std::to_string(cols) +
+                " elements are not a multiple of 32, which the kernels need");
+  check_scales(file, name, m.type, t.data, rows, cols);
   m.rows = rows;
   m.cols = cols;
   m.row_bytes = kernels::row_bytes(m.type, static_cast<uint64_t>(cols));
@@ -130,14 +232,20 @@ std::vector<float> load_vector(const gguf::GgufFile& file, const std::string& na
   if (t.n_elements != static_cast<uint64_t>(n))
     throw Error(file.name() + ": tensor " + name + " has " + std::to_string(t.n_elements) +
                 " elements, expected " + std::to_string(n));
+  const kernels::WeightType type = weight_type_for(t, file.name());
+  if (n % kernels::block_elements(type) != 0)
+    throw Error(file.name() + ": tensor " + name + ": " + std::to_string(n) +
+                " elements are not a multiple of " + std::to_string(kernels::block_elements(type)) +
+                ", which " + kernels::weight_type_name(type) + "'s blocks need");
+  check_scales(file, name, type, t.data, 1, n);
   std::vector<float> out(static_cast<size_t>(n));
-  kernels::dequantize_row(weight_type_for(t, file.name()), t.data, out.data(), n);
+  kernels::dequantize_row(type, t.data, out.data(), n);
   return out;
 }
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path) {
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path, bool repack) {
   auto model = std::unique_ptr<LlamaModel>(new LlamaModel(gguf::GgufFile::open(path)));
   const gguf::GgufFile& f = model->file_;
   HParams& h = model->hparams_;
@@ -181,7 +289,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path) 
       throw Error(f.name() + ": layer " + std::to_string(i) +
                   " mixes quantized and float types among matrices that share an input");
   }
-  model->repack_for_cpu();
+  if (repack) model->repack_for_cpu();
   logger("model")->info("loaded {} ({} layers, n_embd {}, vocab {})", f.name(), h.n_layer, h.n_embd,
                         h.n_vocab);
   return model;
@@ -248,26 +356,52 @@ uint64_t LlamaModel::weight_bytes() const {
   return total;
 }
 
-void LlamaModel::requantize(kernels::WeightType type) {
+void LlamaModel::requantize(kernels::WeightType type, int threads) {
   using kernels::WeightType;
-  if (type != WeightType::F16 && type != WeightType::Q4_0 && type != WeightType::Q4_1 &&
-      type != WeightType::Q8_0)
+  if (type == WeightType::F32 || type == WeightType::BF16)
     throw Error(std::string("cannot re-quantize the target to ") + kernels::weight_type_name(type) +
-                " (expected f16, q4_0, q4_1 or q8_0)");
+                " (expected F16 or a block type)");
+  std::vector<WeightType> types;
+  for (const WeightMatrix* m : matrices()) {
+    const gguf::TensorType fitted =
+        quant_fallback(tensor_type_of(type), static_cast<uint64_t>(m->cols));
+    types.push_back(*kernel_type_of(fitted));
+  }
+  requantize_matrices(types, threads, kernels::weight_type_name(type));
+}
+
+void LlamaModel::requantize_mix(uint32_t file_type, int threads) {
+  const MixModel mix_model = MixModel::from_gguf(file_);
+  const std::vector<gguf::TensorType> mix = quant_mix(mix_model, file_type);
+  std::vector<kernels::WeightType> types;
+  for (const WeightMatrix* m : matrices()) {
+    const auto at = std::find_if(mix_model.tensors.begin(), mix_model.tensors.end(),
+                                 [m](const MixTensor& t) { return t.name == m->name; });
+    if (at == mix_model.tensors.end())  // every matrix was loaded from one of the file's tensors
+      throw Error(file_.name() + ": no tensor " + m->name + " to re-quantize");
+    const gguf::TensorType type = mix[static_cast<size_t>(at - mix_model.tensors.begin())];
+    const std::optional<kernels::WeightType> kernel_type = kernel_type_of(type);
+    if (!kernel_type)  // the mixtures only choose types the kernels have
+      throw Error(m->name + ": the mixture chose " + gguf::tensor_type_name(type));
+    types.push_back(*kernel_type);
+  }
+  requantize_matrices(types, threads, *gguf::file_type_name(file_type));
+}
+
+void LlamaModel::requantize_matrices(const std::vector<kernels::WeightType>& types, int threads,
+                                     const std::string& what) {
   std::vector<WeightMatrix*> all = matrices();
   uint64_t total = 0;
-  for (const WeightMatrix* m : all) total += kernels::row_bytes(type, m->cols) * m->rows;
+  for (size_t i = 0; i < all.size(); ++i)
+    total += kernels::row_bytes(types[i], static_cast<uint64_t>(all[i]->cols)) *
+             static_cast<uint64_t>(all[i]->rows);
   std::vector<uint8_t> arena(total);
-  std::vector<float> row;
   uint8_t* out = arena.data();
-  for (WeightMatrix* m : all) {
-    row.resize(static_cast<size_t>(m->cols));
-    const uint64_t bytes = kernels::row_bytes(type, m->cols);
-    for (int64_t r = 0; r < m->rows; ++r) {
-      kernels::dequantize_row(m->type, m->row(r), row.data(), m->cols);
-      kernels::quantize_row(type, row.data(), out + bytes * static_cast<uint64_t>(r), m->cols);
-    }
-    m->type = type;
+  for (size_t i = 0; i < all.size(); ++i) {
+    WeightMatrix* m = all[i];
+    const uint64_t bytes = kernels::row_bytes(types[i], static_cast<uint64_t>(m->cols));
+    requantize_rows(m->type, m->data, types[i], out, m->rows, m->cols, threads);
+    m->type = types[i];
     m->row_bytes = bytes;
     m->data = out;
     m->packed = nullptr;
@@ -278,8 +412,7 @@ void LlamaModel::requantize(kernels::WeightType type) {
   repacked_.reset();
   repacked_bytes_ = 0;
   repack_for_cpu(/*release_source=*/false);
-  logger("model")->info("re-quantized the target's matrices to {} ({} MiB)",
-                        kernels::weight_type_name(type), total >> 20);
+  logger("model")->info("re-quantized the target's matrices to {} ({} MiB)", what, total >> 20);
 }
 
 void LlamaModel::embed(int32_t token, float* out) const {

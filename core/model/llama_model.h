@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,8 +67,10 @@ struct LayerWeights {
 class LlamaModel {
  public:
   // Opens and validates the file. Throws Error for an unsupported architecture, a missing tensor,
-  // a tensor of the wrong shape or of a type the kernels cannot compute on.
-  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& path);
+  // a tensor of the wrong shape or of a type the kernels cannot compute on, or a block scale that
+  // is not finite. `repack` false keeps the matrices as the file's rows only, for tools that read
+  // the weights without computing on them (`tokenfab-cli quantize`).
+  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& path, bool repack = true);
 
   const HParams& hparams() const { return hparams_; }
   const gguf::GgufFile& file() const { return file_; }
@@ -78,11 +81,18 @@ class LlamaModel {
   const std::vector<LayerWeights>& layers() const { return layers_; }
   uint64_t weight_bytes() const;  // bytes of all matrices read by one decode step
 
-  // The quantization study: re-quantizes every matrix of the layers and the LM head to `type`
-  // (F16, Q4_0, Q4_1 or Q8_0) in memory — dequantize, quantize, repack — so a cheaper or richer
-  // target can be compared with the file's own. The token embedding lookup keeps the file's rows.
-  // Throws Error for another type.
-  void requantize(kernels::WeightType type);
+  // The quantization study: re-quantizes every matrix of the layers and the LM head in memory —
+  // dequantize, quantize, repack; rows spread over `threads` (0: all hardware threads) — so a
+  // cheaper or richer target can be compared with the file's own. The token embedding lookup keeps
+  // the file's rows.
+  // requantize: every matrix to `type` (F16 or a block type); a super-block type takes
+  // llama-quantize's fallback (quant_mix.h) in a matrix whose rows its 256-element blocks do not
+  // divide. Throws Error for F32 or BF16.
+  void requantize(kernels::WeightType type, int threads = 0);
+  // requantize_mix: each matrix to the type llama-quantize's mixture `file_type` gives its tensor
+  // (quant_mix.h; a tied LM head takes token_embd.weight's). Throws Error for a file type outside
+  // quant_mix_names().
+  void requantize_mix(uint32_t file_type, int threads = 0);
 
   // Copies the embedding row of `token` into `out` (n_embd floats), dequantized.
   void embed(int32_t token, float* out) const;
@@ -95,6 +105,10 @@ class LlamaModel {
   // they came from (never for matrices in owned memory, whose contents MADV_DONTNEED would lose).
   void repack_for_cpu(bool release_source = true);
   std::vector<WeightMatrix*> matrices();
+  // Re-quantizes matrices()[i] to types[i] (requantize, requantize_mix); `what` names the target
+  // in the log.
+  void requantize_matrices(const std::vector<kernels::WeightType>& types, int threads,
+                           const std::string& what);
 
   gguf::GgufFile file_;
   HParams hparams_;
@@ -112,6 +126,13 @@ class LlamaModel {
 
 // A matmul job reading `m` (its packed copy when there is one) and writing y (cols, ldy).
 kernels::MatmulJob matmul_job(const WeightMatrix& m, float* y, int64_t ldy);
+
+// The kernel type of a GGUF tensor type, or nullopt for a type the kernels do not compute on.
+std::optional<kernels::WeightType> kernel_type_of(gguf::TensorType type);
+// The GGUF tensor type of a kernel weight type.
+gguf::TensorType tensor_type_of(kernels::WeightType type);
+// "F32, F16, BF16, Q8_0, …, IQ4_XS": the types Tokenfab computes on, for messages.
+std::string supported_types_text();
 
 // The kernel type for a GGUF tensor type, or throws Error naming the tensor and the types the
 // kernels support.

@@ -9,6 +9,8 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/gguf/gguf_writer.h"
+#include "core/model/llama_model.h"
+#include "core/model/quant_mix.h"
 #include "kernels/cpu/quantize.h"
 
 namespace tokenfab {
@@ -112,28 +114,8 @@ std::vector<uint8_t> random_norm(int64_t n, uint64_t tensor_seed) {
   return out;
 }
 
-std::optional<kernels::WeightType> weight_type_of(gguf::TensorType type) {
-  using gguf::TensorType;
-  using kernels::WeightType;
-  switch (type) {
-    case TensorType::F32:
-      return WeightType::F32;
-    case TensorType::F16:
-      return WeightType::F16;
-    case TensorType::BF16:
-      return WeightType::BF16;
-    case TensorType::Q4_0:
-      return WeightType::Q4_0;
-    case TensorType::Q4_1:
-      return WeightType::Q4_1;
-    case TensorType::Q8_0:
-      return WeightType::Q8_0;
-    default:
-      return std::nullopt;
-  }
-}
-
-// llama.cpp's general.file_type numbering (LLAMA_FTYPE_ALL_F32, MOSTLY_F16, ...).
+// llama.cpp's general.file_type of a file whose matrices are all `type` (a super-block type's
+// "mostly" file type, e.g. Q4_K_S for Q4_K: llama-quantize --pure writes the same).
 uint32_t file_type_of(kernels::WeightType type) {
   using kernels::WeightType;
   switch (type) {
@@ -147,6 +129,24 @@ uint32_t file_type_of(kernels::WeightType type) {
       return 3;
     case WeightType::Q8_0:
       return 7;
+    case WeightType::Q5_0:
+      return 8;
+    case WeightType::Q5_1:
+      return 9;
+    case WeightType::Q2_K:
+      return 10;
+    case WeightType::Q3_K:
+      return 11;
+    case WeightType::Q4_K:
+      return 14;
+    case WeightType::Q5_K:
+      return 16;
+    case WeightType::Q6_K:
+      return 18;
+    case WeightType::IQ4_NL:
+      return 25;
+    case WeightType::IQ4_XS:
+      return 30;
     case WeightType::BF16:
       return 32;
   }
@@ -260,34 +260,22 @@ SyntheticShape SyntheticShape::llama3_8b() {
   return s;
 }
 
+SyntheticShape SyntheticShape::llama_mini() {
+  SyntheticShape s{"llama-mini", 2048, 512, 1536, 16, 8, 2, 2048};
+  s.rope_freq_base = 10000.0f;
+  s.tied_output = false;
+  return s;
+}
+
 std::optional<SyntheticShape> SyntheticShape::preset(std::string_view name) {
   if (name == "smollm2-135m") return smollm2_135m();
   if (name == "llama3-8b") return llama3_8b();
+  if (name == "llama-mini") return llama_mini();
   return std::nullopt;
 }
 
 std::vector<std::string> SyntheticShape::preset_names() {
-  return {"smollm2-135m", "llama3-8b"};
-}
-
-gguf::TensorType tensor_type_of(kernels::WeightType type) {
-  using gguf::TensorType;
-  using kernels::WeightType;
-  switch (type) {
-    case WeightType::F32:
-      return TensorType::F32;
-    case WeightType::F16:
-      return TensorType::F16;
-    case WeightType::BF16:
-      return TensorType::BF16;
-    case WeightType::Q4_0:
-      return TensorType::Q4_0;
-    case WeightType::Q4_1:
-      return TensorType::Q4_1;
-    case WeightType::Q8_0:
-      return TensorType::Q8_0;
-  }
-  throw Error("tensor_type_of: unknown weight type");
+  return {"smollm2-135m", "llama3-8b", "llama-mini"};
 }
 
 void write_synthetic_llama(const std::filesystem::path& path, const SyntheticShape& shape,
@@ -304,12 +292,13 @@ void write_synthetic_llama(const std::filesystem::path& path, const SyntheticSha
   // Tensor k's values come from mix(seed, k): every tensor differs, and the file is a pure
   // function of (shape, type, seed, override).
   uint64_t tensor_index = 0;
+  int fallbacks = 0;
   const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
     const uint64_t tensor_seed = mix(seed, tensor_index++);
     const std::vector<uint64_t> dims = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
     if (override_one_tensor_type && name == kSyntheticOverrideTensor) {
       const gguf::TensorType type = *override_one_tensor_type;
-      if (const auto kernel_type = weight_type_of(type)) {
+      if (const auto kernel_type = kernel_type_of(type)) {
         w.add_tensor(name, type, dims, random_matrix(rows, cols, *kernel_type, tensor_seed));
         return;
       }
@@ -321,8 +310,11 @@ void write_synthetic_llama(const std::filesystem::path& path, const SyntheticSha
       w.add_tensor(name, type, dims, std::vector<uint8_t>(size->n_bytes, 0));
       return;
     }
-    w.add_tensor(name, tensor_type_of(matrix_type), dims,
-                 random_matrix(rows, cols, matrix_type, tensor_seed));
+    // A super-block type whose blocks do not divide the rows falls back as llama-quantize does.
+    const gguf::TensorType type =
+        quant_fallback(tensor_type_of(matrix_type), static_cast<uint64_t>(cols));
+    if (type != tensor_type_of(matrix_type)) ++fallbacks;
+    w.add_tensor(name, type, dims, random_matrix(rows, cols, *kernel_type_of(type), tensor_seed));
   };
   const auto norm = [&](const std::string& name) {
     w.add_tensor(name, gguf::TensorType::F32, {static_cast<uint64_t>(shape.n_embd)},
@@ -346,8 +338,9 @@ void write_synthetic_llama(const std::filesystem::path& path, const SyntheticSha
   if (!shape.tied_output) matrix("output.weight", shape.n_vocab, shape.n_embd);
 
   w.write(path);
-  logger("model")->info("wrote synthetic {} ({}, seed {}) to {}", shape.name,
-                        kernels::weight_type_name(matrix_type), seed, path.string());
+  logger("model")->info("wrote synthetic {} ({}, seed {}; {} matrices in a fallback type) to {}",
+                        shape.name, kernels::weight_type_name(matrix_type), seed, fallbacks,
+                        path.string());
 }
 
 }  // namespace tokenfab

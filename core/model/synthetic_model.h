@@ -40,7 +40,11 @@ struct SyntheticShape {
   static SyntheticShape smollm2_135m();
   // Llama 3 8B: vocab 128256, embd 4096, ff 14336, 32 layers, 32 heads / 8 KV heads, ctx 8192.
   static SyntheticShape llama3_8b();
-  // The presets by CLI name ("smollm2-135m", "llama3-8b"); nullopt for any other name.
+  // A small Llama whose every row length is a multiple of 256, so that each K-quant rule of the
+  // mixtures (quant_mix.h) applies without a fallback: vocab 2048, embd 512, ff 1536, 16 layers,
+  // 8 heads / 2 KV heads (4 per KV head, as Llama 3 8B), ctx 2048, its own output.weight.
+  static SyntheticShape llama_mini();
+  // The presets by CLI name ("smollm2-135m", "llama3-8b", "llama-mini"); nullopt for any other.
   static std::optional<SyntheticShape> preset(std::string_view name);
   static std::vector<std::string> preset_names();
 };
@@ -53,12 +57,12 @@ inline constexpr int64_t kSyntheticMinVocab = 3 + 256;
 // The tensor `override_one_tensor_type` applies to.
 inline constexpr const char* kSyntheticOverrideTensor = "blk.0.ffn_down.weight";
 
-// The GGUF tensor type of a kernel weight type.
-gguf::TensorType tensor_type_of(kernels::WeightType type);
-
 // Writes a synthetic Llama model to `path` (through a temporary file and a rename).
 // Matrices (token_embd, output, attention and FFN weights) are normal(0, 0.02) quantized to
-// `matrix_type`; norms are F32, 1 + normal(0, 0.02). The same seed gives the same file.
+// `matrix_type` — a super-block type (Q2_K … Q6_K, IQ4_XS) in a matrix whose rows its 256-element
+// blocks do not divide (the 576-wide smollm2-135m) takes llama-quantize's fallback instead
+// (quant_mix.h: Q4_K → Q5_0, …) —; norms are F32, 1 + normal(0, 0.02). The same seed gives the
+// same file.
 // `override_one_tensor_type` stores kSyntheticOverrideTensor in another type: random weights when
 // the kernels have that type, otherwise zero blocks (all scales 0, valid in every ggml format),
 // so that loaders can be tested against types they must refuse.

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
+#include <optional>
 
 #include "core/common/error.h"
+#include "core/model/quant_mix.h"
 #include "core/speculative/draft_head.h"
 #include "core/tokenizer/chat_template.h"
 #include "kernels/cpu/quant_types.h"
@@ -15,13 +16,26 @@ namespace {
 
 constexpr const char* kCancelled = "evaluation cancelled; nothing was recorded";
 
-const std::map<std::string, kernels::WeightType>& quant_types() {
-  static const std::map<std::string, kernels::WeightType> types = {
-      {"f16", kernels::WeightType::F16},
-      {"q8_0", kernels::WeightType::Q8_0},
-      {"q4_1", kernels::WeightType::Q4_1},
-      {"q4_0", kernels::WeightType::Q4_0}};
-  return types;
+// The study's targets. A 32-element block type (and f16) re-quantizes every matrix, the LM head
+// included, to that one type; a K-quant name (and iq4_xs) is llama-quantize's mixture of that
+// name (quant_mix.h), whose super-blocks many models' rows do not divide.
+struct TargetQuant {
+  const char* name;
+  std::optional<kernels::WeightType> uniform;  // nullopt: the mixture `name`
+};
+
+// Richest first (llama.cpp's sizes of an 8B model), as the app lists them.
+const std::vector<TargetQuant>& target_quants() {
+  using kernels::WeightType;
+  static const std::vector<TargetQuant> quants = {
+      {"native", std::nullopt},   {"f16", WeightType::F16},       {"q8_0", WeightType::Q8_0},
+      {"q6_k", std::nullopt},     {"q5_1", WeightType::Q5_1},     {"q5_k_m", std::nullopt},
+      {"q5_k_s", std::nullopt},   {"q5_0", WeightType::Q5_0},     {"q4_1", WeightType::Q4_1},
+      {"q4_k_m", std::nullopt},   {"iq4_nl", WeightType::IQ4_NL}, {"q4_k_s", std::nullopt},
+      {"q4_0", WeightType::Q4_0}, {"iq4_xs", std::nullopt},       {"q3_k_l", std::nullopt},
+      {"q3_k_m", std::nullopt},   {"q3_k_s", std::nullopt},       {"q2_k", std::nullopt},
+  };
+  return quants;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -39,14 +53,40 @@ double GenerationEvalResult::net_speedup_vs_native() const {
 }
 
 const std::vector<std::string>& target_quant_names() {
-  static const std::vector<std::string> names = {"native", "f16", "q8_0", "q4_1", "q4_0"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const TargetQuant& q : target_quants()) out.emplace_back(q.name);
+    return out;
+  }();
   return names;
+}
+
+std::string target_quant_names_text() {
+  const auto& names = target_quant_names();
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
 }
 
 void check_target_quant(const std::string& name) {
   const auto& names = target_quant_names();
   if (std::find(names.begin(), names.end(), name) == names.end())
-    throw Error("--target-quant " + name + ": expected native, f16, q8_0, q4_1 or q4_0");
+    throw Error("--target-quant " + name + ": expected " + target_quant_names_text() +
+                " (f16, q8_0, q5_1, q5_0, q4_1, iq4_nl, q4_0: every matrix in that type; the "
+                "K-quant names and iq4_xs: llama-quantize's mixture of that name)");
+}
+
+void requantize_target(LlamaModel& model, const std::string& name, int threads) {
+  check_target_quant(name);
+  if (name == "native") return;
+  const auto q = std::find_if(target_quants().begin(), target_quants().end(),
+                              [&name](const TargetQuant& t) { return name == t.name; });
+  if (q->uniform) {
+    model.requantize(*q->uniform, threads);
+  } else {
+    model.requantize_mix(*quant_mix_file_type(name), threads);
+  }
 }
 
 GenerationEvalResult evaluate_by_generating(
@@ -64,7 +104,7 @@ GenerationEvalResult evaluate_by_generating(
     p.phase = "quantizing";
     report();
     requantized = LlamaModel::load(model.file().name());
-    requantized->requantize(quant_types().at(r.target_quant));
+    requantize_target(*requantized, r.target_quant, r.config.threads);
   }
   const LlamaModel& target = requantized ? *requantized : model;
   const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());

@@ -36,7 +36,7 @@ struct GenerationEvalRequest {
   // chain: each step's length chosen as generate chooses it (draft_length.h), up to draft_len,
   // instead of always draft_len
   bool adaptive = false;
-  std::string target_quant = "native";  // native | f16 | q8_0 | q4_1 | q4_0
+  std::string target_quant = "native";  // one of target_quant_names()
   EngineConfig config;
 };
 
@@ -57,10 +57,21 @@ struct GenerationEvalResult {
   double net_speedup_vs_native() const;
 };
 
-// The target quantizations `heads eval --target-quant` and the app accept, in the order shown.
+// The target quantizations `heads eval --target-quant` and the app accept, in the order shown
+// (the file's own first, then richest to cheapest): native, f16, q8_0, q6_k, q5_1, q5_k_m, q5_k_s,
+// q5_0, q4_1, q4_k_m, iq4_nl, q4_k_s, q4_0, iq4_xs, q3_k_l, q3_k_m, q3_k_s, q2_k. f16 and the
+// 32-element block types (q8_0, q5_1, q5_0, q4_1, iq4_nl, q4_0) put every matrix, the LM head
+// included, in that one type; the K-quant names and iq4_xs are llama-quantize's mixtures of those
+// names (core/model/quant_mix.h: Q4_K_M's Q6_K LM head and richer attn_v/ffn_down layers, the
+// fallbacks where 256 does not divide a row), as the files people download hold them.
 const std::vector<std::string>& target_quant_names();
-// Throws Error "--target-quant X: expected native, f16, q8_0, q4_1 or q4_0" for another name.
+// "native, f16, …, q3_k_s or q2_k".
+std::string target_quant_names_text();
+// Throws Error "--target-quant X: expected native, f16, … or q2_k (…)" for another name.
 void check_target_quant(const std::string& name);
+// Re-quantizes `model` in memory to the target `name` (nothing for "native"), rows over `threads`
+// (0: all hardware threads). Throws Error as check_target_quant does.
+void requantize_target(LlamaModel& model, const std::string& name, int threads = 0);
 
 // Runs the evaluation on the calling thread. `progress` is called before the first prompt and
 // after each; returning false cancels: the call throws Error("evaluation cancelled; nothing was

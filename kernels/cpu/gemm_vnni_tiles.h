@@ -1,69 +1,36 @@
 #pragma once
 // What the two AVX-512 VNNI kernels over packed records share (gemm_x8_avx512.cpp on 8-row
 // records, gemm_x16_avx512.cpp on 16-row ones; only those files, compiled with the AVX-512
-// flags, include this): record prefetches, Q8_0's offsets, the group functions over a vector
-// width's operations, and the walk over row groups and column tiles that calls them.
+// flags, include this): the group functions of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 over a vector
+// width's operations (the other types' are in gemm_vnni_groups.h), and the walk over row groups
+// and column tiles that calls them.
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_vnni_base.h"
+#include "kernels/cpu/gemm_vnni_groups.h"
 
 namespace tokenfab::kernels::vnni {
 
-// The first tile over a row group streams its records from memory and prefetches ahead of them;
-// where a row group has more tiles, the second one prefetches the next group's records instead,
-// so that the first tile of every group finds them in cache and the stream from memory spreads
-// over the whole group's work.
-enum class Prefetch { None, Ahead, NextGroup };
-
-inline void prefetch_record(const uint8_t* rec, size_t bytes) {
-  for (size_t line = 0; line < bytes; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(rec + line), _MM_HINT_T0);
-}
-
-// Four activation bytes, read by vpdpbusd's embedded broadcast.
-using Bytes4 = int32_t __attribute__((may_alias, aligned(1)));
-
-// offset[b] = −128 · Σ q of block b: Q8_0's weights are offset by +128 to unsigned bytes, and
-// this is the offset's share of a row's block sum.
-inline void q8a_offsets(const BlockQ8A* x, int64_t nb, int32_t* offset) {
-  for (int64_t b = 0; b < nb; ++b) {
-    int32_t sum = 0;
-    for (int i = 0; i < kQK; ++i) sum += x[b].qs[i];
-    offset[b] = -128 * sum;
-  }
-}
-
-// The group functions of both kernels, written once over a vector width's operations V (a struct
-// in each kernel's file): V::I and V::F its integer and float vectors, V::kRows the rows of a
-// record (one per 32-bit lane), V::kPrefetchBytes how far ahead the first tile over a row group
-// prefetches its records, and dpbusd_bcast (vpdpbusd with the four activation bytes at p
-// broadcast to every lane from memory), load / load_half (record bytes; fp16 scales to floats)
-// and the plain lane-wise operations below. A record is, per row, its fp16 d (and Q4_1's m), then
-// its quants as vectors of four bytes of every row.
-//
-// The activation blocks of columns c0 … c0 + C − 1. (The group functions spell their record
-// prefetches out: GCC 12 at -O3 dropped every prefetch of a helper function holding them, whose
-// only effect they are.)
-template <int C>
-inline void column_blocks(const GemmArgs& a, int64_t c0, const BlockQ8A* (&x)[C]) {
-  for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
-}
-
-// Q4: 4 loads unpacked into 8 vectors of nibbles; per activation column, 8 vpdpbusd in two chains
-// of four (so a column's block is not one 8-deep dependency), then one FMA with the rows' scales
-// and one for the minimums, the two sharing one accumulator per column.
+// Q4 (and Q5): 4 loads unpacked into 8 vectors of nibbles (Q5: each with its fifth bits from the
+// record's qh' word, one shift and mask per vector); per activation column, 8 vpdpbusd in two
+// chains of four (so a column's block is not one 8-deep dependency), then one FMA with the rows'
+// scales and one for the minimums (−8d, −16d, or m), the two sharing one accumulator per column.
 template <class V, WeightType T, int C>
 void group_q4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
   using I = typename V::I;
   using F = typename V::F;
+  constexpr bool kMin = T == WeightType::Q4_1 || T == WeightType::Q5_1;
+  constexpr bool kFive = T == WeightType::Q5_0 || T == WeightType::Q5_1;
   constexpr size_t kScales = 2 * V::kRows;  // bytes of one fp16 per row
-  constexpr size_t kQsOffset = T == WeightType::Q4_1 ? 2 * kScales : kScales;
+  constexpr size_t kQh = kMin ? 2 * kScales : kScales;
+  constexpr size_t kQsOffset = kFive ? kQh + 4 * V::kRows : kQh;
   constexpr size_t kRecord = kQsOffset + 16 * V::kRows;
+  static_assert(kRecord == V::kRows * block_bytes(T));
   constexpr size_t kVector = 4 * V::kRows;
   const int64_t nb = a.k / kQK;
   const uint8_t* rec = a.w + g * a.w_stride;
@@ -76,12 +43,22 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
     if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
     if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
     const F d = V::load_half(rec);
-    const F m = T == WeightType::Q4_1 ? V::load_half(rec + kScales) : V::mul(d, V::set1_f(-8.0f));
+    const F m = kMin ? V::load_half(rec + kScales) : V::mul(d, V::set1_f(kFive ? -16.0f : -8.0f));
     I w[8];  // w[2k]: low nibbles of vector k (elements 4k..4k+3), w[2k + 1]: high (16+4k..)
     for (int k = 0; k < 4; ++k) {
       const I p = V::load(rec + kQsOffset + kVector * k);
       w[2 * k] = V::and_(p, mask);
       w[2 * k + 1] = V::and_(V::srli16_4(p), mask);
+    }
+    if constexpr (kFive) {
+      // qh' bit k of each byte: the low nibble's fifth bit of vector k; bit 4 + k: the high's.
+      const I qh = V::load(rec + kQh);
+      const I fifth = V::set1_i8(0x10);
+      for_each_index<4>([&](auto k) {
+        constexpr int K = decltype(k)::value;
+        w[2 * K] = V::or_(w[2 * K], V::and_(V::template shift16<4 - K>(qh), fifth));
+        w[2 * K + 1] = V::or_(w[2 * K + 1], V::and_(V::template shift16<-K>(qh), fifth));
+      });
     }
     for (int c = 0; c < C; ++c) {
       const BlockQ8A& xb = x[c][b];
@@ -101,8 +78,8 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
 
 // Q8_0 weights are signed, and vpdpbusd multiplies unsigned by signed bytes: the weights are
 // offset to unsigned (w + 128, one xor per record vector) and −128·Σq_a, the offset's share of the
-// row sum, is added back per block (`offset`: per column, nb values, from q8a_offsets). The
-// result is the exact integer Σ w·q_a, as in the AVX2 kernel.
+// row sum, is added back per block (`offset`: per column, nb values, activation_sums' Offsets128).
+// The result is the exact integer Σ w·q_a, as in the AVX2 kernel.
 template <class V, int C>
 void group_q8(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* offset) {
   using I = typename V::I;
@@ -139,15 +116,37 @@ void group_q8(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const
   for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
 }
 
-// The group function for weight type T over V's records.
+// The group function for weight type T over V's records. `sums`: activation_sums' values for
+// the type (kSums), or null.
 template <class V, WeightType T, int C>
-void group(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* offset) {
+void group(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* sums) {
   if constexpr (T == WeightType::Q8_0) {
-    group_q8<V, C>(a, g, c0, prefetch, offset);
-  } else {
+    group_q8<V, C>(a, g, c0, prefetch, sums);
+  } else if constexpr (T == WeightType::Q4_0 || T == WeightType::Q4_1 || T == WeightType::Q5_0 ||
+                       T == WeightType::Q5_1) {
     group_q4<V, T, C>(a, g, c0, prefetch);
+  } else if constexpr (T == WeightType::IQ4_NL) {
+    group_iq4nl<V, C>(a, g, c0, prefetch, sums);
+  } else if constexpr (T == WeightType::Q4_K || T == WeightType::Q5_K) {
+    group_k4<V, T, C>(a, g, c0, prefetch);
+  } else if constexpr (T == WeightType::Q6_K) {
+    group_q6k<V, C>(a, g, c0, prefetch, sums);
+  } else if constexpr (T == WeightType::Q3_K) {
+    group_q3k<V, C>(a, g, c0, prefetch, sums);
+  } else if constexpr (T == WeightType::Q2_K) {
+    group_q2k<V, C>(a, g, c0, prefetch, sums);
+  } else {
+    static_assert(T == WeightType::IQ4_XS);
+    group_iq4xs<V, C>(a, g, c0, prefetch, sums);
   }
 }
+
+// The activation sums a type's group function reads (gemm.h), if any.
+template <WeightType T>
+inline constexpr int kSums =
+    T == WeightType::Q8_0 || T == WeightType::IQ4_NL || T == WeightType::IQ4_XS ? 1  // Offsets128
+    : T == WeightType::Q6_K || T == WeightType::Q3_K || T == WeightType::Q2_K   ? 2  // Pairs
+                                                                                : 0;
 
 // Group<T, C>::run(a, g, c0, prefetch, offset) computes row group g against columns
 // [c0, c0 + C). Columns go in chunks of 64 that stay in L2 while every row group passes over
@@ -165,16 +164,9 @@ void tail_tile(const GemmArgs& a, int64_t g, int64_t c, int64_t n, Prefetch pref
 
 template <WeightType T, template <WeightType, int> class Group>
 void run_tiles(const GemmArgs& a, int group_rows) {
-  thread_local std::vector<int32_t> offsets;  // Q8_0's, per calling thread; never shrinks
   const int32_t* offset = nullptr;
-  if constexpr (T == WeightType::Q8_0) {
-    const int64_t nb = a.k / kQK;
-    if (offsets.size() < static_cast<size_t>(a.cols * nb)) offsets.resize(a.cols * nb);
-    for (int64_t c = 0; c < a.cols; ++c)
-      q8a_offsets(reinterpret_cast<const BlockQ8A*>(a.x + c * a.x_stride), nb,
-                  offsets.data() + c * nb);
-    offset = offsets.data();
-  }
+  if constexpr (kSums<T> == 1) offset = activation_sums(a, ActivationSums::Offsets128);
+  if constexpr (kSums<T> == 2) offset = activation_sums(a, ActivationSums::Pairs);
   constexpr int64_t kColChunk = 64;
   constexpr int kTile = 8;
   const int64_t groups = a.rows / group_rows;
@@ -205,6 +197,24 @@ void run_typed(const GemmArgs& a, int group_rows) {
       return run_tiles<WeightType::Q4_1, Group>(a, group_rows);
     case WeightType::Q8_0:
       return run_tiles<WeightType::Q8_0, Group>(a, group_rows);
+    case WeightType::Q5_0:
+      return run_tiles<WeightType::Q5_0, Group>(a, group_rows);
+    case WeightType::Q5_1:
+      return run_tiles<WeightType::Q5_1, Group>(a, group_rows);
+    case WeightType::IQ4_NL:
+      return run_tiles<WeightType::IQ4_NL, Group>(a, group_rows);
+    case WeightType::Q2_K:
+      return run_tiles<WeightType::Q2_K, Group>(a, group_rows);
+    case WeightType::Q3_K:
+      return run_tiles<WeightType::Q3_K, Group>(a, group_rows);
+    case WeightType::Q4_K:
+      return run_tiles<WeightType::Q4_K, Group>(a, group_rows);
+    case WeightType::Q5_K:
+      return run_tiles<WeightType::Q5_K, Group>(a, group_rows);
+    case WeightType::Q6_K:
+      return run_tiles<WeightType::Q6_K, Group>(a, group_rows);
+    case WeightType::IQ4_XS:
+      return run_tiles<WeightType::IQ4_XS, Group>(a, group_rows);
     default:
       return;
   }

@@ -6,9 +6,10 @@
 // streams); the unpacking of each record is shared by all of a tile's columns as there.
 //
 // Each lane is one row and takes exactly the steps gemm_x8_avx2 takes for that row — the same
-// 32-bit block sums (Q8_0's weights offset to unsigned bytes and the offset's share added back,
-// as in the x8 VNNI kernel), then per block one FMA with d·d_x and, for Q4, one with m·s_x, in
-// block order — so the results equal the x8 kernels' bit for bit.
+// 32-bit block sums (Q8_0's and the IQ4 values offset to unsigned bytes and the offset's share
+// added back, as in the x8 VNNI kernel; sub-block scales folded in as integers), then per
+// activation block one FMA with d·d_x and, where the type has minimums, one for them, in block
+// order — so the results equal the x8 kernels' bit for bit.
 
 // GCC 12 warns that the undefined pass-through operand of its own 512-bit conversion intrinsics
 // (_mm512_cvtph_ps, _mm512_cvtepi32_ps) may be used uninitialized; it is never read.
@@ -61,6 +62,48 @@ struct V512 {
   static F mul(F x, F y) { return _mm512_mul_ps(x, y); }
   static F fmadd(F x, F y, F z) { return _mm512_fmadd_ps(x, y, z); }
   static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  static I or_(I x, I y) { return _mm512_or_si512(x, y); }
+  static I sub_i8(I x, I y) { return _mm512_sub_epi8(x, y); }
+  static I sub_i32(I x, I y) { return _mm512_sub_epi32(x, y); }
+  static I mullo_i32(I x, I y) { return _mm512_mullo_epi32(x, y); }
+  static I madd_i16(I x, I y) { return _mm512_madd_epi16(x, y); }
+  static I shuffle_i8(I x, I control) { return _mm512_shuffle_epi8(x, control); }
+  static I table(const x8tables::Shuffle& t) {
+    return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t.b)));
+  }
+  // Left by N for N > 0, logical right by −N for N < 0, in each 16-bit lane.
+  template <int N>
+  static I shift16(I x) {
+    if constexpr (N > 0) return _mm512_slli_epi16(x, N);
+    if constexpr (N < 0) return _mm512_srli_epi16(x, -N);
+    return x;
+  }
+  template <int N>
+  static I srai16(I x) {
+    return _mm512_srai_epi16(x, N);
+  }
+  template <int N>
+  static I slli32(I x) {
+    return _mm512_slli_epi32(x, N);
+  }
+  template <int N>
+  static I srli32(I x) {
+    return _mm512_srli_epi32(x, N);
+  }
+  template <int N>
+  static I srai32(I x) {
+    return _mm512_srai_epi32(x, N);
+  }
+  // kRows pairs of bytes / kRows uint16 from p, widened.
+  static I cvt_i8_i16(const uint8_t* p) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static I cvt_u8_i16(const uint8_t* p) {
+    return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static I cvt_u16_i32(const uint8_t* p) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
 };
 
 template <WeightType T, int C>

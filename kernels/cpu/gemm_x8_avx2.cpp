@@ -1,4 +1,5 @@
-// AVX2 kernels over the row-interleaved x8 layout (repack.h). Per row group and block:
+// AVX2 kernels over the row-interleaved x8 layout (repack.h) for Q4_0, Q4_1 and Q8_0 (the other
+// types: gemm_x8_q5_avx2.cpp, gemm_x8_kquants_avx2.cpp). Per row group and block:
 // Q4: 4 loads unpacked into 8 vectors of nibbles; per activation row, 8 broadcasts of 4 bytes
 // (BlockQ8A) or 8 loads of ready-broadcast vectors (BlockQ8B, prefill widths), 8 maddubs summed in
 // 16 bits (|sum| ≤ 8·2·15·127 < 2^15), one madd to 32 bits, one FMA with the eight rows' scales,
@@ -11,27 +12,15 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/gemm_x8_avx2_parts.h"
 #include "kernels/cpu/repack.h"
 
 namespace tokenfab::kernels {
 
 namespace {
 
-// The first tile over a row group streams its weight records straight from memory (decode reads
-// each record once; small batches — a verified draft chain, a few streams — once per column
-// chunk): records this many bytes ahead (25 Q4 records, 15 of Q8_0) are prefetched while the
-// current one is computed on; the hardware prefetcher alone leaves the memory idle at the start
-// of every thread's range. On the 2-core AVX2 development machine (Zen 3) the embedded model
-// decoded at 349–390 tok/s with 2 or 4 KiB ahead against 314–339 with 640 bytes in a quiet hour
-// (`bench --threads 2`, interleaved runs; 8 KiB was no better), 2 % faster on average in a busy
-// one, when the host's neighbours held the memory. Later tiles over the same group find it in L1.
-constexpr size_t kPrefetchBytes = 4096;
-
-inline __m256i broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm256_set1_epi32(v);
-}
+using x8avx2::broadcast4;
+using x8avx2::kPrefetchBytes;
 
 // Activation vector v of a block for the Q4 kernel: v = 2k holds elements 4k..4k+3 (they meet the
 // low nibbles of weight vector k), v = 2k + 1 elements 16+4k..16+4k+3 (the high nibbles), each
@@ -183,7 +172,13 @@ void gemm_x8_avx2(const GemmArgs& a) {
     case WeightType::Q8_0:
       gemm_x8_typed<WeightType::Q8_0, BlockQ8A>(a);
       return;
+    case WeightType::Q5_0:
+    case WeightType::Q5_1:
+    case WeightType::IQ4_NL:
+      gemm_x8_q5_avx2(a);
+      return;
     default:
+      gemm_x8_kquants_avx2(a);
       return;
   }
 }

@@ -5,8 +5,10 @@
 // Q4: 4 loads unpacked into 8 vectors of nibbles; per activation row, 8 vpdpbusd, each taking its
 // four activation bytes as an embedded broadcast from memory (so no layout like BlockQ8B is
 // needed at any width), then one FMA with the eight rows' scales and one for the minimums.
-// Q8_0: weights offset to unsigned bytes, the offset's share taken back once per block. (The
-// group functions are gemm_vnni_tiles.h's, shared with the 512-bit kernel over x16 records.)
+// Q8_0: weights offset to unsigned bytes, the offset's share taken back once per block. Q5_0,
+// Q5_1, IQ4_NL and the super-block types likewise, each sub-block's sum then times its scale
+// (gemm_vnni_groups.h). (The group functions are gemm_vnni_tiles.h's and gemm_vnni_groups.h's,
+// shared with the 512-bit kernel over x16 records.)
 //
 // The 32-bit block sums are the exact integers the AVX2 kernels form (no partial sum can overflow
 // there either), and the float work after them is the same operations in the same order, so the
@@ -55,6 +57,48 @@ struct V256 {
   static F mul(F x, F y) { return _mm256_mul_ps(x, y); }
   static F fmadd(F x, F y, F z) { return _mm256_fmadd_ps(x, y, z); }
   static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
+  static I or_(I x, I y) { return _mm256_or_si256(x, y); }
+  static I sub_i8(I x, I y) { return _mm256_sub_epi8(x, y); }
+  static I sub_i32(I x, I y) { return _mm256_sub_epi32(x, y); }
+  static I mullo_i32(I x, I y) { return _mm256_mullo_epi32(x, y); }
+  static I madd_i16(I x, I y) { return _mm256_madd_epi16(x, y); }
+  static I shuffle_i8(I x, I control) { return _mm256_shuffle_epi8(x, control); }
+  static I table(const x8tables::Shuffle& t) {
+    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.b)));
+  }
+  // Left by N for N > 0, logical right by −N for N < 0, in each 16-bit lane.
+  template <int N>
+  static I shift16(I x) {
+    if constexpr (N > 0) return _mm256_slli_epi16(x, N);
+    if constexpr (N < 0) return _mm256_srli_epi16(x, -N);
+    return x;
+  }
+  template <int N>
+  static I srai16(I x) {
+    return _mm256_srai_epi16(x, N);
+  }
+  template <int N>
+  static I slli32(I x) {
+    return _mm256_slli_epi32(x, N);
+  }
+  template <int N>
+  static I srli32(I x) {
+    return _mm256_srli_epi32(x, N);
+  }
+  template <int N>
+  static I srai32(I x) {
+    return _mm256_srai_epi32(x, N);
+  }
+  // kRows pairs of bytes / kRows uint16 from p, widened.
+  static I cvt_i8_i16(const uint8_t* p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I cvt_u8_i16(const uint8_t* p) {
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I cvt_u16_i32(const uint8_t* p) {
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
 };
 
 template <WeightType T, int C>

@@ -64,8 +64,16 @@ void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, i
     if (j.group_rows != 0 && j.group_rows != kX8Rows && j.group_rows != kX16Rows)
       throw std::invalid_argument("matmul: a job's weights packed in groups of " +
                                   std::to_string(j.group_rows) + " rows (expected 0, 8 or 16)");
+    if (j.group_rows != 0 && !x8_supported(j.type))
+      throw std::invalid_argument(std::string("matmul: ") + weight_type_name(j.type) +
+                                  " weights have no packed layout (expected group_rows 0)");
     if (j.group_rows == kX16Rows && !vnni)
       throw std::invalid_argument("matmul: x16 weights need a CPU with AVX-512 VNNI");
+    const int per_block = block_elements(j.type);
+    if (is_block_quantized(j.type) && k % per_block != 0)
+      throw std::invalid_argument("matmul: K = " + std::to_string(k) + " is not a multiple of " +
+                                  weight_type_name(j.type) + "'s " + std::to_string(per_block) +
+                                  "-element blocks");
   }
   const XLayout layout = choose_layout(jobs, cols, vnni);
   const size_t x_stride = layout == XLayout::Q8B ? static_cast<size_t>(k / kQK) * sizeof(BlockQ8B)

@@ -38,6 +38,9 @@ class ActivationScratch {
 };
 
 // x: (cols, ldx) f32. All jobs must share one activation layout (all quantized or all float).
+// K must be a multiple of each quantized job's block_elements (32, or 256 for the super-block
+// types; the model loader checks this per matrix), and a packed job's type x8_supported:
+// std::invalid_argument otherwise.
 void matmul(ThreadPool& pool, std::span<const MatmulJob> jobs, const float* x, int64_t ldx,
             int64_t k, int64_t cols, ActivationScratch& scratch);
 

@@ -7,21 +7,11 @@
 namespace tokenfab::kernels {
 
 bool x8_supported(WeightType type) {
-  return type == WeightType::Q4_0 || type == WeightType::Q4_1 || type == WeightType::Q8_0;
+  return is_block_quantized(type);
 }
 
 size_t packed_block_bytes(WeightType type, int group_rows) {
-  const auto r = static_cast<size_t>(group_rows);
-  switch (type) {
-    case WeightType::Q4_0:
-      return 2 * r + 16 * r;
-    case WeightType::Q4_1:
-      return 4 * r + 16 * r;
-    case WeightType::Q8_0:
-      return 2 * r + 32 * r;
-    default:
-      return 0;
-  }
+  return x8_supported(type) ? static_cast<size_t>(group_rows) * block_bytes(type) : 0;
 }
 
 size_t x8_block_bytes(WeightType type) {
@@ -30,62 +20,125 @@ size_t x8_block_bytes(WeightType type) {
 
 namespace {
 
-struct Q4View {
-  uint16_t d;
-  uint16_t m;
-  const uint8_t* qs;
+// Writes one record of R rows (R = 8 or 16) field by field (repack.h); `blocks[r]` is row r's
+// GGUF block, `out` advances past each field.
+template <int R>
+struct RecordWriter {
+  const uint8_t* const* blocks;
+  uint8_t* out;
+
+  // `units` units of `unit` bytes from byte `offset` of each block: unit u of row r at
+  // out + unit·(R·u + r). Words (unit 4) make the level vectors, pairs (unit 2) the Q6_K / Q2_K
+  // scales, one unit of 2 an fp16 per row.
+  void interleave(size_t offset, int units, int unit) {
+    for (int u = 0; u < units; ++u)
+      for (int r = 0; r < R; ++r)
+        std::memcpy(out + unit * (R * u + r), blocks[r] + offset + unit * u, unit);
+    out += static_cast<size_t>(units) * unit * R;
+  }
+  void halves(size_t offset) { interleave(offset, 1, 2); }
+  void words(size_t offset, int n) { interleave(offset, n, 4); }
+  void pairs(size_t offset, int n) { interleave(offset, n, 2); }
+
+  // Q5_0 / Q5_1: the fifth bits in the order of the qs words (qh' in repack.h).
+  void fifth_bits(size_t qh_offset) {
+    for (int r = 0; r < R; ++r) {
+      uint32_t qh;
+      std::memcpy(&qh, blocks[r] + qh_offset, sizeof qh);
+      uint8_t bytes[4] = {};
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 4; ++k)
+          bytes[j] |= static_cast<uint8_t>(((qh >> (4 * k + j)) & 1) << k |
+                                           ((qh >> (16 + 4 * k + j)) & 1) << (4 + k));
+      std::memcpy(out + 4 * r, bytes, sizeof bytes);
+    }
+    out += 4 * R;
+  }
 };
 
-Q4View q4_block(WeightType type, const uint8_t* row, int64_t b) {
-  if (type == WeightType::Q4_0) {
-    const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-    return {blk.d, 0, blk.qs};
-  }
-  const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
-  return {blk.d, blk.m, blk.qs};
-}
-
-// One record of R rows (R = 8 or 16): the R scales (and minimums), then each vector k of 4R
-// bytes, four bytes per row in row order.
 template <int R>
-void pack_q4_record(WeightType type, const uint8_t* src, size_t src_stride, int64_t b,
-                    uint8_t* out) {
-  uint16_t d[R], m[R];
-  uint8_t* qs = out + (type == WeightType::Q4_1 ? 4 * R : 2 * R);
-  for (int r = 0; r < R; ++r) {
-    const Q4View v = q4_block(type, src + r * src_stride, b);
-    d[r] = v.d;
-    m[r] = v.m;
-    for (int k = 0; k < 4; ++k) std::memcpy(qs + 4 * R * k + 4 * r, v.qs + 4 * k, 4);
+void pack_record(WeightType type, const uint8_t* const* blocks, uint8_t* out) {
+  RecordWriter<R> w{blocks, out};
+  switch (type) {
+    case WeightType::Q4_0:
+    case WeightType::IQ4_NL:
+      w.halves(0);
+      w.words(2, 4);
+      return;
+    case WeightType::Q4_1:
+      w.halves(0);
+      w.halves(2);
+      w.words(4, 4);
+      return;
+    case WeightType::Q8_0:
+      w.halves(0);
+      w.words(2, 8);
+      return;
+    case WeightType::Q5_0:
+      w.halves(offsetof(BlockQ5_0, d));
+      w.fifth_bits(offsetof(BlockQ5_0, qh));
+      w.words(offsetof(BlockQ5_0, qs), 4);
+      return;
+    case WeightType::Q5_1:
+      w.halves(offsetof(BlockQ5_1, d));
+      w.halves(offsetof(BlockQ5_1, m));
+      w.fifth_bits(offsetof(BlockQ5_1, qh));
+      w.words(offsetof(BlockQ5_1, qs), 4);
+      return;
+    case WeightType::Q4_K:
+      w.halves(offsetof(BlockQ4_K, d));
+      w.halves(offsetof(BlockQ4_K, dmin));
+      w.words(offsetof(BlockQ4_K, scales), 3);
+      w.words(offsetof(BlockQ4_K, qs), 32);
+      return;
+    case WeightType::Q5_K:
+      w.halves(offsetof(BlockQ5_K, d));
+      w.halves(offsetof(BlockQ5_K, dmin));
+      w.words(offsetof(BlockQ5_K, scales), 3);
+      w.words(offsetof(BlockQ5_K, qh), 8);
+      w.words(offsetof(BlockQ5_K, qs), 32);
+      return;
+    case WeightType::Q6_K:
+      w.halves(offsetof(BlockQ6_K, d));
+      w.pairs(offsetof(BlockQ6_K, scales), 8);
+      w.words(offsetof(BlockQ6_K, ql), 32);
+      w.words(offsetof(BlockQ6_K, qh), 16);
+      return;
+    case WeightType::Q3_K:
+      w.halves(offsetof(BlockQ3_K, d));
+      w.words(offsetof(BlockQ3_K, scales), 3);
+      w.words(offsetof(BlockQ3_K, hmask), 8);
+      w.words(offsetof(BlockQ3_K, qs), 16);
+      return;
+    case WeightType::Q2_K:
+      w.halves(offsetof(BlockQ2_K, d));
+      w.halves(offsetof(BlockQ2_K, dmin));
+      w.pairs(offsetof(BlockQ2_K, scales), 8);
+      w.words(offsetof(BlockQ2_K, qs), 16);
+      return;
+    case WeightType::IQ4_XS:
+      w.halves(offsetof(BlockIQ4_XS, d));
+      w.halves(offsetof(BlockIQ4_XS, scales_h));
+      w.words(offsetof(BlockIQ4_XS, scales_l), 1);
+      w.words(offsetof(BlockIQ4_XS, qs), 32);
+      return;
+    default:
+      return;
   }
-  std::memcpy(out, d, sizeof d);
-  if (type == WeightType::Q4_1) std::memcpy(out + 2 * R, m, sizeof m);
-}
-
-template <int R>
-void pack_q8_record(const uint8_t* src, size_t src_stride, int64_t b, uint8_t* out) {
-  uint16_t d[R];
-  for (int r = 0; r < R; ++r) {
-    const auto& blk = reinterpret_cast<const BlockQ8_0*>(src + r * src_stride)[b];
-    d[r] = blk.d;
-    for (int k = 0; k < 8; ++k) std::memcpy(out + 2 * R + 4 * R * k + 4 * r, blk.qs + 4 * k, 4);
-  }
-  std::memcpy(out, d, sizeof d);
 }
 
 template <int R>
 void repack_groups(WeightType type, const uint8_t* src, size_t src_stride, uint8_t* dst,
                    int64_t rows, int64_t k) {
-  const int64_t nb = k / kQK;
+  const int64_t nb = k / block_elements(type);
+  const size_t block = static_cast<size_t>(block_bytes(type));
   const size_t record = packed_block_bytes(type, R);
   for (int64_t g = 0; g < rows / R; ++g) {
     const uint8_t* group_src = src + g * R * src_stride;
     for (int64_t b = 0; b < nb; ++b, dst += record) {
-      if (type == WeightType::Q8_0) {
-        pack_q8_record<R>(group_src, src_stride, b, dst);
-      } else {
-        pack_q4_record<R>(type, group_src, src_stride, b, dst);
-      }
+      const uint8_t* blocks[R];
+      for (int r = 0; r < R; ++r) blocks[r] = group_src + r * src_stride + b * block;
+      pack_record<R>(type, blocks, dst);
     }
   }
 }

@@ -19,8 +19,9 @@ using cuda_detail::half_bits_to_float;
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover any size beyond this
 
-// Rows are packed back to back and n is a multiple of kQK for block types, so `rows` rows of n
-// elements are one run of rows·n elements (rows·n/kQK blocks): every kernel sees a flat array.
+// Rows are packed back to back and n is a multiple of block_elements(type), so `rows` rows of n
+// elements are one run of rows·n elements (rows·n/block_elements blocks): every kernel sees a
+// flat array.
 
 // One thread per element. src: (total) f32 / f16 / bf16 bits.
 template <WeightType kType>
@@ -76,6 +77,16 @@ __global__ void dequantize_q8_0_kernel(const BlockQ8_0* blocks, float* y, int64_
   }
 }
 
+// One thread per element, for the types without a kernel of their own above (Q5_0 … IQ4_XS).
+// src: (total / block_elements) blocks; y: (total).
+template <WeightType kType>
+__global__ void dequantize_blocks_kernel(const uint8_t* src, float* y, int64_t total) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride)
+    y[i] = cuda_detail::dequantize_element<kType>(src, i);
+}
+
 unsigned grid_for(int64_t work_items) {
   return static_cast<unsigned>(std::min((work_items + kThreads - 1) / kThreads, kMaxBlocks));
 }
@@ -84,49 +95,35 @@ unsigned grid_for(int64_t work_items) {
 
 void launch_dequantize_rows(int type, const void* src, float* y, int64_t rows, int64_t n,
                             cudaStream_t stream) {
-  if (type < static_cast<int>(WeightType::F32) || type > static_cast<int>(WeightType::Q8_0))
+  if (type < 0 || type >= cuda_detail::kWeightTypeCount)
     throw std::invalid_argument("launch_dequantize_rows: unknown weight type " +
                                 std::to_string(type));
-  const auto wtype = static_cast<WeightType>(type);
+  const int elements = block_elements(static_cast<WeightType>(type));
   if (rows < 0 || n < 0)
     throw std::invalid_argument("launch_dequantize_rows: negative shape (" + std::to_string(rows) +
                                 ", " + std::to_string(n) + ")");
-  // Local test rather than is_block_quantized(): this library does not link tokenfab_kernels.
-  const bool block_type =
-      wtype == WeightType::Q4_0 || wtype == WeightType::Q4_1 || wtype == WeightType::Q8_0;
-  if (block_type && n % kQK != 0)
+  if (n % elements != 0)
     throw std::invalid_argument("launch_dequantize_rows: n = " + std::to_string(n) +
-                                " is not a multiple of " + std::to_string(kQK) +
+                                " is not a multiple of " + std::to_string(elements) +
                                 " for block type " + std::to_string(type));
   const int64_t total = rows * n;
   if (total == 0) return;
 
-  switch (wtype) {
-    case WeightType::F32:
-      dequantize_float_kernel<WeightType::F32>
-          <<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
-      break;
-    case WeightType::F16:
-      dequantize_float_kernel<WeightType::F16>
-          <<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
-      break;
-    case WeightType::BF16:
-      dequantize_float_kernel<WeightType::BF16>
-          <<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
-      break;
-    case WeightType::Q4_0:
-      dequantize_q4_kernel<WeightType::Q4_0>
-          <<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
-      break;
-    case WeightType::Q4_1:
-      dequantize_q4_kernel<WeightType::Q4_1>
-          <<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
-      break;
-    case WeightType::Q8_0:
+  cuda_detail::with_weight_type(type, [&](auto t) {
+    constexpr WeightType kType = decltype(t)::value;
+    if constexpr (kType == WeightType::F32 || kType == WeightType::F16 ||
+                  kType == WeightType::BF16) {
+      dequantize_float_kernel<kType><<<grid_for(total), kThreads, 0, stream>>>(src, y, total);
+    } else if constexpr (kType == WeightType::Q4_0 || kType == WeightType::Q4_1) {
+      dequantize_q4_kernel<kType><<<grid_for(total / 2), kThreads, 0, stream>>>(src, y, total);
+    } else if constexpr (kType == WeightType::Q8_0) {
       dequantize_q8_0_kernel<<<grid_for(total), kThreads, 0, stream>>>(
           static_cast<const BlockQ8_0*>(src), y, total);
-      break;
-  }
+    } else {
+      dequantize_blocks_kernel<kType>
+          <<<grid_for(total), kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), y, total);
+    }
+  });
   TOKENFAB_CUDA_CHECK(cudaGetLastError());
 }
 

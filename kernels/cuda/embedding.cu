@@ -16,20 +16,7 @@ constexpr int64_t kMaxGridY = 65535;  // the row loop strides by gridDim.y beyon
 
 // Bytes of one row of n elements (kernels::row_bytes, which this library does not link).
 int64_t embedding_row_bytes(WeightType type, int64_t n) {
-  switch (type) {
-    case WeightType::F32:
-      return n * 4;
-    case WeightType::F16:
-    case WeightType::BF16:
-      return n * 2;
-    case WeightType::Q4_0:
-      return n / kQK * static_cast<int64_t>(sizeof(BlockQ4_0));
-    case WeightType::Q4_1:
-      return n / kQK * static_cast<int64_t>(sizeof(BlockQ4_1));
-    case WeightType::Q8_0:
-      return n / kQK * static_cast<int64_t>(sizeof(BlockQ8_0));
-  }
-  return 0;
+  return n / block_elements(type) * block_bytes(type);
 }
 
 // Grid (x: column chunks of kThreads, y: token rows). table: (n_vocab) rows of row_bytes;
@@ -59,40 +46,21 @@ void launch_typed(const void* table, const int32_t* tokens, float* y, int64_t n_
 
 void launch_embedding(int type, const void* table, const int32_t* tokens, float* y,
                       int64_t n_tokens, int64_t n_embd, cudaStream_t stream) {
-  if (type < static_cast<int>(WeightType::F32) || type > static_cast<int>(WeightType::Q8_0))
+  if (type < 0 || type >= cuda_detail::kWeightTypeCount)
     throw std::invalid_argument("launch_embedding: unknown weight type " + std::to_string(type));
-  const auto wtype = static_cast<WeightType>(type);
+  const int elements = block_elements(static_cast<WeightType>(type));
   if (n_tokens < 0 || n_embd < 0)
     throw std::invalid_argument("launch_embedding: negative shape (" + std::to_string(n_tokens) +
                                 ", " + std::to_string(n_embd) + ")");
-  const bool block_type =
-      wtype == WeightType::Q4_0 || wtype == WeightType::Q4_1 || wtype == WeightType::Q8_0;
-  if (block_type && n_embd % kQK != 0)
+  if (n_embd % elements != 0)
     throw std::invalid_argument("launch_embedding: n_embd = " + std::to_string(n_embd) +
-                                " is not a multiple of " + std::to_string(kQK) +
+                                " is not a multiple of " + std::to_string(elements) +
                                 " for block type " + std::to_string(type));
   if (n_tokens == 0 || n_embd == 0) return;
 
-  switch (wtype) {
-    case WeightType::F32:
-      launch_typed<WeightType::F32>(table, tokens, y, n_tokens, n_embd, stream);
-      break;
-    case WeightType::F16:
-      launch_typed<WeightType::F16>(table, tokens, y, n_tokens, n_embd, stream);
-      break;
-    case WeightType::BF16:
-      launch_typed<WeightType::BF16>(table, tokens, y, n_tokens, n_embd, stream);
-      break;
-    case WeightType::Q4_0:
-      launch_typed<WeightType::Q4_0>(table, tokens, y, n_tokens, n_embd, stream);
-      break;
-    case WeightType::Q4_1:
-      launch_typed<WeightType::Q4_1>(table, tokens, y, n_tokens, n_embd, stream);
-      break;
-    case WeightType::Q8_0:
-      launch_typed<WeightType::Q8_0>(table, tokens, y, n_tokens, n_embd, stream);
-      break;
-  }
+  cuda_detail::with_weight_type(type, [&](auto t) {
+    launch_typed<decltype(t)::value>(table, tokens, y, n_tokens, n_embd, stream);
+  });
   TOKENFAB_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <tuple>
 #include <typeinfo>
 #include <vector>
 
@@ -32,20 +33,20 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/utf8.h"
 #include "kernels/cpu/candidates.h"
+#include "kernels/cpu/quant_types.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace tokenfab::fuzz {
 
-namespace {
-
-namespace fs = std::filesystem;
-
-// A finding: what the target saw that a clear refusal would not explain. Aborts, so that libFuzzer
-// keeps the input and the replay suite fails on it.
-[[noreturn]] void finding(const std::string& what) {
+void finding(const std::string& what) {
   std::fprintf(stderr, "fuzz finding: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 // The loaders take paths: each input goes to one file of this process, rewritten per input.
 fs::path scratch_file(const char* suffix) {
@@ -299,16 +300,26 @@ void tokenizer_text(std::span<const uint8_t> bytes) {
 }
 
 void write_seeds(const fs::path& dir) {
-  for (const char* target :
-       {"gguf_file", "model_file", "head_file", "tokenizer_text", "sampler_rows", "database_file"})
+  for (const char* target : {"gguf_file", "model_file", "head_file", "tokenizer_text",
+                             "sampler_rows", "database_file", "quant_blocks"})
     fs::create_directories(dir / target);
   const SyntheticShape shape = small_shape();
-  for (const auto& [type, name] : {std::pair{kernels::WeightType::Q4_1, "small-q4_1.gguf"},
-                                   std::pair{kernels::WeightType::Q8_0, "small-q8_0.gguf"}}) {
-    write_synthetic_llama(dir / "model_file" / name, shape, type, 7);
+  // Q4_K on a shape whose FFN rows (n_ff = 256) are whole super-blocks: ffn_down is Q4_K, the
+  // matrices of 64-element rows take llama-quantize's fallback type.
+  const SyntheticShape k_shape = [&] {
+    SyntheticShape k = shape;
+    k.n_ff = kernels::kQK_K;
+    return k;
+  }();
+  for (const auto& [type, name, model_shape] :
+       {std::tuple{kernels::WeightType::Q4_1, "small-q4_1.gguf", &shape},
+        std::tuple{kernels::WeightType::Q8_0, "small-q8_0.gguf", &shape},
+        std::tuple{kernels::WeightType::Q4_K, "small-q4_k.gguf", &k_shape}}) {
+    write_synthetic_llama(dir / "model_file" / name, *model_shape, type, 7);
     fs::copy_file(dir / "model_file" / name, dir / "gguf_file" / name,
                   fs::copy_options::overwrite_existing);
   }
+  write_quant_block_seeds(dir / "quant_blocks");
   DraftHeadInfo info;
   info.name = "fuzz-medusa";
   info.domain = "code";
@@ -327,8 +338,8 @@ void write_seeds(const fs::path& dir) {
   const char* prompts[] = {
       "def add(a, b):\n    return a + b\n",
       "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
-      "Caf\xC3\xA9 na\xC3\xAFve \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xF0\x9F\x98\x80  tabs\tand   "
-      "spaces",
+      ("Caf\xC3\xA9 na\xC3\xAFve \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xF0\x9F\x98\x80  "
+       "tabs\tand   spaces"),
       "{\"key\": [1, 2.5e3, null], \"s\": \"\\u00e9\"}",
   };
   int i = 0;
@@ -463,6 +474,7 @@ Target target_named(std::string_view name) {
   if (name == "tokenizer_text") return tokenizer_text;
   if (name == "sampler_rows") return sampler_rows;
   if (name == "database_file") return database_file;
+  if (name == "quant_blocks") return quant_blocks;
   return nullptr;
 }
 

@@ -35,18 +35,28 @@ void sampler_rows(std::span<const uint8_t> bytes);
 // the stores the app uses (models, domains, heads with their evaluations and files, the best head
 // per domain, conversations with their messages, runs).
 void database_file(std::span<const uint8_t> bytes);
+// The bytes as weight rows: byte 0 picks a WeightType (modulo their count: every type, the float
+// ones included), byte 1 the row length (1 to 8 blocks, or units of 32 elements for the float
+// types), then up to 8 rows of that type's blocks follow (a partial row is ignored). Each row
+// goes through describe_bad_block, dequantize_row and gemm_scalar (against Q8A activations of a
+// fixed vector) from a buffer of its exact size; for the block types the three must agree: a
+// block decodes to finite values exactly when its fp16 scales are finite, describe_bad_block
+// names the first block that does not (NaN or ±inf values only), and the product is finite
+// exactly when it names none.
+void quant_blocks(std::span<const uint8_t> bytes);
 // Whether tokenizer_text has the embedded model's tokenizer to work on.
 bool embedded_tokenizer_available();
 
-// Writes the seed inputs into dir/<target>/: a small synthetic model in two weight types (for
-// gguf_file and model_file), a medusa head and an mtp head with layer taps of that model's shape
-// (head_file), a few prompts with chat markup (tokenizer_text), and rows of logits with the
-// default and the greedy parameters (sampler_rows), and a database holding a row of every table
-// (database_file). Throws Error on failure.
+// Writes the seed inputs into dir/<target>/: a small synthetic model in three weight types, Q4_K
+// among them (for gguf_file and model_file), a medusa head and an mtp head with layer taps of
+// that model's shape (head_file), a few prompts with chat markup (tokenizer_text), rows of logits
+// with the default and the greedy parameters (sampler_rows), a database holding a row of every
+// table (database_file), and rows of every weight type, two of them with a NaN or infinite scale
+// (quant_blocks). Throws Error on failure.
 void write_seeds(const std::filesystem::path& dir);
 
 // The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text",
-// "sampler_rows", "database_file"); null for any other name.
+// "sampler_rows", "database_file", "quant_blocks"); null for any other name.
 using Target = void (*)(std::span<const uint8_t>);
 Target target_named(std::string_view name);
 

@@ -13,6 +13,7 @@
 #include "core/speculative/draft_head.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
+#include "kernels/cpu/quant_types.h"
 #include "tests/fuzz/fuzz_targets.h"
 
 using namespace tokenfab;
@@ -20,8 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kTargets[] = {"gguf_file",      "model_file",   "head_file",
-                                "tokenizer_text", "sampler_rows", "database_file"};
+const char* const kTargets[] = {"gguf_file",    "model_file",    "head_file",   "tokenizer_text",
+                                "sampler_rows", "database_file", "quant_blocks"};
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -53,7 +54,14 @@ class TestFuzzReplay : public QObject {
     for (const fs::path& p : files_in(seeds() / "model_file")) {
       const auto model = LlamaModel::load(p);
       QCOMPARE(model->hparams().n_layer, int64_t{2});
+      // The Q4_K model's FFN rows are whole super-blocks: its ffn_down is Q4_K.
+      if (p.filename() == "small-q4_k.gguf")
+        QCOMPARE(model->layers().front().w_down.type, kernels::WeightType::Q4_K);
     }
+    QVERIFY(fs::exists(seeds() / "model_file" / "small-q4_k.gguf"));
+    // A seed per weight type, and two with a non-finite scale.
+    QCOMPARE(files_in(seeds() / "quant_blocks").size(),
+             static_cast<size_t>(kernels::WeightType::IQ4_XS) + 1 + 2);
     const std::vector<fs::path> heads = files_in(seeds() / "head_file");
     QCOMPARE(heads.size(), size_t{2});
     for (const fs::path& p : heads) QCOMPARE(load_draft_head(p).info.n_embd, 64);

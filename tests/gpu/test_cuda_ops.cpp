@@ -1,5 +1,6 @@
 // Each CUDA op against its CPU reference op on random inputs of model-like shapes (odd row
-// counts; n = 32, 576, 1536, 4096 — SmolLM2 uses 576 and 1536). Skips when no CUDA device exists.
+// counts; n = 32, 576, 1536, 4096 — SmolLM2 uses 576 and 1536 — and multiples of 256 for the
+// K-quants and IQ4_XS). Skips when no CUDA device exists.
 // Paged attention has its own file (test_cuda_paged_attention.cpp).
 
 #include <QtTest/QtTest>
@@ -9,12 +10,14 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -63,8 +66,68 @@ constexpr float kRopeRel = 1e-6f;
 constexpr double kGemmUlps = 2.0;
 constexpr float kEps = 1e-5f;
 
-// A random quantized matrix (rows, n) of `type`, rows of different magnitudes so the block scales
-// span a wide range; 16-bit types get random bit patterns (subnormals, infinities and NaNs too).
+// The byte offsets of a block's fp16 scales (d, and m or dmin where the format has one; −1 where
+// it has not), as kernels::describe_bad_block reads them.
+struct ScaleOffsets {
+  int d = 0;
+  int second = -1;
+};
+ScaleOffsets scale_offsets(WeightType type) {
+  switch (type) {
+    case WeightType::Q4_1:
+    case WeightType::Q5_1:
+    case WeightType::Q4_K:
+    case WeightType::Q5_K:
+      return {0, 2};
+    case WeightType::Q2_K:
+      return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case WeightType::Q3_K:
+      return {offsetof(BlockQ3_K, d), -1};
+    case WeightType::Q6_K:
+      return {offsetof(BlockQ6_K, d), -1};
+    default:
+      return {0, -1};  // Q4_0, Q8_0, Q5_0, IQ4_NL, IQ4_XS: d first
+  }
+}
+
+// A random finite fp16: random bits, drawn again while they are inf or NaN; one in eight is ±0,
+// so that the order of the decoders' last subtraction shows in the sign of a zero.
+uint16_t random_finite_half(std::mt19937& rng) {
+  std::uniform_int_distribution<int> bits(0, 0xffff), eighth(0, 7);
+  if (eighth(rng) == 0) return static_cast<uint16_t>(bits(rng) & 0x8000);
+  for (;;) {
+    const auto h = static_cast<uint16_t>(bits(rng));
+    if ((h & 0x7c00) != 0x7c00) return h;
+  }
+}
+
+// `rows` rows of n elements of a block type as random valid blocks: random bytes (every level,
+// sub-block scale and min) with finite fp16 scales over the whole fp16 range (subnormals and
+// signed zeros included).
+std::vector<uint8_t> random_blocks(std::mt19937& rng, WeightType type, int64_t rows, int64_t n) {
+  const size_t stride = row_bytes(type, static_cast<uint64_t>(n));
+  std::vector<uint8_t> src(stride * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : src) b = static_cast<uint8_t>(byte(rng));
+  const ScaleOffsets at = scale_offsets(type);
+  for (size_t block = 0; block < src.size(); block += block_bytes(type))
+    for (const int offset : {at.d, at.second}) {
+      if (offset < 0) continue;
+      const uint16_t h = random_finite_half(rng);
+      std::memcpy(src.data() + block + offset, &h, sizeof h);
+    }
+  return src;
+}
+
+// The types with the legacy (32-element) blocks that the GPU had first.
+bool legacy_type(WeightType type) {
+  return type == WeightType::F32 || type == WeightType::F16 || type == WeightType::BF16 ||
+         type == WeightType::Q4_0 || type == WeightType::Q4_1 || type == WeightType::Q8_0;
+}
+
+// A random matrix (rows, n) of `type`. Q4_0, Q4_1, Q8_0: quantized rows of different magnitudes
+// so the block scales span a wide range; 16-bit types: random bit patterns (subnormals,
+// infinities and NaNs too); the others (Q5_0 … IQ4_XS): random_blocks.
 std::vector<uint8_t> random_weight_rows(std::mt19937& rng, WeightType type, int64_t rows,
                                         int64_t n) {
   const size_t stride = row_bytes(type, static_cast<uint64_t>(n));
@@ -77,12 +140,21 @@ std::vector<uint8_t> random_weight_rows(std::mt19937& rng, WeightType type, int6
     }
     return src;
   }
+  if (!legacy_type(type)) return random_blocks(rng, type, rows, n);
   for (int64_t r = 0; r < rows; ++r) {
     const float scale = std::ldexp(1.0f, static_cast<int>(r % 13) - 6);
     const std::vector<float> x = random_floats(rng, n, -scale, scale);
     quantize_row(type, x.data(), src.data() + r * stride, n);
   }
   return src;
+}
+
+// Every weight type, in enum order.
+std::vector<WeightType> all_weight_types() {
+  std::vector<WeightType> types;
+  for (int t = 0; t <= static_cast<int>(WeightType::IQ4_XS); ++t)
+    types.push_back(static_cast<WeightType>(t));
+  return types;
 }
 
 // Shapes (rows, n) every op runs on; odd row counts so no kernel can rely on pairs of rows.
@@ -209,14 +281,15 @@ void TestCudaOps::dequantize_matches_cpu_exactly_data() {
   QTest::addColumn<int>("type");
   QTest::addColumn<qint64>("rows");
   QTest::addColumn<qint64>("n");
-  const WeightType types[] = {WeightType::F32,  WeightType::F16,  WeightType::BF16,
-                              WeightType::Q4_0, WeightType::Q4_1, WeightType::Q8_0};
-  const qint64 shapes[][2] = {{1, 32}, {7, 32}, {3, 576}, {33, 576}, {5, 1536}, {9, 4096}};
-  for (WeightType type : types)
+  // Each type on the shapes whose n is whole blocks of it (the K-quants and IQ4_XS: 256).
+  const qint64 shapes[][2] = {{1, 32},   {7, 32},   {1, 256},  {7, 256}, {3, 576},
+                              {33, 576}, {5, 1536}, {9, 4096}, {3, 2816}};
+  for (WeightType type : all_weight_types())
     for (const auto& s : shapes)
-      QTest::addRow("%s %lldx%lld", weight_type_name(type), static_cast<long long>(s[0]),
-                    static_cast<long long>(s[1]))
-          << static_cast<int>(type) << s[0] << s[1];
+      if (s[1] % block_elements(type) == 0)
+        QTest::addRow("%s %lldx%lld", weight_type_name(type), static_cast<long long>(s[0]),
+                      static_cast<long long>(s[1]))
+            << static_cast<int>(type) << s[0] << s[1];
 }
 
 void TestCudaOps::dequantize_matches_cpu_exactly() {
@@ -229,8 +302,10 @@ void TestCudaOps::dequantize_matches_cpu_exactly() {
   const std::vector<uint8_t> src =
       random_weight_rows(rng, wtype, rows, n);  // (rows) of stride bytes
   std::vector<float> want(rows * n);            // (rows, n)
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
+    QCOMPARE(describe_bad_block(wtype, src.data() + r * stride, n), std::string());
     dequantize_row(wtype, src.data() + r * stride, want.data() + r * n, n);
+  }
 
   DeviceBuffer<uint8_t> dsrc(src.size());
   DeviceBuffer<float> dy(want.size());
@@ -243,12 +318,29 @@ void TestCudaOps::dequantize_matches_cpu_exactly() {
 }
 
 void TestCudaOps::dequantize_rejects_bad_arguments() {
-  DeviceBuffer<float> dy(64);
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
-                           launch_dequantize_rows(99, dy.get(), dy.get(), 1, 32, stream_));
+  DeviceBuffer<float> dy(256);
+  DeviceBuffer<int32_t> tokens(1);
+  const int past_last = static_cast<int>(WeightType::IQ4_XS) + 1;
+  for (const int type : {99, past_last, -1}) {
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                             launch_dequantize_rows(type, dy.get(), dy.get(), 1, 32, stream_));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, launch_embedding(type, dy.get(), tokens.get(),
+                                                                     dy.get(), 1, 32, stream_));
+  }
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            launch_dequantize_rows(static_cast<int>(WeightType::Q4_0), dy.get(),
                                                   dy.get(), 1, 48, stream_));
+  // Rows of the super-block types are whole super-blocks of 256.
+  for (const WeightType type : all_weight_types()) {
+    if (block_elements(type) != kQK_K) continue;
+    QVERIFY_THROWS_EXCEPTION(
+        std::invalid_argument,
+        launch_dequantize_rows(static_cast<int>(type), dy.get(), dy.get(), 1, 32, stream_));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                             launch_embedding(static_cast<int>(type), dy.get(), tokens.get(),
+                                              dy.get(), 1, 128, stream_));
+  }
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void TestCudaOps::embedding_matches_cpu_exactly_data() {
@@ -256,16 +348,16 @@ void TestCudaOps::embedding_matches_cpu_exactly_data() {
   QTest::addColumn<qint64>("n_vocab");
   QTest::addColumn<qint64>("n_embd");
   QTest::addColumn<qint64>("n_tokens");
-  const WeightType types[] = {WeightType::F32,  WeightType::F16,  WeightType::BF16,
-                              WeightType::Q4_0, WeightType::Q4_1, WeightType::Q8_0};
-  const qint64 shapes[][3] = {
-      {1, 32, 1}, {37, 64, 5}, {101, 576, 33}, {53, 1536, 7}, {7, 4096, 300}};
-  for (WeightType type : types)
+  // Each type on the shapes whose n_embd is whole blocks of it (the K-quants and IQ4_XS: 256).
+  const qint64 shapes[][3] = {{1, 32, 1},     {37, 64, 5},   {1, 256, 1},   {37, 256, 5},
+                              {101, 576, 33}, {61, 768, 17}, {53, 1536, 7}, {7, 4096, 300}};
+  for (WeightType type : all_weight_types())
     for (const auto& s : shapes)
-      QTest::addRow("%s vocab %lld embd %lld tokens %lld", weight_type_name(type),
-                    static_cast<long long>(s[0]), static_cast<long long>(s[1]),
-                    static_cast<long long>(s[2]))
-          << static_cast<int>(type) << s[0] << s[1] << s[2];
+      if (s[1] % block_elements(type) == 0)
+        QTest::addRow("%s vocab %lld embd %lld tokens %lld", weight_type_name(type),
+                      static_cast<long long>(s[0]), static_cast<long long>(s[1]),
+                      static_cast<long long>(s[2]))
+            << static_cast<int>(type) << s[0] << s[1] << s[2];
 }
 
 void TestCudaOps::embedding_matches_cpu_exactly() {

@@ -17,6 +17,7 @@
 #include "core/model/model_files.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
+#include "core/training/generation_eval.h"
 #include "tests/common/default_model.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/app_settings.h"
@@ -284,10 +285,11 @@ void GuiHeadsTest::evaluation_fills_the_matrix_export_and_delete() {
   QCOMPARE(studied.front().devices, std::string("cpu:0"));  // the app's engine, as configured
   QCOMPARE(table->item(1, 8)->text(), QString("cpu:0"));
   // An unknown target quantization is refused with the accepted names.
-  QVERIFY(page.start_evaluation(record->id, "code", 1, 16, "q2_k"));
+  QVERIFY(page.start_evaluation(record->id, "code", 1, 16, "q3_k"));
   QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 3, kTrainTimeoutMs);
   QVERIFY(!finished.last().at(0).toBool());
-  QVERIFY2(finished.last().at(1).toString().contains("expected native, f16, q8_0, q4_1 or q4_0"),
+  QVERIFY2(finished.last().at(1).toString().contains(
+               QString::fromStdString("expected " + target_quant_names_text())),
            qPrintable(finished.last().at(1).toString()));
   QCOMPARE(registry.evaluations(record->id).size(), size_t{2});
 

@@ -76,6 +76,7 @@ class KernelTest : public QObject {
   void gemm_matches_reference();
   void matmul_matches_per_job_gemm_data();
   void matmul_matches_per_job_gemm();
+  void matmul_rejects_what_it_cannot_compute();
 
   // test_kernels_ops.cpp
   void rms_norm_matches_formula();

@@ -3,10 +3,14 @@
 // x8 kernel against the AVX2 one bit for bit (where the CPU has VNNI), and the threaded matmul()
 // against per-job gemm_scalar (registered twice: as the CPU dispatches, and capped at AVX2).
 //
-// Tolerances are measured against mag = Σ_i (|w_i| + 2·|bias_b|)·|x_i|, which bounds every
-// intermediate the kernels form: a block's terms d·d_a·Σq·q_a and bias·s, where bias is −8d (Q4_0),
-// m (Q4_1) or 0, satisfy |d·q| ≤ |w| + |bias| (w = d·q + bias). Rounding errors scale with it,
-// not with the result, which can cancel to near zero.
+// Tolerances are measured against mag = Σ_i (|w_i| + 2·|bias_i|)·|x_i|, which bounds every
+// intermediate the kernels form: a block's terms d·d_a·Σq·q_a and bias·s, where bias_i is the
+// part of weight i that the kernels form as a float term of its own — −8d (Q4_0), −16d (Q5_0),
+// m (Q4_1, Q5_1), −dmin·m_s (Q4_K, Q5_K: per 32 elements; Q2_K: per 16) — satisfy
+// |d·sc·q| ≤ |w| + |bias| (w = d·sc·q + bias). The other types' offsets (Q6_K's q − 32, Q3_K's
+// q − 4, the IQ4 values' + 128 in the VNNI kernels, Q8_0's likewise) are taken inside the exact
+// integer sums, so no float intermediate of theirs exceeds Σ|w_i|·|x_i|: bias 0. Rounding errors
+// scale with mag, not with the result, which can cancel to near zero.
 
 #include <QtTest>
 #include <bit>
@@ -35,15 +39,40 @@ constexpr size_t kRowPad = 32;  // bytes after each weight / activation row: str
 // Marks y cells the kernels must not write (the ldy padding); a NaN no kernel produces.
 constexpr uint32_t kUntouched = 0x7FC0DEADu;
 
+// Where a block type keeps its fp16 scales: d's byte offset, and the second scale's (m or dmin;
+// -1: none).
+struct ScaleOffsets {
+  int d, second;
+};
+ScaleOffsets scale_offsets(WeightType type) {
+  switch (type) {
+    case WeightType::Q4_1:
+    case WeightType::Q5_1:
+    case WeightType::Q4_K:
+    case WeightType::Q5_K:
+      return {0, 2};
+    case WeightType::Q2_K:
+      return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case WeightType::Q3_K:
+      return {offsetof(BlockQ3_K, d), -1};
+    case WeightType::Q6_K:
+      return {offsetof(BlockQ6_K, d), -1};
+    default:
+      return {0, -1};
+  }
+}
+
 // `rows` weight rows of k elements, `stride` bytes apart. Quantized blocks get random bytes
-// (every nibble / int8 value, Q8_0's −128 included) and random fp16 scales of either sign, so
-// the kernels see the whole format, not just what our quantizer emits.
+// (every level, sub-block scale and minimum, Q8_0's −128 included) and random finite fp16 scales
+// of either sign, so the kernels see the whole format, not just what our quantizer emits.
 std::vector<uint8_t> random_weights(WeightType type, int64_t rows, int64_t k, size_t stride,
                                     std::mt19937& rng) {
   std::vector<uint8_t> w(rows * stride, 0xEE);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.002f, 0.05f), minimum(-0.5f, 0.5f);
-  const size_t block = row_bytes(type, kQK);
+  const size_t block = static_cast<size_t>(block_bytes(type));
+  const ScaleOffsets at = scale_offsets(type);
+  const bool super = block_elements(type) == kQK_K;
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = w.data() + r * stride;
     if (!is_block_quantized(type)) {
@@ -51,28 +80,51 @@ std::vector<uint8_t> random_weights(WeightType type, int64_t rows, int64_t k, si
       quantize_row(type, v.data(), row, k);
       continue;
     }
-    for (int64_t b = 0; b < k / kQK; ++b) {
+    for (int64_t b = 0; b < k / block_elements(type); ++b) {
       uint8_t* blk = row + b * block;
       for (size_t i = 0; i < block; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
       const uint16_t d = fp32_to_fp16(byte(rng) % 2 ? scale(rng) : -scale(rng));
-      std::memcpy(blk, &d, 2);
-      if (type == WeightType::Q4_1) {
-        const uint16_t m = fp32_to_fp16(minimum(rng));
-        std::memcpy(blk + 2, &m, 2);
+      std::memcpy(blk + at.d, &d, 2);
+      if (at.second >= 0) {
+        // Q4_1 / Q5_1: the minimum itself; the K-quants: the scale of their 4- or 6-bit minimums.
+        const float v = super ? (byte(rng) % 2 ? scale(rng) : -scale(rng)) : minimum(rng);
+        const uint16_t m = fp32_to_fp16(v);
+        std::memcpy(blk + at.second, &m, 2);
       }
     }
   }
   return w;
 }
 
-// |bias| of weight block b of a row (see the file comment).
-double block_bias(WeightType type, const uint8_t* row, int64_t b) {
-  const uint8_t* blk = row + b * row_bytes(type, kQK);
-  uint16_t h[2];
-  std::memcpy(h, blk, sizeof h);
-  if (type == WeightType::Q4_0) return 8 * std::fabs(fp16_to_fp32(h[0]));
-  if (type == WeightType::Q4_1) return std::fabs(fp16_to_fp32(h[1]));
-  return 0;
+// |bias| of element i of a row (see the file comment).
+double element_bias(WeightType type, const uint8_t* row, int64_t i) {
+  const uint8_t* blk = row + i / block_elements(type) * block_bytes(type);
+  const ScaleOffsets at = scale_offsets(type);
+  uint16_t d, second = 0;
+  std::memcpy(&d, blk + at.d, 2);
+  if (at.second >= 0) std::memcpy(&second, blk + at.second, 2);
+  const int e = static_cast<int>(i % kQK_K);
+  switch (type) {
+    case WeightType::Q4_0:
+      return 8 * std::fabs(fp16_to_fp32(d));
+    case WeightType::Q5_0:
+      return 16 * std::fabs(fp16_to_fp32(d));
+    case WeightType::Q4_1:
+    case WeightType::Q5_1:
+      return std::fabs(fp16_to_fp32(second));
+    case WeightType::Q4_K:
+    case WeightType::Q5_K: {
+      const auto& q = reinterpret_cast<const BlockQ4_K*>(blk)->scales;  // same place in Q5_K
+      const int s = e / 32;
+      const int m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | (q[s] >> 6) << 4;
+      return std::fabs(fp16_to_fp32(second)) * m;
+    }
+    case WeightType::Q2_K:
+      return std::fabs(fp16_to_fp32(second)) *
+             (reinterpret_cast<const BlockQ2_K*>(blk)->scales[e / 16] >> 4);
+    default:
+      return 0;
+  }
 }
 
 // Activations: cols rows of k f32 with a different magnitude per row; row 3 is all zeros and
@@ -135,7 +187,7 @@ Reference reference_gemm(WeightType type, const uint8_t* w, size_t w_stride, int
     dequantize_row(type, w + r * w_stride, row.data(), k);
     for (int64_t i = 0; i < k; ++i) {
       wf[r * k + i] = row[i];
-      bias[r * k + i] = std::fabs(row[i]) + 2 * block_bias(type, w + r * w_stride, i / kQK);
+      bias[r * k + i] = std::fabs(row[i]) + 2 * element_bias(type, w + r * w_stride, i);
     }
   }
   Reference ref;
@@ -197,9 +249,17 @@ constexpr double kFastVsScalar = 1e-5;
 void KernelTest::gemm_matches_reference_data() {
   QTest::addColumn<WeightType>("type");
   QTest::addColumn<int64_t>("k");
-  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q4_0,
-                          WeightType::Q4_1, WeightType::Q8_0}) {
+  for (WeightType type :
+       {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q4_0, WeightType::Q4_1,
+        WeightType::Q8_0, WeightType::Q5_0, WeightType::Q5_1, WeightType::IQ4_NL}) {
     for (int64_t k : {32, 64, 576, 1536}) {
+      QTest::addRow("%s k=%lld", weight_type_name(type), static_cast<long long>(k)) << type << k;
+    }
+  }
+  // The super-block types: K a multiple of 256.
+  for (WeightType type : {WeightType::Q2_K, WeightType::Q3_K, WeightType::Q4_K, WeightType::Q5_K,
+                          WeightType::Q6_K, WeightType::IQ4_XS}) {
+    for (int64_t k : {256, 512, 1536}) {
       QTest::addRow("%s k=%lld", weight_type_name(type), static_cast<long long>(k)) << type << k;
     }
   }
@@ -209,8 +269,9 @@ void KernelTest::gemm_matches_reference_data() {
 // offset (x8: a group boundary), with ldy = rows + 3:
 //   (a) gemm_scalar vs the double reference: within (n + 8)·u·mag, the worst case of recursive
 //       summation over n terms (n = K products for float weights, K/32 block terms for blocks)
-//       plus a few roundings per term (d·d_a, s, the bias product, Q4_1's d·q + m in the
-//       reference);
+//       plus a few roundings per term (d·d_a, s, the bias product, the integer sum's conversion
+//       where it passes 2^24; in the reference, dequantize_row's d·sc, its product with q and
+//       the minimum's subtraction);
 //   (b) gemm_avx2 vs gemm_scalar, (c) repack_x8 + gemm_x8_avx2 vs gemm_scalar, (d) for Q4
 //       weights, gemm_x8_q8b_avx2 on the expanded activations vs gemm_scalar: kFastVsScalar;
 //   (e) where the CPU has AVX-512 VNNI, gemm_x8_vnni vs gemm_x8_avx2 and, for tiles of whole
@@ -309,7 +370,7 @@ void KernelTest::gemm_matches_reference() {
       }
 
       // (d) Q4 weights with the broadcast activation layout: the same blocks, expanded.
-      if (type == WeightType::Q8_0) continue;
+      if (type != WeightType::Q4_0 && type != WeightType::Q4_1) continue;
       const int64_t nb = k / kQK;
       std::vector<BlockQ8B> xb(static_cast<size_t>(cols * nb));
       for (int64_t c = 0; c < cols; ++c)
@@ -333,8 +394,10 @@ void KernelTest::matmul_matches_per_job_gemm_data() {
   QTest::addColumn<int64_t>("cols");
   // "quantized": block types, some x8; "q4x8": only x8 Q4 jobs, which take the BlockQ8B layout
   // from kQ8BMinCols columns on (with AVX2); "x16": x16 jobs (with AVX-512 VNNI; x8 otherwise)
-  // beside an x8 one; "float": the float types.
-  for (const QString set : {"quantized", "q4x8", "x16", "float"}) {
+  // beside an x8 one; "q5": Q5_0, Q5_1, IQ4_NL packed and not; "kquants": the super-block types
+  // packed and not (K = 768); "mixed": a K-quant file's mix on one input, as its Q/K/V or
+  // gate/up jobs share one (K = 768); "float": the float types.
+  for (const QString set : {"quantized", "q4x8", "x16", "q5", "kquants", "mixed", "float"}) {
     for (int threads : {1, 2, 3}) {
       for (int64_t cols : {1, 5, 9, 20, 70}) {  // ≥ 8 converted in parallel; ≥ 64: Q8B
         QTest::addRow("%s threads=%d cols=%lld", qPrintable(set), threads,
@@ -345,7 +408,7 @@ void KernelTest::matmul_matches_per_job_gemm_data() {
   }
 }
 
-// Two to four jobs on one input, some in the x8 or x16 layout (with AVX2 / AVX-512 VNNI), rows
+// Two to six jobs on one input, some in the x8 or x16 layout (with AVX2 / AVX-512 VNNI), rows
 // that do and do not divide into the 8-row split unit, ldx > k and ldy > rows. Each job's y must
 // match gemm_scalar over its GGUF rows on the same Q8A input (quantize_row_q8a, the conversion
 // matmul itself uses) within kFastVsScalar, and its ldy padding must stay untouched.
@@ -353,7 +416,7 @@ void KernelTest::matmul_matches_per_job_gemm() {
   QFETCH(QString, jobs_set);
   QFETCH(int, threads);
   QFETCH(int64_t, cols);
-  constexpr int64_t k = 576, ldx = k + 3;
+  const int64_t k = jobs_set == "kquants" || jobs_set == "mixed" ? 768 : 576, ldx = k + 3;
   struct Spec {
     WeightType type;
     int64_t rows;
@@ -371,6 +434,21 @@ void KernelTest::matmul_matches_per_job_gemm() {
              {WeightType::Q4_1, 80, x16},
              {WeightType::Q4_0, 16, x16},
              {WeightType::Q4_1, 24, x8}};
+  } else if (jobs_set == "q5") {
+    specs = {{WeightType::Q5_0, 64, x16},
+             {WeightType::Q5_1, 24, x8},
+             {WeightType::IQ4_NL, 13, 0},
+             {WeightType::IQ4_NL, 32, x16},
+             {WeightType::Q5_0, 40, x8}};
+  } else if (jobs_set == "kquants") {
+    specs = {{WeightType::Q4_K, 64, x16}, {WeightType::Q6_K, 24, x8}, {WeightType::Q5_K, 13, 0},
+             {WeightType::Q3_K, 16, x16}, {WeightType::Q2_K, 40, x8}, {WeightType::IQ4_XS, 32, x16}};
+  } else if (jobs_set == "mixed") {
+    specs = {{WeightType::Q4_K, 48, x16},
+             {WeightType::Q5_0, 16, x8},
+             {WeightType::Q6_K, 7, 0},
+             {WeightType::Q8_0, 32, x16},
+             {WeightType::Q5_K, 24, x8}};
   } else {
     specs = {{WeightType::F16, 7, 0}, {WeightType::BF16, 33, 0}, {WeightType::F32, 16, 0}};
   }
@@ -423,4 +501,24 @@ void KernelTest::matmul_matches_per_job_gemm() {
                                            .arg(s.group != 0 ? QString(", x%1").arg(s.group) : "") +
                                        err));
   }
+}
+
+// matmul() refuses what its kernels cannot compute: K not a multiple of a quantized job's block
+// (256 for the super-block types, 32 for the others) and a packed job of a type without a packed
+// layout, with std::invalid_argument; K = 512 for Q4_K and 544 for Q5_0 run.
+void KernelTest::matmul_rejects_what_it_cannot_compute() {
+  ThreadPool pool(1);
+  ActivationScratch scratch;
+  std::vector<float> x(1024, 0.5f), y(64, 0.0f);
+  std::vector<uint8_t> w(row_bytes(WeightType::Q4_K, 1024) * 8, 0);
+  const auto run = [&](WeightType type, int64_t k, int group) {
+    const MatmulJob job{type, w.data(), 8, y.data(), 8, group};
+    matmul(pool, {&job, 1}, x.data(), k, k, 1, scratch);
+  };
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, run(WeightType::Q4_K, 576, 0));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, run(WeightType::Q6_K, 288, 0));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, run(WeightType::Q5_0, 560, 0));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, run(WeightType::F16, 64, kX8Rows));
+  run(WeightType::Q4_K, 512, 0);
+  run(WeightType::Q5_0, 544, 0);
 }

@@ -1,7 +1,8 @@
 // The quantized GPU GEMV's weight layout (kernels/cuda/gemv_blocks.h), built on the host: every
 // element equals kernels::dequantize_row's value for the file's block exactly (Q4_0's zero is
 // +0 where d·(q − 8) gives −0 for a negative d: equal values, so equal products), for each block
-// type and for matrices stacked from parts; what has no such form is refused.
+// type and for matrices stacked from parts; what has no such form (F16, Q5_0, Q5_1, the K-quants,
+// IQ4) is refused.
 
 #include <QtTest>
 #include <cmath>
@@ -72,6 +73,25 @@ void KernelTest::gemv_blocks_refuse_what_has_no_quantized_form() {
   QVERIFY(!append_gemv_blocks(WeightType::Q4_1, q4.data(), 1, k / 2, blocks));
   QCOMPARE(blocks.rows, int64_t{1});
   QCOMPARE(blocks.q.size(), size_t{32});
+  // Q5_0, Q5_1, the K-quants and IQ4 have no quantized form (the GPU keeps them in BF16): refused
+  // alone and as a part stacked on a quantized matrix, which stays as it was.
+  for (int t = static_cast<int>(WeightType::Q5_0); t <= static_cast<int>(WeightType::IQ4_XS); ++t) {
+    const auto type = static_cast<WeightType>(t);
+    const int64_t n = kQK_K;
+    std::vector<float> v(n, 0.5f);
+    std::vector<uint8_t> row(row_bytes(type, n));
+    quantize_row(type, v.data(), row.data(), n);
+    QCOMPARE(gemv_format(type), GemvWeights::kBf16);
+    QVERIFY2(!gemv_blocks_representable(type, row.data(), 1, n), weight_type_name(type));
+    GemvBlocks alone;
+    QVERIFY2(!append_gemv_blocks(type, row.data(), 1, n, alone), weight_type_name(type));
+    QCOMPARE(alone.format, GemvWeights::kBf16);
+    QVERIFY(alone.q.empty() && alone.scales.empty());
+    QVERIFY2(!append_gemv_blocks(type, row.data(), 1, n, blocks), weight_type_name(type));
+    QCOMPARE(blocks.format, GemvWeights::kQ4);
+    QCOMPARE(blocks.rows, int64_t{1});
+    QCOMPARE(blocks.q.size(), size_t{32});
+  }
   // A Q4_0 scale whose −8·d would overflow fp16.
   BlockQ4_0 huge{};
   huge.d = fp32_to_fp16(16384.0f);

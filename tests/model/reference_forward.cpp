@@ -21,19 +21,39 @@ struct Dense {
 };
 
 kernels::WeightType kernel_type(const gguf::TensorInfo& t) {
+  using gguf::TensorType;
+  using kernels::WeightType;
   switch (t.type) {
-    case gguf::TensorType::F32:
-      return kernels::WeightType::F32;
-    case gguf::TensorType::F16:
-      return kernels::WeightType::F16;
-    case gguf::TensorType::BF16:
-      return kernels::WeightType::BF16;
-    case gguf::TensorType::Q4_0:
-      return kernels::WeightType::Q4_0;
-    case gguf::TensorType::Q4_1:
-      return kernels::WeightType::Q4_1;
-    case gguf::TensorType::Q8_0:
-      return kernels::WeightType::Q8_0;
+    case TensorType::F32:
+      return WeightType::F32;
+    case TensorType::F16:
+      return WeightType::F16;
+    case TensorType::BF16:
+      return WeightType::BF16;
+    case TensorType::Q4_0:
+      return WeightType::Q4_0;
+    case TensorType::Q4_1:
+      return WeightType::Q4_1;
+    case TensorType::Q8_0:
+      return WeightType::Q8_0;
+    case TensorType::Q5_0:
+      return WeightType::Q5_0;
+    case TensorType::Q5_1:
+      return WeightType::Q5_1;
+    case TensorType::Q2_K:
+      return WeightType::Q2_K;
+    case TensorType::Q3_K:
+      return WeightType::Q3_K;
+    case TensorType::Q4_K:
+      return WeightType::Q4_K;
+    case TensorType::Q5_K:
+      return WeightType::Q5_K;
+    case TensorType::Q6_K:
+      return WeightType::Q6_K;
+    case TensorType::IQ4_NL:
+      return WeightType::IQ4_NL;
+    case TensorType::IQ4_XS:
+      return WeightType::IQ4_XS;
     default:
       throw Error("reference forward: tensor " + t.name + " has a type it cannot read");
   }
