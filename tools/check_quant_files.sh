@@ -180,12 +180,19 @@ done
 
 # --- one JSON object ------------------------------------------------------------------------------
 
-"$venv/bin/python" - "$tmp" "$quant_dir" "$text" "$ctx" "$threads" "$gen_tokens" \
+PYTHONPATH="$root/tools" "$venv/bin/python" - "$tmp" "$quant_dir" "$text" "$ctx" "$threads" "$gen_tokens" \
   "$llamacpp_python_version" "$llamacpp_commit" \
   "$(printf '%s\n' "${names[@]}")" "$(printf '%s\n' "${paths[@]}")" \
   "$(printf '%s\n' "${prompts[@]}")" <<'PY'
 import collections, hashlib, json, os, re, struct, sys
 import gguf
+import numpy as np
+import reference_forward  # tools/reference_forward.py: the float64 forward pass of the file
+
+# Where the two tools' greedy tokens part, the file's exact model (float64, the file's own
+# weights) says how near the two choices were: within NEAR_TIE logits, the two tools' different
+# roundings (llama.cpp's and Tokenfab's 8-bit activation blocks) can pick either.
+NEAR_TIE = 0.5
 
 (tmp, quant_dir, text, ctx, threads, gen_tokens, version, commit, names, paths,
  prompts) = sys.argv[1:]
@@ -269,6 +276,7 @@ def sha256(path):
     return h.hexdigest()
 
 files = []
+g_prompt_ids = {}  # greedy entry → its prompt's ids
 for i, (name, path) in enumerate(zip(names, paths)):
     d = os.path.join(tmp, str(i))
     base = os.path.basename(path)
@@ -319,6 +327,7 @@ for i, (name, path) in enumerate(zip(names, paths)):
             if llama_ids and llama_ids[-1] in eog:
                 llama_ids = llama_ids[:-1]
             g["prompt_ids_equal"] = ids[:n_prompt] == tf_prompt["ids"]
+            g_prompt_ids[id(g)] = tf_prompt["ids"]
             g["agree"] = g["prompt_ids_equal"] and llama_ids == tf_ids
             if not g["agree"]:
                 diff = next((k for k, (a, b) in enumerate(zip(llama_ids, tf_ids)) if a != b),
@@ -329,8 +338,27 @@ for i, (name, path) in enumerate(zip(names, paths)):
             g["tokens"] = len(tf_ids)
             g["text"] = tf_gen["text"]
         greedy.append(g)
+    parted = [g for g in greedy if "first_difference" in g]
+    if parted:
+        model = reference_forward.Model(path)
+        for g in parted:
+            k = g["first_difference"]
+            if k >= min(len(g["llama_cpp_ids"]), len(g["tokenfab_ids"])):
+                continue  # one run ended early; no token to compare
+            prefix = g_prompt_ids[id(g)] + g["tokenfab_ids"][:k]
+            logits = model.forward(prefix)[-1]
+            a, b = g["llama_cpp_ids"][k], g["tokenfab_ids"][k]
+            best = int(np.argmax(logits))
+            g["exact"] = {"llama_cpp_logit": float(logits[a]), "tokenfab_logit": float(logits[b]),
+                          "best": best, "best_logit": float(logits[best]),
+                          "margin": abs(float(logits[a] - logits[b])),
+                          "prefers": "llama.cpp" if logits[a] > logits[b] else "tokenfab"}
+            g["near_tie"] = g["exact"]["margin"] <= NEAR_TIE
+        del model
     entry["greedy"] = greedy
     entry["greedy_agree"] = sum(1 for g in greedy if g.get("agree"))
+    entry["greedy_agree_to_a_near_tie"] = sum(
+        1 for g in greedy if g.get("agree") or g.get("near_tie"))
     entry["tensor_types"] = {"counts": counts, "by_name": summary, "json": mix_path}
     files.append(entry)
 

@@ -10,25 +10,33 @@ either sign and magnitudes from 2^-14 to 2^3, so that the products of scales are
 f32 and the order of the operations shows; then edge cases: zero and negative-zero scales, every
 quantized byte 0x00 or 0xFF, subnormal scales, the largest finite fp16.
 
+With --real FILE…, also blocks taken from real files of those types (the first, middle and last
+block of a few tensors of each type in each file, e.g. the files tools/check_quant_files.sh makes
+with llama-quantize from the embedded model): scales and levels as a real quantizer leaves them.
+Each such case names the file (and its sha256), the tensor and the block.
+
 Rerun (pins in tools/requirements-reference.txt, e.g. in a venv under build-venv/):
     python3 -m venv build-venv && build-venv/bin/pip install gguf==0.19.0 numpy==2.4.6
-    build-venv/bin/python tools/golden_quants.py [--out tests/data/quant_golden.json]
-The output is deterministic (fixed seed).
+    build-venv/bin/python tools/golden_quants.py [--out tests/data/quant_golden.json] \
+        [--real build-llamacpp/quants/*.gguf]
+The output is deterministic (fixed seed, files in the order given).
 """
 
 import argparse
 import base64
+import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType, GGML_QUANT_SIZES, GGUFReader
 from gguf.quants import dequantize
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 20261205
 RANDOM_BLOCKS = 8
+REAL_TENSORS_PER_TYPE = 3  # per file: the first tensors of each type, in file order
 
 # Byte offsets of each type's fp16 scale fields within its block (ggml-common.h):
 # the rest of the block is quantized data (levels, packed sub-block scales, high bits).
@@ -88,17 +96,42 @@ def cases_for(name: str, type_size: int, rng: np.random.Generator) -> list[tuple
     return cases
 
 
+def real_cases(paths: list[Path]) -> dict[str, list[tuple[str, bytes]]]:
+    """Blocks of the FP16_FIELDS types from real GGUF files: the first, middle and last block of
+    the first REAL_TENSORS_PER_TYPE tensors of each type in each file."""
+    found: dict[str, list[tuple[str, bytes]]] = {name: [] for name in FP16_FIELDS}
+    for path in paths:
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        taken: dict[str, int] = {}
+        for tensor in GGUFReader(path).tensors:
+            name = tensor.tensor_type.name
+            if name not in FP16_FIELDS or taken.get(name, 0) >= REAL_TENSORS_PER_TYPE:
+                continue
+            taken[name] = taken.get(name, 0) + 1
+            _, type_size = GGML_QUANT_SIZES[tensor.tensor_type]
+            raw = np.asarray(tensor.data, dtype=np.uint8).reshape(-1)
+            n_blocks = raw.size // type_size
+            for b in sorted({0, n_blocks // 2, n_blocks - 1}):
+                data = raw[b * type_size : (b + 1) * type_size].tobytes()
+                found[name].append((f"{path.name} (sha256 {sha[:16]}…) {tensor.name} block {b}",
+                                    data))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "tests/data/quant_golden.json")
+    parser.add_argument("--real", type=Path, nargs="*", default=[],
+                        help="GGUF files to take real blocks from")
     args = parser.parse_args()
 
     rng = np.random.default_rng(SEED)
+    real = real_cases(args.real)
     types = {}
     for name in FP16_FIELDS:
         qtype = GGMLQuantizationType[name]
         block_size, type_size = GGML_QUANT_SIZES[qtype]
-        cases = cases_for(name, type_size, rng)
+        cases = cases_for(name, type_size, rng) + real[name]
         blocks = np.frombuffer(b"".join(data for _, data in cases), dtype=np.uint8)
         values = dequantize(blocks.reshape(len(cases), type_size), qtype)
         assert values.dtype == np.float32 and values.shape == (len(cases), block_size)
@@ -121,6 +154,7 @@ def main() -> None:
         "format": "per type: cases of one block each; block: the block's bytes in hex; values: its "
         "dequantized float32s, little-endian, in base64",
         "seed": SEED,
+        "real_files": [p.name for p in args.real],
         "types": types,
     }
     args.out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -2,7 +2,8 @@
 """Independent NumPy reference forward pass for SmolLM2-135M-Instruct (Llama architecture).
 
 Reads the GGUF file with gguf.GGUFReader, dequantizes Q8_0 / Q4_1 itself from the raw block
-bytes (cross-checked against gguf.quants.dequantize), and runs a plain float64 forward pass with
+bytes (cross-checked against gguf.quants.dequantize) and every other block type with
+gguf.quants.dequantize (written apart from our code too), and runs a plain float64 forward pass with
 no KV cache: every step recomputes the whole sequence. Nothing here shares code with the engine,
 so agreement between the two is evidence that both are right.
 
@@ -25,7 +26,6 @@ import time
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.expanduser("~/.cache/tokenfab/models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -82,8 +82,8 @@ def load_tensor(tensor):
         mine = dequantize_q8_0(tensor.data, n_rows, n_in)
     elif kind == GGMLQuantizationType.Q4_1:
         mine = dequantize_q4_1(tensor.data, n_rows, n_in)
-    else:
-        raise SystemExit(f"{tensor.name}: type {kind.name} not handled by this reference")
+    else:  # the K-quants, Q5_0/Q5_1, IQ4_*, F16, BF16: gguf's own dequantizer
+        return gguf.quants.dequantize(tensor.data, kind).reshape(n_rows, n_in).astype(np.float64)
     # Cross-check against gguf's own dequantizer (float32 arithmetic, hence the tolerance).
     theirs = gguf.quants.dequantize(tensor.data, kind).reshape(n_rows, n_in).astype(np.float64)
     scale = float(np.max(np.abs(theirs)))
@@ -191,6 +191,8 @@ class Model:
 
 
 def build_tokenizer(reader):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
     def strings(key):
         f = reader.fields[key]
         return [bytes(f.parts[i]).decode("utf-8") for i in f.data]

@@ -541,7 +541,10 @@ void KernelTest::dequantizes_hand_built_iq4_xs() {
 }
 
 // tests/data/quant_golden.json: blocks and their values from gguf.quants.dequantize
-// (tools/golden_quants.py, gguf 0.19.0), an implementation that shares no code with ours.
+// (tools/golden_quants.py, gguf 0.19.0), an implementation that shares no code with ours: random
+// and edge-case blocks, and blocks taken from real files (llama-quantize's Q4_K_M, Q5_K_M, Q6_K,
+// Q3_K_M, IQ4_XS and Q2_K files of the embedded model, and a Q2_K file of a synthetic model whose
+// rows take Q2_K; each case names its file and tensor).
 // Every element of every block must match bitwise.
 void KernelTest::dequantizes_golden_blocks_data() {
   QTest::addColumn<QString>("type_name");
