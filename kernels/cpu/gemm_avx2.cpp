@@ -9,10 +9,10 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_avx2_tiles.h"
 #include "kernels/cpu/simd_math_avx2.h"
 
 namespace tokenfab::kernels {
@@ -106,34 +106,22 @@ template <WeightType T, int R, int C>
 void tile_quantized(const GemmArgs& a, int64_t r0, int64_t c0) {
   constexpr size_t kBlockBytes = block_bytes(T);
   const int64_t nb = a.k / kQK;
-  __m256 acc[R][C];
-  float bias[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      acc[r][c] = _mm256_setzero_ps();
-      bias[r][c] = 0.0f;
-    }
-  const uint8_t* wrow[R];
-  for (int r = 0; r < R; ++r) wrow[r] = a.w + (r0 + r) * a.w_stride;
-  const BlockQ8A* xrow[C];
-  for (int c = 0; c < C; ++c)
-    xrow[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
-
+  avx2::QuantTile<R, C> t(a, r0, c0);
   for (int64_t b = 0; b < nb; ++b) {
     WeightBlock w[R];
-    for (int r = 0; r < R; ++r) w[r] = load_block<T>(wrow[r] + b * kBlockBytes);
+    for (int r = 0; r < R; ++r) w[r] = load_block<T>(t.w[r] + b * kBlockBytes);
     for (int c = 0; c < C; ++c) {
-      const BlockQ8A& x = xrow[c][b];
+      const BlockQ8A& x = t.x[c][b];
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
       for (int r = 0; r < R; ++r) {
         const __m256i xs = kSignedBlock<T> ? _mm256_sign_epi8(xq, w[r].sgn) : xq;
-        acc[r][c] = _mm256_fmadd_ps(dot_u8_s8(w[r].q, xs), _mm256_set1_ps(w[r].d * x.d), acc[r][c]);
-        if constexpr (!kSignedBlock<T>) bias[r][c] += w[r].bias * x.s;
+        t.acc[r][c] =
+            _mm256_fmadd_ps(dot_u8_s8(w[r].q, xs), _mm256_set1_ps(w[r].d * x.d), t.acc[r][c]);
+        if constexpr (!kSignedBlock<T>) t.bias[r][c] += w[r].bias * x.s;
       }
     }
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) a.y[(c0 + c) * a.ldy + r0 + r] = hsum_avx2(acc[r][c]) + bias[r][c];
+  t.store(a, r0, c0);
 }
 
 template <WeightType T>
@@ -167,7 +155,7 @@ void tile_float(const GemmArgs& a, int64_t r0, int64_t c0) {
 }
 
 template <WeightType T, int R, int C>
-void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
+[[gnu::noinline]] void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
   if constexpr (T == WeightType::F32 || T == WeightType::F16 || T == WeightType::BF16) {
     tile_float<T, R, C>(a, r0, c0);
   } else {
@@ -175,35 +163,9 @@ void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
   }
 }
 
-// Rows in tiles of R (then 1), columns in tiles of C (then 1). Columns are walked in chunks so
-// the chunk's activations stay in L2 while every row tile passes over them.
-template <WeightType T, int R, int C>
-void gemm_typed(const GemmArgs& a) {
-  constexpr int64_t kColChunk = 64;
-  for (int64_t cc = 0; cc < a.cols; cc += kColChunk) {
-    const int64_t c_end = std::min(a.cols, cc + kColChunk);
-    int64_t r = 0;
-    for (; r + R <= a.rows; r += R) {
-      int64_t c = cc;
-      for (; c + C <= c_end; c += C) tile<T, R, C>(a, r, c);
-      for (; c < c_end; ++c) tile<T, R, 1>(a, r, c);
-    }
-    for (; r < a.rows; ++r) {
-      int64_t c = cc;
-      for (; c + C <= c_end; c += C) tile<T, 1, C>(a, r, c);
-      for (; c < c_end; ++c) tile<T, 1, 1>(a, r, c);
-    }
-  }
-}
-
 template <WeightType T>
-void gemm_shape(const GemmArgs& a) {
-  // One activation row (decode): 4 independent rows hide FMA latency. Many: 2 × 4 tiles.
-  if (a.cols == 1) {
-    gemm_typed<T, 4, 1>(a);
-  } else {
-    gemm_typed<T, 2, 4>(a);
-  }
+void gemm_typed(const GemmArgs& a) {
+  avx2::walk_tiles(a, [&]<int R, int C>(int64_t r0, int64_t c0) { tile<T, R, C>(a, r0, c0); });
 }
 
 }  // namespace
@@ -211,31 +173,31 @@ void gemm_shape(const GemmArgs& a) {
 void gemm_avx2(const GemmArgs& a) {
   switch (a.type) {
     case WeightType::F32:
-      gemm_shape<WeightType::F32>(a);
+      gemm_typed<WeightType::F32>(a);
       return;
     case WeightType::F16:
-      gemm_shape<WeightType::F16>(a);
+      gemm_typed<WeightType::F16>(a);
       return;
     case WeightType::BF16:
-      gemm_shape<WeightType::BF16>(a);
+      gemm_typed<WeightType::BF16>(a);
       return;
     case WeightType::Q4_0:
-      gemm_shape<WeightType::Q4_0>(a);
+      gemm_typed<WeightType::Q4_0>(a);
       return;
     case WeightType::Q4_1:
-      gemm_shape<WeightType::Q4_1>(a);
+      gemm_typed<WeightType::Q4_1>(a);
       return;
     case WeightType::Q8_0:
-      gemm_shape<WeightType::Q8_0>(a);
+      gemm_typed<WeightType::Q8_0>(a);
       return;
     case WeightType::Q5_0:
-      gemm_shape<WeightType::Q5_0>(a);
+      gemm_typed<WeightType::Q5_0>(a);
       return;
     case WeightType::Q5_1:
-      gemm_shape<WeightType::Q5_1>(a);
+      gemm_typed<WeightType::Q5_1>(a);
       return;
     case WeightType::IQ4_NL:
-      gemm_shape<WeightType::IQ4_NL>(a);
+      gemm_typed<WeightType::IQ4_NL>(a);
       return;
     case WeightType::Q2_K:
     case WeightType::Q3_K:

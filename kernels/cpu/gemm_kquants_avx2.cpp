@@ -20,11 +20,10 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/simd_math_avx2.h"
+#include "kernels/cpu/gemm_avx2_tiles.h"
 
 namespace tokenfab::kernels {
 
@@ -67,44 +66,20 @@ enum class Kind { Unsigned, Offset, Signed };
 // One row's super-block: its scales decoded once, its levels unpacked per Q8A block j.
 // level(j): 32 bytes (unsigned levels, or the signed values for Kind::Signed); scale(j): the
 // per-pair scales; d; bias[j] (Q4_K, Q5_K: −dmin·m_j, exact in f32: 11 × 6 significant bits);
-// Q2_K: mins(j) per pair and ndmin = −dmin.
+// Q2_K: mins(j) per pair and ndmin = −dmin. One walk over a tile's blocks (tile) serves all.
 template <WeightType T>
 struct Row;
 
-template <>
-struct Row<WeightType::Q4_K> {
+// Q4_K, Q5_K (Block: BlockQ4_K, BlockQ5_K): the levels are nibbles; Q5_K's fifth bits from qh.
+template <class Block>
+struct RowK4 {
   static constexpr Kind kKind = Kind::Unsigned;
-  const BlockQ4_K* w;
+  const Block* w;
   float d;
   int16_t sc[8];
   float bias[8];
   void load(const uint8_t* p) {
-    w = reinterpret_cast<const BlockQ4_K*>(p);
-    d = _cvtsh_ss(w->d);
-    const float dmin = _cvtsh_ss(w->dmin);
-    for (int s = 0; s < 8; ++s) {
-      int scale, min;
-      scale_min_k4(w->scales, s, &scale, &min);
-      sc[s] = static_cast<int16_t>(scale);
-      bias[s] = -dmin * static_cast<float>(min);
-    }
-  }
-  __m256i level(int j) const {
-    return _mm256_and_si256(srl16(load32(w->qs + 32 * (j / 2)), 4 * (j % 2)),
-                            _mm256_set1_epi8(0x0f));
-  }
-  __m256i scale(int j) const { return _mm256_set1_epi16(sc[j]); }
-};
-
-template <>
-struct Row<WeightType::Q5_K> {
-  static constexpr Kind kKind = Kind::Unsigned;
-  const BlockQ5_K* w;
-  float d;
-  int16_t sc[8];
-  float bias[8];
-  void load(const uint8_t* p) {
-    w = reinterpret_cast<const BlockQ5_K*>(p);
+    w = reinterpret_cast<const Block*>(p);
     d = _cvtsh_ss(w->d);
     const float dmin = _cvtsh_ss(w->dmin);
     for (int s = 0; s < 8; ++s) {
@@ -117,10 +92,19 @@ struct Row<WeightType::Q5_K> {
   __m256i level(int j) const {
     const __m256i lo =
         _mm256_and_si256(srl16(load32(w->qs + 32 * (j / 2)), 4 * (j % 2)), _mm256_set1_epi8(0x0f));
-    return _mm256_or_si256(lo, bit_to(load32(w->qh), j, 0x10));
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      return _mm256_or_si256(lo, bit_to(load32(w->qh), j, 0x10));
+    } else {
+      return lo;
+    }
   }
   __m256i scale(int j) const { return _mm256_set1_epi16(sc[j]); }
 };
+
+template <>
+struct Row<WeightType::Q4_K> : RowK4<BlockQ4_K> {};
+template <>
+struct Row<WeightType::Q5_K> : RowK4<BlockQ5_K> {};
 
 template <>
 struct Row<WeightType::Q6_K> {
@@ -216,26 +200,14 @@ template <WeightType T>
 inline constexpr bool kHasBias = T == WeightType::Q4_K || T == WeightType::Q5_K;
 
 template <WeightType T, int R, int C>
-void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
+[[gnu::noinline]] void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
   using RowT = Row<T>;
   constexpr size_t kBlockBytes = block_bytes(T);
   const int64_t nb = a.k / kQK_K;
-  __m256 acc[R][C];
-  float bias[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      acc[r][c] = _mm256_setzero_ps();
-      bias[r][c] = 0.0f;
-    }
-  const uint8_t* wrow[R];
-  for (int r = 0; r < R; ++r) wrow[r] = a.w + (r0 + r) * a.w_stride;
-  const BlockQ8A* xrow[C];
-  for (int c = 0; c < C; ++c)
-    xrow[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
-
+  avx2::QuantTile<R, C> t(a, r0, c0);
   for (int64_t b = 0; b < nb; ++b) {
     RowT row[R];
-    for (int r = 0; r < R; ++r) row[r].load(wrow[r] + b * kBlockBytes);
+    for (int r = 0; r < R; ++r) row[r].load(t.w[r] + b * kBlockBytes);
     for (int j = 0; j < kQK_K / kQK; ++j) {
       __m256i q[R], sgn[R], sc[R];
       for (int r = 0; r < R; ++r) {
@@ -244,7 +216,7 @@ void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
         sc[r] = row[r].scale(j);
       }
       for (int c = 0; c < C; ++c) {
-        const BlockQ8A& x = xrow[c][b * (kQK_K / kQK) + j];
+        const BlockQ8A& x = t.x[c][b * (kQK_K / kQK) + j];
         const __m256i xq = load32(reinterpret_cast<const uint8_t*>(x.qs));
         // The activations' pair sums, times the levels' offset (Q6_K, Q3_K) or once (Q2_K).
         __m256i xoff = _mm256_setzero_si256();
@@ -262,48 +234,22 @@ void tile(const GemmArgs& a, int64_t r0, int64_t c0) {
             if constexpr (RowT::kKind == Kind::Offset) pairs = _mm256_sub_epi16(pairs, xoff);
           }
           const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, sc[r]));
-          acc[r][c] = _mm256_fmadd_ps(isum, _mm256_set1_ps(row[r].d * x.d), acc[r][c]);
-          if constexpr (kHasBias<T>) bias[r][c] += row[r].bias[j] * x.s;
+          t.acc[r][c] = _mm256_fmadd_ps(isum, _mm256_set1_ps(row[r].d * x.d), t.acc[r][c]);
+          if constexpr (kHasBias<T>) t.bias[r][c] += row[r].bias[j] * x.s;
           if constexpr (T == WeightType::Q2_K) {
             const __m256 imin = _mm256_cvtepi32_ps(_mm256_madd_epi16(xoff, row[r].mins(j)));
-            acc[r][c] = _mm256_fmadd_ps(imin, _mm256_set1_ps(row[r].ndmin * x.d), acc[r][c]);
+            t.acc[r][c] = _mm256_fmadd_ps(imin, _mm256_set1_ps(row[r].ndmin * x.d), t.acc[r][c]);
           }
         }
       }
     }
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) a.y[(c0 + c) * a.ldy + r0 + r] = hsum_avx2(acc[r][c]) + bias[r][c];
-}
-
-// Rows in tiles of R (then 1), columns in tiles of C (then 1), columns in chunks that stay in L2
-// while every row tile passes over them (as gemm_avx2.cpp's walk).
-template <WeightType T, int R, int C>
-void gemm_typed(const GemmArgs& a) {
-  constexpr int64_t kColChunk = 64;
-  for (int64_t cc = 0; cc < a.cols; cc += kColChunk) {
-    const int64_t c_end = std::min(a.cols, cc + kColChunk);
-    int64_t r = 0;
-    for (; r + R <= a.rows; r += R) {
-      int64_t c = cc;
-      for (; c + C <= c_end; c += C) tile<T, R, C>(a, r, c);
-      for (; c < c_end; ++c) tile<T, R, 1>(a, r, c);
-    }
-    for (; r < a.rows; ++r) {
-      int64_t c = cc;
-      for (; c + C <= c_end; c += C) tile<T, 1, C>(a, r, c);
-      for (; c < c_end; ++c) tile<T, 1, 1>(a, r, c);
-    }
-  }
+  t.store(a, r0, c0);
 }
 
 template <WeightType T>
-void gemm_shape(const GemmArgs& a) {
-  if (a.cols == 1) {
-    gemm_typed<T, 4, 1>(a);
-  } else {
-    gemm_typed<T, 2, 4>(a);
-  }
+void gemm_typed(const GemmArgs& a) {
+  avx2::walk_tiles(a, [&]<int R, int C>(int64_t r0, int64_t c0) { tile<T, R, C>(a, r0, c0); });
 }
 
 }  // namespace
@@ -311,22 +257,22 @@ void gemm_shape(const GemmArgs& a) {
 void gemm_kquants_avx2(const GemmArgs& a) {
   switch (a.type) {
     case WeightType::Q2_K:
-      gemm_shape<WeightType::Q2_K>(a);
+      gemm_typed<WeightType::Q2_K>(a);
       return;
     case WeightType::Q3_K:
-      gemm_shape<WeightType::Q3_K>(a);
+      gemm_typed<WeightType::Q3_K>(a);
       return;
     case WeightType::Q4_K:
-      gemm_shape<WeightType::Q4_K>(a);
+      gemm_typed<WeightType::Q4_K>(a);
       return;
     case WeightType::Q5_K:
-      gemm_shape<WeightType::Q5_K>(a);
+      gemm_typed<WeightType::Q5_K>(a);
       return;
     case WeightType::Q6_K:
-      gemm_shape<WeightType::Q6_K>(a);
+      gemm_typed<WeightType::Q6_K>(a);
       return;
     case WeightType::IQ4_XS:
-      gemm_shape<WeightType::IQ4_XS>(a);
+      gemm_typed<WeightType::IQ4_XS>(a);
       return;
     default:
       return;

@@ -6,7 +6,8 @@
 // same exact 32-bit integers per row and Q8A block j — formed here as vpdpbusd chains over the
 // levels (unsigned; signed values offset by +128, whose share −128·Σq is the chain's start), then
 // each sub-block's sum times its scale (vpmulld) — and the same float operations in the same
-// order, so the results equal the AVX2 kernels' bit for bit. Records: repack.h.
+// order, so the results equal the AVX2 kernels' bit for bit. Records: repack.h. In every group
+// function w[v] holds the levels that meet activation bytes 4v..4v+3 of the Q8A block (dot8).
 
 #include <immintrin.h>
 
@@ -18,71 +19,41 @@
 
 namespace tokenfab::kernels::vnni {
 
-// Σ over the n vectors w[v0 …] of w[v] · (four activation bytes q + 4v), from `start`: one chain.
-template <class V, int N>
-inline typename V::I chain(typename V::I start, const typename V::I* w, const int8_t* q, int v0) {
-  typename V::I s = start;
-  for (int v = v0; v < v0 + N; ++v) s = V::dpbusd_bcast(s, w[v], q + 4 * v);
-  return s;
-}
-
-// Σ over all 8 vectors in two interleaved chains (even and odd v), added.
+// IQ4_NL and IQ4_XS: the four record vectors at qs, their nibbles looked up in the value table
+// offset to unsigned bytes (w as unpack_nibbles').
 template <class V>
-inline typename V::I dot8(typename V::I start, const typename V::I* w, const int8_t* q) {
-  typename V::I even = V::dpbusd_bcast(start, w[0], q);
-  typename V::I odd = V::dpbusd_bcast(V::zero_i(), w[1], q + 4);
-  for (int v = 2; v < 8; v += 2) {
-    even = V::dpbusd_bcast(even, w[v], q + 4 * v);
-    odd = V::dpbusd_bcast(odd, w[v + 1], q + 4 * v + 4);
-  }
-  return V::add_i32(even, odd);
+inline void unpack_iq4(const uint8_t* qs, typename V::I* w) {
+  const typename V::I values = V::table(x8tables::kIQ4Unsigned);
+  unpack_nibbles<V>(qs, w);
+  for (int v = 0; v < 8; ++v) w[v] = V::shuffle_i8(values, w[v]);
 }
 
-// IQ4_NL: 4 loads, nibbles looked up in the value table offset to unsigned bytes; per column one
-// block sum from the offset's share on (gemm_x8_q5_avx2.cpp's kernel forms the same integer with
-// the sign trick).
+// IQ4_NL: per column one block sum from the offset's share on (gemm_x8_q5_avx2.cpp's kernel forms
+// the same integer with the sign trick).
 template <class V, int C>
 void group_iq4nl(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch,
                  const int32_t* offset) {
   using I = typename V::I;
-  using F = typename V::F;
-  constexpr size_t kRecord = 18 * V::kRows;
-  constexpr size_t kVector = 4 * V::kRows;
   const int64_t nb = a.k / kQK;
+  constexpr size_t kRecord = V::kRows * block_bytes(WeightType::IQ4_NL);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
   const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
-  const I mask = V::set1_i8(0x0f);
-  const I values = V::table(x8tables::kIQ4Unsigned);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
-    const F d = V::load_half(rec);
-    I w[8];  // w[2k]: elements 4k..4k+3 of each row, w[2k + 1]: 16+4k..
-    for (int k = 0; k < 4; ++k) {
-      const I p = V::load(rec + 2 * V::kRows + kVector * k);
-      w[2 * k] = V::shuffle_i8(values, V::and_(p, mask));
-      w[2 * k + 1] = V::shuffle_i8(values, V::and_(V::srli16_4(p), mask));
-    }
+  for (int64_t b = 0; b < a.k / block_elements(WeightType::IQ4_NL); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
+    const typename V::F d = V::load_half(rec);
+    I w[8];
+    unpack_iq4<V>(rec + 2 * V::kRows, w);
     for (int c = 0; c < C; ++c) {
-      const BlockQ8A& xb = x[c][b];
-      I lo = V::set1_i32(offset[(c0 + c) * nb + b]);
-      I hi = V::dpbusd_bcast(V::zero_i(), w[1], xb.qs + 16);
-      lo = V::dpbusd_bcast(lo, w[0], xb.qs);
-      for (int k = 1; k < 4; ++k) {
-        lo = V::dpbusd_bcast(lo, w[2 * k], xb.qs + 4 * k);
-        hi = V::dpbusd_bcast(hi, w[2 * k + 1], xb.qs + 16 + 4 * k);
-      }
-      acc[c] = add_block<V>(acc[c], V::add_i32(lo, hi), d, xb);
+      const I start = V::set1_i32(offset[(c0 + c) * nb + b]);
+      acc[c] = add_block<V>(acc[c], dot8<V>(start, w, x[c][b].qs), d, x[c][b]);
     }
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
-// Q4_K, Q5_K: per block j, 8 vectors of levels; per column one chain pair, times sc_j (vpmulld),
-// then the FMA with d·a.d and the one with −dmin·m_j times a.s.
+// Q4_K, Q5_K: per block j, 8 vectors of levels; per column one dot8, times sc_j (vpmulld), then
+// the FMA with d·a.d and the one with −dmin·m_j times a.s.
 template <class V, WeightType T, int C>
 void group_k4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
   using I = typename V::I;
@@ -92,18 +63,14 @@ void group_k4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
   constexpr size_t kScales = 4 * R;
   constexpr size_t kQh = kScales + 12 * R;
   constexpr size_t kQs = kQh + (kFive ? 32 * R : 0);
-  constexpr size_t kRecord = kQs + 128 * R;
-  static_assert(kRecord == R * block_bytes(T));
-  const int64_t nb = a.k / kQK_K;
-  const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
+  static_assert(kQs + 128 * R == R * block_bytes(T));
   const I low4 = V::set1_i8(0x0f), low6 = V::set1_i8(0x3f), low2 = V::set1_i8(3);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
+  constexpr size_t kRecord = V::kRows * block_bytes(T);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  for (int64_t b = 0; b < a.k / block_elements(T); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
     const F d = V::load_half(rec);
     const F ndmin = V::mul(V::load_half(rec + 2 * R), V::set1_f(-1.0f));
     // Six-bit scales and mins of the 8 sub-blocks: sc[h], m[h] hold sub-blocks 4h..4h+3 in bytes
@@ -131,38 +98,46 @@ void group_k4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
       }
       for (int c = 0; c < C; ++c) {
         const BlockQ8A& xb = x[c][b * 8 + J];
-        const I isum = V::mullo_i32(dot8<V>(V::zero_i(), w, xb.qs), scale);
-        acc[c] = add_block<V>(acc[c], isum, d, xb);
+        acc[c] = add_block<V>(acc[c], V::mullo_i32(dot8<V>(V::zero_i(), w, xb.qs), scale), d, xb);
         acc[c] = V::fmadd(bias, V::set1_f(xb.s), acc[c]);
       }
     });
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
+}
+
+// Q6_K, Q3_K: block j's integer for column c, its levels' offset taken off: the two halves' sums
+// times their scales, less Σ_t off_t·Σ_t a.q (one vpmaddwd of the rows' int16 pairs of offset ×
+// scale with the column's pair sums). (The two stay two functions rather than one over a decoder
+// of their blocks, as gemm_x8_kquants_avx2.cpp has: written so, this code ran Q3_K on x16 records
+// 7–10 % slower.)
+template <class V>
+[[gnu::always_inline]] inline typename V::I offset_block_sum(const typename V::I* w,
+                                                             const int8_t* q, typename V::I sca,
+                                                             typename V::I scb, typename V::I off,
+                                                             int32_t pair_sums) {
+  return V::sub_i32(scaled_halves<V>(w, q, sca, scb), V::madd_i16(off, V::set1_i32(pair_sums)));
 }
 
 // Q6_K: per block j, the two 16-element halves in their own chains, each times its scale, less
-// 32·Σ_t sc_t·Σ_t a.q (one vpmaddwd of the rows' scale pairs with the column's pair sums).
+// 32·Σ_t sc_t·Σ_t a.q.
 template <class V, int C>
 void group_q6k(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* sums) {
   using I = typename V::I;
-  using F = typename V::F;
   constexpr int R = V::kRows;
   constexpr size_t kScales = 2 * R;
   constexpr size_t kQl = kScales + 16 * R;
   constexpr size_t kQh = kQl + 128 * R;
-  constexpr size_t kRecord = kQh + 64 * R;
-  static_assert(kRecord == R * sizeof(BlockQ6_K));
-  const int64_t nb = a.k / kQK_K, nq = a.k / kQK;
-  const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
+  static_assert(kQh + 64 * R == R * sizeof(BlockQ6_K));
+  const int64_t nq = a.k / kQK;
   const I low4 = V::set1_i8(0x0f), bits45 = V::set1_i8(0x30);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
-    const F d = V::load_half(rec);
+  constexpr size_t kRecord = V::kRows * block_bytes(WeightType::Q6_K);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  for (int64_t b = 0; b < a.k / block_elements(WeightType::Q6_K); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
+    const typename V::F d = V::load_half(rec);
     for_each_index<8>([&](auto j) {
       constexpr int J = decltype(j)::value, H = J / 4, K = J % 4;
       const I scab = V::cvt_i8_i16(rec + kScales + 2 * R * J);  // [sc_2j, sc_2j+1] per row
@@ -178,38 +153,32 @@ void group_q6k(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, cons
       }
       for (int c = 0; c < C; ++c) {
         const BlockQ8A& xb = x[c][b * 8 + J];
-        const I dots = V::add_i32(V::mullo_i32(chain<V, 4>(V::zero_i(), w, xb.qs, 0), sca),
-                                  V::mullo_i32(chain<V, 4>(V::zero_i(), w, xb.qs, 4), scb));
-        const I pairs = V::set1_i32(sums[(c0 + c) * nq + b * 8 + J]);
-        acc[c] = add_block<V>(acc[c], V::sub_i32(dots, V::madd_i16(off, pairs)), d, xb);
+        const int32_t pairs = sums[(c0 + c) * nq + b * 8 + J];
+        acc[c] = add_block<V>(acc[c], offset_block_sum<V>(w, xb.qs, sca, scb, off, pairs), d, xb);
       }
     });
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
 // Q3_K: as Q6_K with levels 0..7 (offset 4) and the scales (less 32) decoded per record.
 template <class V, int C>
 void group_q3k(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* sums) {
   using I = typename V::I;
-  using F = typename V::F;
   constexpr int R = V::kRows;
   constexpr size_t kScales = 2 * R;
   constexpr size_t kHmask = kScales + 12 * R;
   constexpr size_t kQs = kHmask + 32 * R;
-  constexpr size_t kRecord = kQs + 64 * R;
-  static_assert(kRecord == R * sizeof(BlockQ3_K));
-  const int64_t nb = a.k / kQK_K, nq = a.k / kQK;
-  const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
+  static_assert(kQs + 64 * R == R * sizeof(BlockQ3_K));
+  const int64_t nq = a.k / kQK;
   const I low4 = V::set1_i8(0x0f), low2 = V::set1_i8(3);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
-    const F d = V::load_half(rec);
+  constexpr size_t kRecord = V::kRows * block_bytes(WeightType::Q3_K);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  for (int64_t b = 0; b < a.k / block_elements(WeightType::Q3_K); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
+    const typename V::F d = V::load_half(rec);
     const I w0 = V::load(rec + kScales), w1 = V::load(rec + kScales + 4 * R);
     const I w2 = V::load(rec + kScales + 8 * R);
     // s[i]: sub-blocks 4i..4i+3, less 32, in bytes 0..3 of each row's lane.
@@ -244,14 +213,12 @@ void group_q3k(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, cons
       }
       for (int c = 0; c < C; ++c) {
         const BlockQ8A& xb = x[c][b * 8 + J];
-        const I dots = V::add_i32(V::mullo_i32(chain<V, 4>(V::zero_i(), w, xb.qs, 0), sca),
-                                  V::mullo_i32(chain<V, 4>(V::zero_i(), w, xb.qs, 4), scb));
-        const I pairs = V::set1_i32(sums[(c0 + c) * nq + b * 8 + J]);
-        acc[c] = add_block<V>(acc[c], V::sub_i32(dots, V::madd_i16(off, pairs)), d, xb);
+        const int32_t pairs = sums[(c0 + c) * nq + b * 8 + J];
+        acc[c] = add_block<V>(acc[c], offset_block_sum<V>(w, xb.qs, sca, scb, off, pairs), d, xb);
       }
     });
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
 // Q2_K: the two halves' chains times their 4-bit scales; the minimums' integer Σ_t m_t·Σ_t a.q
@@ -264,18 +231,15 @@ void group_q2k(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, cons
   constexpr int R = V::kRows;
   constexpr size_t kScales = 4 * R;
   constexpr size_t kQs = kScales + 16 * R;
-  constexpr size_t kRecord = kQs + 64 * R;
-  static_assert(kRecord == R * sizeof(BlockQ2_K));
-  const int64_t nb = a.k / kQK_K, nq = a.k / kQK;
-  const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
+  static_assert(kQs + 64 * R == R * sizeof(BlockQ2_K));
+  const int64_t nq = a.k / kQK;
   const I low2 = V::set1_i8(3), low4_32 = V::set1_i32(0x0f);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
+  constexpr size_t kRecord = V::kRows * block_bytes(WeightType::Q2_K);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  for (int64_t b = 0; b < a.k / block_elements(WeightType::Q2_K); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
     const F d = V::load_half(rec);
     const F ndmin = V::mul(V::load_half(rec + 2 * R), V::set1_f(-1.0f));
     for_each_index<8>([&](auto j) {
@@ -289,41 +253,33 @@ void group_q2k(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, cons
         w[v] = V::and_(V::template shift16<-2 * K>(V::load(rec + kQs + 4 * R * (8 * H + v))), low2);
       for (int c = 0; c < C; ++c) {
         const BlockQ8A& xb = x[c][b * 8 + J];
-        const I isum = V::add_i32(V::mullo_i32(chain<V, 4>(V::zero_i(), w, xb.qs, 0), sca),
-                                  V::mullo_i32(chain<V, 4>(V::zero_i(), w, xb.qs, 4), scb));
         const I imin = V::madd_i16(mins, V::set1_i32(sums[(c0 + c) * nq + b * 8 + J]));
-        acc[c] = add_block<V>(acc[c], isum, d, xb);
+        acc[c] = add_block<V>(acc[c], scaled_halves<V>(w, xb.qs, sca, scb), d, xb);
         acc[c] = V::fmadd(V::to_f(imin), V::mul(ndmin, V::set1_f(xb.d)), acc[c]);
       }
     });
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
-// IQ4_XS: per sub-block j, IQ4_NL's chain (from the offset's share) times ls_j − 32.
+// IQ4_XS: per sub-block j, IQ4_NL's dot8 (from the offset's share) times ls_j − 32.
 template <class V, int C>
 void group_iq4xs(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch,
                  const int32_t* offset) {
   using I = typename V::I;
-  using F = typename V::F;
   constexpr int R = V::kRows;
   constexpr size_t kScalesH = 2 * R;
   constexpr size_t kScalesL = kScalesH + 2 * R;
   constexpr size_t kQs = kScalesL + 4 * R;
-  constexpr size_t kRecord = kQs + 128 * R;
-  static_assert(kRecord == R * sizeof(BlockIQ4_XS));
-  const int64_t nb = a.k / kQK_K, nq = a.k / kQK;
+  static_assert(kQs + 128 * R == R * sizeof(BlockIQ4_XS));
+  const int64_t nq = a.k / kQK;
+  constexpr size_t kRecord = V::kRows * block_bytes(WeightType::IQ4_XS);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
   const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
-  const I mask = V::set1_i8(0x0f);
-  const I values = V::table(x8tables::kIQ4Unsigned);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
-    const F d = V::load_half(rec);
+  for (int64_t b = 0; b < a.k / block_elements(WeightType::IQ4_XS); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
+    const typename V::F d = V::load_half(rec);
     const I lo4 = V::load(rec + kScalesL);
     const I hi2 = V::cvt_u16_i32(rec + kScalesH);
     for_each_index<8>([&](auto j) {
@@ -332,26 +288,16 @@ void group_iq4xs(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch,
           V::or_(V::and_(V::template srli32<4 * J>(lo4), V::set1_i32(0x0f)),
                  V::template slli32<4>(V::and_(V::template srli32<2 * J>(hi2), V::set1_i32(3)))),
           V::set1_i32(32));
-      I w[8];  // w[2k]: elements 4k..4k+3 of sub-block j, w[2k + 1]: 16+4k..
-      for (int k = 0; k < 4; ++k) {
-        const I p = V::load(rec + kQs + 4 * R * (4 * J + k));
-        w[2 * k] = V::shuffle_i8(values, V::and_(p, mask));
-        w[2 * k + 1] = V::shuffle_i8(values, V::and_(V::srli16_4(p), mask));
-      }
+      I w[8];
+      unpack_iq4<V>(rec + kQs + 16 * R * J, w);
       for (int c = 0; c < C; ++c) {
         const BlockQ8A& xb = x[c][b * 8 + J];
-        I lo = V::set1_i32(offset[(c0 + c) * nq + b * 8 + J]);
-        I hi = V::dpbusd_bcast(V::zero_i(), w[1], xb.qs + 16);
-        lo = V::dpbusd_bcast(lo, w[0], xb.qs);
-        for (int k = 1; k < 4; ++k) {
-          lo = V::dpbusd_bcast(lo, w[2 * k], xb.qs + 4 * k);
-          hi = V::dpbusd_bcast(hi, w[2 * k + 1], xb.qs + 16 + 4 * k);
-        }
-        acc[c] = add_block<V>(acc[c], V::mullo_i32(V::add_i32(lo, hi), ls), d, xb);
+        const I start = V::set1_i32(offset[(c0 + c) * nq + b * 8 + J]);
+        acc[c] = add_block<V>(acc[c], V::mullo_i32(dot8<V>(start, w, xb.qs), ls), d, xb);
       }
     });
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
 }  // namespace tokenfab::kernels::vnni

@@ -3,23 +3,23 @@
 // records, gemm_x16_avx512.cpp on 16-row ones; only those files, compiled with the AVX-512
 // flags, include this): the group functions of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 over a vector
 // width's operations (the other types' are in gemm_vnni_groups.h), and the walk over row groups
-// and column tiles that calls them.
+// and column tiles (gemm_packed_walk.h) that calls them.
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_packed_walk.h"
 #include "kernels/cpu/gemm_vnni_base.h"
 #include "kernels/cpu/gemm_vnni_groups.h"
 
 namespace tokenfab::kernels::vnni {
 
 // Q4 (and Q5): 4 loads unpacked into 8 vectors of nibbles (Q5: each with its fifth bits from the
-// record's qh' word, one shift and mask per vector); per activation column, 8 vpdpbusd in two
-// chains of four (so a column's block is not one 8-deep dependency), then one FMA with the rows'
-// scales and one for the minimums (−8d, −16d, or m), the two sharing one accumulator per column.
+// record's qh' word, one shift and mask per vector); per activation column one dot8, then one FMA
+// with the rows' scales and one for the minimums (−8d, −16d, or m), the two sharing one
+// accumulator per column.
 template <class V, WeightType T, int C>
 void group_q4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
   using I = typename V::I;
@@ -28,52 +28,35 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
   constexpr bool kFive = T == WeightType::Q5_0 || T == WeightType::Q5_1;
   constexpr size_t kScales = 2 * V::kRows;  // bytes of one fp16 per row
   constexpr size_t kQh = kMin ? 2 * kScales : kScales;
-  constexpr size_t kQsOffset = kFive ? kQh + 4 * V::kRows : kQh;
-  constexpr size_t kRecord = kQsOffset + 16 * V::kRows;
-  static_assert(kRecord == V::kRows * block_bytes(T));
-  constexpr size_t kVector = 4 * V::kRows;
-  const int64_t nb = a.k / kQK;
+  constexpr size_t kQs = kFive ? kQh + 4 * V::kRows : kQh;
+  static_assert(kQs + 16 * V::kRows == V::kRows * block_bytes(T));
+  constexpr size_t kRecord = V::kRows * block_bytes(T);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
   const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
-  const I mask = V::set1_i8(0x0f);
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
+  for (int64_t b = 0; b < a.k / block_elements(T); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
     const F d = V::load_half(rec);
     const F m = kMin ? V::load_half(rec + kScales) : V::mul(d, V::set1_f(kFive ? -16.0f : -8.0f));
-    I w[8];  // w[2k]: low nibbles of vector k (elements 4k..4k+3), w[2k + 1]: high (16+4k..)
-    for (int k = 0; k < 4; ++k) {
-      const I p = V::load(rec + kQsOffset + kVector * k);
-      w[2 * k] = V::and_(p, mask);
-      w[2 * k + 1] = V::and_(V::srli16_4(p), mask);
-    }
+    I w[8];
+    unpack_nibbles<V>(rec + kQs, w);
     if constexpr (kFive) {
       // qh' bit k of each byte: the low nibble's fifth bit of vector k; bit 4 + k: the high's.
       const I qh = V::load(rec + kQh);
       const I fifth = V::set1_i8(0x10);
       for_each_index<4>([&](auto k) {
         constexpr int K = decltype(k)::value;
-        w[2 * K] = V::or_(w[2 * K], V::and_(V::template shift16<4 - K>(qh), fifth));
-        w[2 * K + 1] = V::or_(w[2 * K + 1], V::and_(V::template shift16<-K>(qh), fifth));
+        w[K] = V::or_(w[K], V::and_(V::template shift16<4 - K>(qh), fifth));
+        w[4 + K] = V::or_(w[4 + K], V::and_(V::template shift16<-K>(qh), fifth));
       });
     }
     for (int c = 0; c < C; ++c) {
       const BlockQ8A& xb = x[c][b];
-      I lo = V::dpbusd_bcast(V::zero_i(), w[0], xb.qs);
-      I hi = V::dpbusd_bcast(V::zero_i(), w[1], xb.qs + 16);
-      for (int k = 1; k < 4; ++k) {
-        lo = V::dpbusd_bcast(lo, w[2 * k], xb.qs + 4 * k);
-        hi = V::dpbusd_bcast(hi, w[2 * k + 1], xb.qs + 16 + 4 * k);
-      }
-      const F sum = V::to_f(V::add_i32(lo, hi));
-      acc[c] = V::fmadd(sum, V::mul(d, V::set1_f(xb.d)), acc[c]);
+      acc[c] = add_block<V>(acc[c], dot8<V>(V::zero_i(), w, xb.qs), d, xb);
       acc[c] = V::fmadd(m, V::set1_f(xb.s), acc[c]);
     }
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
 // Q8_0 weights are signed, and vpdpbusd multiplies unsigned by signed bytes: the weights are
@@ -83,37 +66,24 @@ void group_q4(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch) {
 template <class V, int C>
 void group_q8(const GemmArgs& a, int64_t g, int64_t c0, Prefetch prefetch, const int32_t* offset) {
   using I = typename V::I;
-  using F = typename V::F;
-  constexpr size_t kQsOffset = 2 * V::kRows;
-  constexpr size_t kRecord = kQsOffset + 32 * V::kRows;
-  constexpr size_t kVector = 4 * V::kRows;
   const int64_t nb = a.k / kQK;
-  const uint8_t* rec = a.w + g * a.w_stride;
-  const BlockQ8A* x[C];
-  column_blocks<C>(a, c0, x);
-  F acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = V::zero_f();
   const I flip = V::set1_i8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-    if (prefetch == Prefetch::Ahead) prefetch_record(rec + V::kPrefetchBytes, kRecord);
-    if (prefetch == Prefetch::NextGroup) prefetch_record(rec + a.w_stride, kRecord);
-    const F d = V::load_half(rec);
+  constexpr size_t kRecord = V::kRows * block_bytes(WeightType::Q8_0);
+  Tile<V, C> tile(a, c0);
+  auto& [x, acc] = tile;
+  const uint8_t* rec = a.w + g * a.w_stride;
+  for (int64_t b = 0; b < a.k / block_elements(WeightType::Q8_0); ++b, rec += kRecord) {
+    prefetch_records<V>(a, rec, kRecord, prefetch);
+    const typename V::F d = V::load_half(rec);
     I w[8];  // vector k: elements 4k..4k+3 of each row, plus 128
-    for (int k = 0; k < 8; ++k) w[k] = V::xor_(V::load(rec + kQsOffset + kVector * k), flip);
+    for (int k = 0; k < 8; ++k)
+      w[k] = V::xor_(V::load(rec + 2 * V::kRows + 4 * V::kRows * k), flip);
     for (int c = 0; c < C; ++c) {
-      const BlockQ8A& xb = x[c][b];
-      I lo = V::set1_i32(offset[(c0 + c) * nb + b]);
-      I hi = V::dpbusd_bcast(V::zero_i(), w[1], xb.qs + 4);
-      lo = V::dpbusd_bcast(lo, w[0], xb.qs);
-      for (int k = 2; k < 8; k += 2) {
-        lo = V::dpbusd_bcast(lo, w[k], xb.qs + 4 * k);
-        hi = V::dpbusd_bcast(hi, w[k + 1], xb.qs + 4 * k + 4);
-      }
-      const F sum = V::to_f(V::add_i32(lo, hi));
-      acc[c] = V::fmadd(sum, V::mul(d, V::set1_f(xb.d)), acc[c]);
+      const I start = V::set1_i32(offset[(c0 + c) * nb + b]);
+      acc[c] = add_block<V>(acc[c], dot8<V>(start, w, x[c][b].qs), d, x[c][b]);
     }
   }
-  for (int c = 0; c < C; ++c) V::store(a.y + (c0 + c) * a.ldy + g * V::kRows, acc[c]);
+  tile.store(a, g, c0);
 }
 
 // The group function for weight type T over V's records. `sums`: activation_sums' values for
@@ -148,41 +118,21 @@ inline constexpr int kSums =
     : T == WeightType::Q6_K || T == WeightType::Q3_K || T == WeightType::Q2_K   ? 2  // Pairs
                                                                                 : 0;
 
-// Group<T, C>::run(a, g, c0, prefetch, offset) computes row group g against columns
-// [c0, c0 + C). Columns go in chunks of 64 that stay in L2 while every row group passes over
-// them; within a chunk, tiles of 8 columns (the 32 vector registers hold a tile's 8 weight
-// vectors and 8 accumulators) and one tile of whatever is left, so that a verified draft chain or
-// a few streams (2–8 columns) unpack each record once. run_tiles' `group_rows`: rows per group.
-template <WeightType T, template <WeightType, int> class Group, int C>
-void tail_tile(const GemmArgs& a, int64_t g, int64_t c, int64_t n, Prefetch prefetch,
-               const int32_t* offset) {
-  if constexpr (C > 0) {
-    if (n == C) return Group<T, C>::run(a, g, c, prefetch, offset);
-    tail_tile<T, Group, C - 1>(a, g, c, n, prefetch, offset);
-  }
-}
-
+// Group<T, C>::run(a, g, c0, prefetch, offset) computes row group g (group_rows rows) against
+// columns [c0, c0 + C). Tiles of 8 columns (walk_column_tiles; the 32 vector registers hold a
+// tile's 8 weight vectors and 8 accumulators): the first over a row group prefetches ahead of its
+// records, the second the next group's.
 template <WeightType T, template <WeightType, int> class Group>
 void run_tiles(const GemmArgs& a, int group_rows) {
   const int32_t* offset = nullptr;
   if constexpr (kSums<T> == 1) offset = activation_sums(a, ActivationSums::Offsets128);
   if constexpr (kSums<T> == 2) offset = activation_sums(a, ActivationSums::Pairs);
-  constexpr int64_t kColChunk = 64;
-  constexpr int kTile = 8;
-  const int64_t groups = a.rows / group_rows;
-  for (int64_t cc = 0; cc < a.cols; cc += kColChunk) {
-    const int64_t c_end = std::min(a.cols, cc + kColChunk);
-    for (int64_t g = 0; g < groups; ++g) {
-      int tile = 0;
-      const auto mode = [&] {
-        const int t = tile++;
-        return t == 0 ? Prefetch::Ahead : t == 1 ? Prefetch::NextGroup : Prefetch::None;
-      };
-      int64_t c = cc;
-      for (; c + kTile <= c_end; c += kTile) Group<T, kTile>::run(a, g, c, mode(), offset);
-      if (c < c_end) tail_tile<T, Group, kTile - 1>(a, g, c, c_end - c, mode(), offset);
-    }
-  }
+  walk_column_tiles<8>(a, group_rows, [&]<int C>(int64_t g, int64_t c0, int tile) {
+    const Prefetch mode = tile == 0   ? Prefetch::Ahead
+                          : tile == 1 ? Prefetch::NextGroup
+                                      : Prefetch::None;
+    Group<T, C>::run(a, g, c0, mode, offset);
+  });
 }
 
 // gemm_x8_vnni / gemm_x16_vnni: run_tiles for the weight type. The two kernels' Group templates

@@ -16,8 +16,6 @@
 
 #include <immintrin.h>
 
-#include <utility>
-
 #include "kernels/cpu/gemm_x8_avx2_parts.h"
 
 namespace tokenfab::kernels {
@@ -30,44 +28,11 @@ using x8tables::kByteToLane;
 using x8tables::kHalfToHalves;
 
 constexpr int R = kX8Rows;
-
-template <int... J, typename F>
-inline void for_each_block(std::integer_sequence<int, J...>, F&& f) {
-  (f(std::integral_constant<int, J>{}), ...);
-}
-template <typename F>
-inline void for_each_block(F&& f) {
-  for_each_block(std::make_integer_sequence<int, kQK_K / kQK>{}, f);
-}
+constexpr int kBlocks = kQK_K / kQK;  // Q8A blocks per super-block
 
 inline __m256i and8(__m256i x, char m) {
   return _mm256_and_si256(x, _mm256_set1_epi8(m));
 }
-
-// Σ of maddubs(w[v], four activation bytes v) for v in [v0, v0 + n), in int16.
-template <int N>
-inline __m256i sum16(const __m256i* w, const int8_t* q, int v0) {
-  if constexpr (N == 1) {
-    return mul4(w[v0], q + 4 * v0);
-  } else {
-    return _mm256_add_epi16(sum16<N / 2>(w, q, v0), sum16<N / 2>(w, q, v0 + N / 2));
-  }
-}
-
-template <int C>
-struct Columns {
-  const BlockQ8A* x[C];
-  __m256 acc[C];
-  Columns(const GemmArgs& a, int64_t c0) {
-    for (int c = 0; c < C; ++c) {
-      x[c] = reinterpret_cast<const BlockQ8A*>(a.x + (c0 + c) * a.x_stride);
-      acc[c] = _mm256_setzero_ps();
-    }
-  }
-  void store(const GemmArgs& a, int64_t g, int64_t c0) const {
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(a.y + (c0 + c) * a.ldy + g * R, acc[c]);
-  }
-};
 
 // Q4_K / Q5_K: 6-bit scales and mins of the 8 sub-blocks, decoded from the record's three words
 // of GGUF scales per row (ggml's get_scale_min_k4 on 8 lanes): sc[h], m[h] hold sub-blocks
@@ -92,21 +57,21 @@ struct K4 {
   static constexpr size_t kScales = 4 * R;
   static constexpr size_t kQh = kScales + 12 * R;
   static constexpr size_t kQs = kQh + (kFive ? 32 * R : 0);
-  static constexpr size_t kRecord = kQs + 128 * R;
-  static_assert(kRecord == R * block_bytes(T));
+  static_assert(kQs + 128 * R == R * block_bytes(T));
 
   template <int C>
   struct Group {
     static void run(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch, const int32_t*) {
-      const int64_t nb = a.k / kQK_K;
+      constexpr size_t kRecord = kX8Rows * block_bytes(T);
+      Tile<C> tile(a, c0);
+      auto& [x, acc] = tile;
       const uint8_t* rec = a.w + g * a.w_stride;
-      Columns<C> cols(a, c0);
-      for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
+      for (int64_t b = 0; b < a.k / block_elements(T); ++b, rec += kRecord) {
         if (prefetch) prefetch_ahead(rec, kRecord);
         const __m256 d = load_half(rec);
         const __m256 ndmin = _mm256_mul_ps(load_half(rec + 2 * R), _mm256_set1_ps(-1.0f));
         const ScalesK4 scales(rec + kScales);
-        for_each_block([&](auto j) {
+        for_each_index<kBlocks>([&](auto j) {
           constexpr int J = decltype(j)::value;
           const __m256i sc = _mm256_shuffle_epi8(scales.sc[J / 4], table(kByteToHalves[J % 4]));
           const __m256 bias = _mm256_mul_ps(
@@ -120,137 +85,126 @@ struct K4 {
               w[v] = _mm256_or_si256(w[v], and8(shift16<4 - J>(load(rec + kQh + 32 * v)), 0x10));
           }
           for (int c = 0; c < C; ++c) {
-            const BlockQ8A& xb = cols.x[c][b * 8 + J];
-            __m256i isum;
-            if constexpr (kFive) {
-              isum = _mm256_add_epi32(_mm256_madd_epi16(sum16<4>(w, xb.qs, 0), sc),
-                                      _mm256_madd_epi16(sum16<4>(w, xb.qs, 4), sc));
-            } else {
-              isum = _mm256_madd_epi16(sum16<8>(w, xb.qs, 0), sc);
-            }
-            cols.acc[c] = add_block(cols.acc[c], isum, d, xb);
-            cols.acc[c] = _mm256_fmadd_ps(bias, _mm256_set1_ps(xb.s), cols.acc[c]);
+            const BlockQ8A& xb = x[c][b * kBlocks + J];
+            acc[c] = add_block(acc[c], madd_runs < kFive ? 4 : 8, 8 > (w, xb.qs, 0, sc), d, xb);
+            acc[c] = _mm256_fmadd_ps(bias, _mm256_set1_ps(xb.s), acc[c]);
           }
         });
       }
-      cols.store(a, g, c0);
+      tile.store(a, g, c0);
     }
   };
 };
 
 // Q6_K: term_j = d·a.d·Σ_t sc_t·Σ_t (q − 32)·a.q. Block j = 4h + k: the low four bits from ql
 // piece 2h + k % 2 (nibble k / 2), the high two from qh piece h (bits 2k, 2k + 1).
-struct Q6K {
+struct Q6KLevels {
+  static constexpr WeightType kType = WeightType::Q6_K;
+  static constexpr int kRun = 2;  // int16 runs of 2 vectors: 2·2·63·127 = 32004
   static constexpr size_t kScales = 2 * R;
   static constexpr size_t kQl = kScales + 16 * R;
   static constexpr size_t kQh = kQl + 128 * R;
-  static constexpr size_t kRecord = kQh + 64 * R;
-  static_assert(kRecord == R * sizeof(BlockQ6_K));
+  static_assert(kQh + 64 * R == R * sizeof(BlockQ6_K));
+  const uint8_t* rec;
 
-  template <int C>
-  struct Group {
-    static void run(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch, const int32_t* sums) {
-      const int64_t nb = a.k / kQK_K;
-      const int64_t nq = a.k / kQK;
-      const uint8_t* rec = a.w + g * a.w_stride;
-      Columns<C> cols(a, c0);
-      for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
-        if (prefetch) prefetch_ahead(rec, kRecord);
-        const __m256 d = load_half(rec);
-        for_each_block([&](auto j) {
-          constexpr int J = decltype(j)::value, H = J / 4, K = J % 4;
-          // Per row, the int16 pair [sc_2j, sc_2j+1], then each scale in both halves.
-          const __m256i scab = _mm256_cvtepi8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kScales + 2 * R * J)));
-          const __m256i sca = _mm256_shuffle_epi8(scab, table(kHalfToHalves[0]));
-          const __m256i scb = _mm256_shuffle_epi8(scab, table(kHalfToHalves[1]));
-          const __m256i off = _mm256_slli_epi16(scab, 5);  // 32·sc: |·| ≤ 4096
-          __m256i w[8];
-          for (int v = 0; v < 8; ++v) {
-            const __m256i lo = load(rec + kQl + 32 * (8 * (2 * H + K % 2) + v));
-            const __m256i hi = load(rec + kQh + 32 * (8 * H + v));
-            w[v] = _mm256_or_si256(and8(K / 2 ? _mm256_srli_epi16(lo, 4) : lo, 0x0f),
-                                   and8(shift16<4 - 2 * K>(hi), 0x30));
-          }
-          for (int c = 0; c < C; ++c) {
-            const BlockQ8A& xb = cols.x[c][b * 8 + J];
-            const __m256i dots =
-                _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(sum16<2>(w, xb.qs, 0), sca),
-                                                  _mm256_madd_epi16(sum16<2>(w, xb.qs, 2), sca)),
-                                 _mm256_add_epi32(_mm256_madd_epi16(sum16<2>(w, xb.qs, 4), scb),
-                                                  _mm256_madd_epi16(sum16<2>(w, xb.qs, 6), scb)));
-            const __m256i pairs = _mm256_set1_epi32(sums[(c0 + c) * nq + b * 8 + J]);
-            const __m256i isum = _mm256_sub_epi32(dots, _mm256_madd_epi16(off, pairs));
-            cols.acc[c] = add_block(cols.acc[c], isum, d, xb);
-          }
-        });
-      }
-      cols.store(a, g, c0);
+  explicit Q6KLevels(const uint8_t* record) : rec(record) {}
+  // Block J's levels w, its halves' scales sca, scb (each row's int16 in both halves of its lane)
+  // and off (the int16 pair [32·sc_2j, 32·sc_2j+1] per row).
+  template <int J>
+  void block(__m256i* w, __m256i& sca, __m256i& scb, __m256i& off) const {
+    constexpr int H = J / 4, K = J % 4;
+    const __m256i scab = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kScales + 2 * R * J)));
+    sca = _mm256_shuffle_epi8(scab, table(kHalfToHalves[0]));
+    scb = _mm256_shuffle_epi8(scab, table(kHalfToHalves[1]));
+    off = _mm256_slli_epi16(scab, 5);  // |32·sc| ≤ 4096
+    for (int v = 0; v < 8; ++v) {
+      const __m256i lo = load(rec + kQl + 32 * (8 * (2 * H + K % 2) + v));
+      const __m256i hi = load(rec + kQh + 32 * (8 * H + v));
+      w[v] = _mm256_or_si256(and8(K / 2 ? _mm256_srli_epi16(lo, 4) : lo, 0x0f),
+                             and8(shift16<4 - 2 * K>(hi), 0x30));
     }
-  };
+  }
 };
 
 // Q3_K: term_j = d·a.d·Σ_t (sc_t − 32)·Σ_t (q − 4)·a.q. The 16 six-bit scales decoded per record
-// from its three words of GGUF scales per row: s[i] holds sub-blocks 4i..4i+3 (less 32, signed)
-// in bytes 0..3 of each lane. Block j = 4h + k: bits 0–1 from qs piece h (bits 2k, 2k + 1), bit 2
-// from hmask (bit j).
-struct Q3K {
+// from its three words of GGUF scales per row: s[i] holds sub-blocks 4i..4i+3 in bytes 0..3 of
+// each lane. Block j = 4h + k: bits 0–1 from qs piece h (bits 2k, 2k + 1), bit 2 from hmask
+// (bit j).
+struct Q3KLevels {
+  static constexpr WeightType kType = WeightType::Q3_K;
+  static constexpr int kRun = 4;  // 4·2·7·127 = 7112
   static constexpr size_t kScales = 2 * R;
   static constexpr size_t kHmask = kScales + 12 * R;
   static constexpr size_t kQs = kHmask + 32 * R;
-  static constexpr size_t kRecord = kQs + 64 * R;
-  static_assert(kRecord == R * sizeof(BlockQ3_K));
+  static_assert(kQs + 64 * R == R * sizeof(BlockQ3_K));
+  const uint8_t* rec;
+  __m256i s[4];
 
+  explicit Q3KLevels(const uint8_t* record) : rec(record) {
+    const __m256i w0 = load(rec + kScales), w1 = load(rec + kScales + 4 * R);
+    const __m256i w2 = load(rec + kScales + 8 * R);
+    const auto high2 = [&](auto shift) {
+      return _mm256_slli_epi32(and8(_mm256_srli_epi32(w2, decltype(shift)::value), 3), 4);
+    };
+    s[0] = _mm256_or_si256(and8(w0, 0x0f), high2(std::integral_constant<int, 0>{}));
+    s[1] = _mm256_or_si256(and8(w1, 0x0f), high2(std::integral_constant<int, 2>{}));
+    s[2] = _mm256_or_si256(and8(_mm256_srli_epi32(w0, 4), 0x0f),
+                           high2(std::integral_constant<int, 4>{}));
+    s[3] = _mm256_or_si256(and8(_mm256_srli_epi32(w1, 4), 0x0f),
+                           high2(std::integral_constant<int, 6>{}));
+  }
+  // As Q6KLevels::block, off the pair [4·(sc_2j − 32), 4·(sc_2j+1 − 32)].
+  template <int J>
+  void block(__m256i* w, __m256i& sca, __m256i& scb, __m256i& off) const {
+    constexpr int H = J / 4, K = J % 4;
+    // Bytes 2(j % 2) and 2(j % 2) + 1 of s[j / 2], less 32, as int16 pairs.
+    const __m256i sb = _mm256_sub_epi8(s[J / 2], _mm256_set1_epi8(32));
+    sca = _mm256_srai_epi16(_mm256_shuffle_epi8(sb, table(x8tables::kByteToHalvesTop[2 * (J % 2)])),
+                            8);
+    scb = _mm256_srai_epi16(
+        _mm256_shuffle_epi8(sb, table(x8tables::kByteToHalvesTop[2 * (J % 2) + 1])), 8);
+    off = _mm256_slli_epi16(
+        _mm256_srai_epi16(_mm256_shuffle_epi8(sb, table(x8tables::kBytePairToHalvesTop[J % 2])), 8),
+        2);
+    for (int v = 0; v < 8; ++v) {
+      const __m256i lo = and8(_mm256_srli_epi16(load(rec + kQs + 32 * (8 * H + v)), 2 * K), 3);
+      w[v] = _mm256_or_si256(lo, and8(shift16<2 - J>(load(rec + kHmask + 32 * v)), 4));
+    }
+  }
+};
+
+// Q6_K, Q3_K (Levels: Q6KLevels, Q3KLevels): per block j, the halves' sums times their scales,
+// less Σ_t off_t·Σ_t a.q (one madd of the rows' int16 pairs of offset × scale with the column's
+// pair sums).
+template <class Levels>
+struct OffsetLevels {
   template <int C>
   struct Group {
     static void run(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch, const int32_t* sums) {
-      const int64_t nb = a.k / kQK_K;
       const int64_t nq = a.k / kQK;
+      constexpr size_t kRecord = kX8Rows * block_bytes(Levels::kType);
+      Tile<C> tile(a, c0);
+      auto& [x, acc] = tile;
       const uint8_t* rec = a.w + g * a.w_stride;
-      Columns<C> cols(a, c0);
-      for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
+      for (int64_t b = 0; b < a.k / block_elements(Levels::kType); ++b, rec += kRecord) {
         if (prefetch) prefetch_ahead(rec, kRecord);
         const __m256 d = load_half(rec);
-        const __m256i w0 = load(rec + kScales), w1 = load(rec + kScales + 4 * R);
-        const __m256i w2 = load(rec + kScales + 8 * R);
-        const auto high2 = [&](auto shift) {
-          return _mm256_slli_epi32(and8(_mm256_srli_epi32(w2, decltype(shift)::value), 3), 4);
-        };
-        const __m256i s[4] = {
-            _mm256_or_si256(and8(w0, 0x0f), high2(std::integral_constant<int, 0>{})),
-            _mm256_or_si256(and8(w1, 0x0f), high2(std::integral_constant<int, 2>{})),
-            _mm256_or_si256(and8(_mm256_srli_epi32(w0, 4), 0x0f),
-                            high2(std::integral_constant<int, 4>{})),
-            _mm256_or_si256(and8(_mm256_srli_epi32(w1, 4), 0x0f),
-                            high2(std::integral_constant<int, 6>{}))};
-        for_each_block([&](auto j) {
-          constexpr int J = decltype(j)::value, H = J / 4, K = J % 4;
-          // Bytes 2(j % 2) and 2(j % 2) + 1 of s[j / 2], less 32, as int16 pairs.
-          const __m256i sb = _mm256_sub_epi8(s[J / 2], _mm256_set1_epi8(32));
-          const __m256i sca = _mm256_srai_epi16(
-              _mm256_shuffle_epi8(sb, table(x8tables::kByteToHalvesTop[2 * (J % 2)])), 8);
-          const __m256i scb = _mm256_srai_epi16(
-              _mm256_shuffle_epi8(sb, table(x8tables::kByteToHalvesTop[2 * (J % 2) + 1])), 8);
-          const __m256i scab = _mm256_srai_epi16(
-              _mm256_shuffle_epi8(sb, table(x8tables::kBytePairToHalvesTop[J % 2])), 8);
-          const __m256i off = _mm256_slli_epi16(scab, 2);  // 4·(sc − 32)
-          __m256i w[8];
-          for (int v = 0; v < 8; ++v) {
-            const __m256i lo =
-                and8(_mm256_srli_epi16(load(rec + kQs + 32 * (8 * H + v)), 2 * K), 3);
-            w[v] = _mm256_or_si256(lo, and8(shift16<2 - J>(load(rec + kHmask + 32 * v)), 4));
-          }
+        const Levels levels(rec);
+        for_each_index<kBlocks>([&](auto j) {
+          constexpr int J = decltype(j)::value;
+          __m256i w[8], sca, scb, off;
+          levels.template block<J>(w, sca, scb, off);
           for (int c = 0; c < C; ++c) {
-            const BlockQ8A& xb = cols.x[c][b * 8 + J];
-            const __m256i dots = _mm256_add_epi32(_mm256_madd_epi16(sum16<4>(w, xb.qs, 0), sca),
-                                                  _mm256_madd_epi16(sum16<4>(w, xb.qs, 4), scb));
-            const __m256i pairs = _mm256_set1_epi32(sums[(c0 + c) * nq + b * 8 + J]);
-            const __m256i isum = _mm256_sub_epi32(dots, _mm256_madd_epi16(off, pairs));
-            cols.acc[c] = add_block(cols.acc[c], isum, d, xb);
+            const BlockQ8A& xb = x[c][b * kBlocks + J];
+            const __m256i pairs = _mm256_set1_epi32(sums[(c0 + c) * nq + b * kBlocks + J]);
+            const __m256i isum = _mm256_sub_epi32(scaled_halves<Levels::kRun>(w, xb.qs, sca, scb),
+                                                  _mm256_madd_epi16(off, pairs));
+            acc[c] = add_block(acc[c], isum, d, xb);
           }
         });
       }
-      cols.store(a, g, c0);
+      tile.store(a, g, c0);
     }
   };
 };
@@ -260,21 +214,21 @@ struct Q3K {
 struct Q2K {
   static constexpr size_t kScales = 4 * R;
   static constexpr size_t kQs = kScales + 16 * R;
-  static constexpr size_t kRecord = kQs + 64 * R;
-  static_assert(kRecord == R * sizeof(BlockQ2_K));
+  static_assert(kQs + 64 * R == R * sizeof(BlockQ2_K));
 
   template <int C>
   struct Group {
     static void run(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch, const int32_t* sums) {
-      const int64_t nb = a.k / kQK_K;
       const int64_t nq = a.k / kQK;
+      constexpr size_t kRecord = kX8Rows * block_bytes(WeightType::Q2_K);
+      Tile<C> tile(a, c0);
+      auto& [x, acc] = tile;
       const uint8_t* rec = a.w + g * a.w_stride;
-      Columns<C> cols(a, c0);
-      for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
+      for (int64_t b = 0; b < a.k / block_elements(WeightType::Q2_K); ++b, rec += kRecord) {
         if (prefetch) prefetch_ahead(rec, kRecord);
         const __m256 d = load_half(rec);
         const __m256 ndmin = _mm256_mul_ps(load_half(rec + 2 * R), _mm256_set1_ps(-1.0f));
-        for_each_block([&](auto j) {
+        for_each_index<kBlocks>([&](auto j) {
           constexpr int J = decltype(j)::value, H = J / 4, K = J % 4;
           // Per row, the int16 pair of the two sub-blocks' scale bytes.
           const __m256i raw = _mm256_cvtepu8_epi16(
@@ -287,18 +241,17 @@ struct Q2K {
           for (int v = 0; v < 8; ++v)
             w[v] = and8(_mm256_srli_epi16(load(rec + kQs + 32 * (8 * H + v)), 2 * K), 3);
           for (int c = 0; c < C; ++c) {
-            const BlockQ8A& xb = cols.x[c][b * 8 + J];
-            const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(sum16<4>(w, xb.qs, 0), sca),
-                                                  _mm256_madd_epi16(sum16<4>(w, xb.qs, 4), scb));
+            const BlockQ8A& xb = x[c][b * kBlocks + J];
+            const __m256i isum = scaled_halves<4>(w, xb.qs, sca, scb);
             const __m256i imin =
-                _mm256_madd_epi16(mins, _mm256_set1_epi32(sums[(c0 + c) * nq + b * 8 + J]));
-            cols.acc[c] = add_block(cols.acc[c], isum, d, xb);
-            cols.acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin),
-                                          _mm256_mul_ps(ndmin, _mm256_set1_ps(xb.d)), cols.acc[c]);
+                _mm256_madd_epi16(mins, _mm256_set1_epi32(sums[(c0 + c) * nq + b * kBlocks + J]));
+            acc[c] = add_block(acc[c], isum, d, xb);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin),
+                                     _mm256_mul_ps(ndmin, _mm256_set1_ps(xb.d)), acc[c]);
           }
         });
       }
-      cols.store(a, g, c0);
+      tile.store(a, g, c0);
     }
   };
 };
@@ -309,23 +262,22 @@ struct IQ4XS {
   static constexpr size_t kScalesH = 2 * R;
   static constexpr size_t kScalesL = kScalesH + 2 * R;
   static constexpr size_t kQs = kScalesL + 4 * R;
-  static constexpr size_t kRecord = kQs + 128 * R;
-  static_assert(kRecord == R * sizeof(BlockIQ4_XS));
+  static_assert(kQs + 128 * R == R * sizeof(BlockIQ4_XS));
 
   template <int C>
   struct Group {
     static void run(const GemmArgs& a, int64_t g, int64_t c0, bool prefetch, const int32_t*) {
-      const int64_t nb = a.k / kQK_K;
+      constexpr size_t kRecord = kX8Rows * block_bytes(WeightType::IQ4_XS);
+      Tile<C> tile(a, c0);
+      auto& [x, acc] = tile;
       const uint8_t* rec = a.w + g * a.w_stride;
-      Columns<C> cols(a, c0);
-      const __m256i values = table(x8tables::kIQ4Signed);
-      for (int64_t b = 0; b < nb; ++b, rec += kRecord) {
+      for (int64_t b = 0; b < a.k / block_elements(WeightType::IQ4_XS); ++b, rec += kRecord) {
         if (prefetch) prefetch_ahead(rec, kRecord);
         const __m256 d = load_half(rec);
         const __m256i lo4 = load(rec + kScalesL);
         const __m256i hi2 = _mm256_cvtepu16_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kScalesH)));
-        for_each_block([&](auto j) {
+        for_each_index<kBlocks>([&](auto j) {
           constexpr int J = decltype(j)::value;
           const __m256i ls = _mm256_sub_epi32(
               _mm256_or_si256(
@@ -333,28 +285,15 @@ struct IQ4XS {
                   _mm256_slli_epi32(
                       _mm256_and_si256(_mm256_srli_epi32(hi2, 2 * J), _mm256_set1_epi32(3)), 4)),
               _mm256_set1_epi32(32));
-          const __m256i sc = _mm256_shuffle_epi8(ls, table(kHalfToHalves[0]));
+          const BlockQ8A* xb[C];
+          for (int c = 0; c < C; ++c) xb[c] = &x[c][b * kBlocks + J];
           __m256i s[C];
-          for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-          for (int k = 0; k < 4; ++k) {
-            const __m256i p = load(rec + kQs + 32 * (4 * J + k));
-            for (int h = 0; h < 2; ++h) {
-              const __m256i w =
-                  _mm256_shuffle_epi8(values, and8(h ? _mm256_srli_epi16(p, 4) : p, 0x0f));
-              const __m256i w_abs = _mm256_sign_epi8(w, w);
-              for (int c = 0; c < C; ++c) {
-                const BlockQ8A& xb = cols.x[c][b * 8 + J];
-                const __m256i xs = _mm256_sign_epi8(broadcast4(xb.qs + 16 * h + 4 * k), w);
-                s[c] =
-                    _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xs), sc));
-              }
-            }
-          }
-          for (int c = 0; c < C; ++c)
-            cols.acc[c] = add_block(cols.acc[c], s[c], d, cols.x[c][b * 8 + J]);
+          iq4_sums<C>(rec + kQs + 32 * 4 * J, _mm256_shuffle_epi8(ls, table(kHalfToHalves[0])), xb,
+                      s);
+          for (int c = 0; c < C; ++c) acc[c] = add_block(acc[c], s[c], d, *xb[c]);
         });
       }
-      cols.store(a, g, c0);
+      tile.store(a, g, c0);
     }
   };
 };
@@ -368,9 +307,9 @@ void gemm_x8_kquants_avx2(const GemmArgs& a) {
     case WeightType::Q5_K:
       return walk<K4<WeightType::Q5_K>::Group>(a, nullptr);
     case WeightType::Q6_K:
-      return walk<Q6K::Group>(a, activation_sums(a, ActivationSums::Pairs));
+      return walk<OffsetLevels<Q6KLevels>::Group>(a, activation_sums(a, ActivationSums::Pairs));
     case WeightType::Q3_K:
-      return walk<Q3K::Group>(a, activation_sums(a, ActivationSums::Pairs));
+      return walk<OffsetLevels<Q3KLevels>::Group>(a, activation_sums(a, ActivationSums::Pairs));
     case WeightType::Q2_K:
       return walk<Q2K::Group>(a, activation_sums(a, ActivationSums::Pairs));
     case WeightType::IQ4_XS:
