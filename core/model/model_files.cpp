@@ -23,6 +23,8 @@ fs::path models_dir() {
 
 fs::path default_model_path() { return models_dir() / EmbeddedModel::kFileName; }
 
+fs::path gemma3_model_path() { return models_dir() / Gemma3Model::kFileName; }
+
 fs::path resolve_model_path(const std::optional<std::string>& requested) {
   if (requested) {
     fs::path path(*requested);
