@@ -61,6 +61,8 @@ Options:
   --threads N       threads for every tool (default: $(nproc))
   --ctx N           perplexity window, llama-perplexity's -c (default 512)
   --gen-tokens N    tokens generated per prompt (default 32)
+  --no-requantize   compare the model and the --file files as they are (no llama-quantize): for
+                    the other families (a Gemma 3 file, synthetic files of each family)
   -h, --help        this help
 EOF
 }
@@ -77,6 +79,7 @@ threads="$(nproc)"
 ctx=512
 gen_tokens=32
 types=("${default_types[@]}")
+no_requantize=0
 while (($#)); do
   case "$1" in
     --model | --file | --threads | --ctx | --gen-tokens)
@@ -89,6 +92,11 @@ while (($#)); do
         --gen-tokens) gen_tokens="$2" ;;
       esac
       shift 2
+      ;;
+    --no-requantize)
+      types=()
+      no_requantize=1
+      shift
       ;;
     -h | --help)
       usage

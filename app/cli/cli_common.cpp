@@ -1,6 +1,7 @@
 #include "cli_common.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "core/device/cuda_device.h"
 #include "core/device/cuda_model.h"
 #include "core/model/model_files.h"
+#include "core/model/model_library.h"
 
 namespace tokenfab::cli {
 
@@ -51,7 +53,11 @@ int resolve_threads(int requested) {
 
 LoadedModel load_model(const CommonOptions& o) {
   LoadedModel loaded;
-  loaded.model = LlamaModel::load(resolve_model_path(o.model));
+  const std::filesystem::path path = resolve_model_path(o.model);
+  // Refused, with the numbers, before anything is mapped or allocated when the weights and a KV
+  // cache of the model's context (at most 4,096 positions) would not fit in this machine's RAM.
+  check_fits(path, 0);
+  loaded.model = LlamaModel::load(path);
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(loaded.model->file()));
   if (loaded.tokenizer->n_vocab() > loaded.model->hparams().n_vocab)
     throw Error(loaded.model->file().name() + ": the tokenizer has " +

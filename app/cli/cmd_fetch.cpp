@@ -1,13 +1,15 @@
-// fetch: download the embedded default model into the user cache (once; verified by SHA-256).
+// fetch: download a model Tokenfab knows by name (the embedded default when none is named) into the
+// user cache, once, verified by SHA-256 — tools/fetch_model.py, compiled in, does the work; this
+// command runs it and passes its exit status on.
 
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,22 +21,30 @@
 
 namespace tokenfab::cli {
 
-namespace fs = std::filesystem;
+namespace {
+struct FetchOptions {
+  std::string name;  // empty: the script's default model
+  std::string dest;
+  bool accept_license = false;
+  bool list = false;
+};
+}  // namespace
 
-// Runs `python3 SCRIPT DEST` with the script's standard output sent to standard error, without a
-// shell: DEST reaches the script as one argument whatever characters it holds. Returns the
-// script's exit status; throws Error when python3 cannot be started.
-static int run_python(const fs::path& script, const std::string& dest) {
-  std::vector<std::string> args = {"python3", script.string(), dest};
+// Runs `python3 -I -c SCRIPT ARGS...` without a shell and without a file for the script (nothing
+// is left behind when this process is killed), isolated (-I: no module is imported from the
+// working directory or PYTHONPATH): each argument reaches the script as it is, whatever characters
+// it holds. The script's standard output (the model's path, or the list) is ours; its
+// messages go to standard error. Returns the script's exit status; throws Error when python3
+// cannot be started.
+static int run_python(const std::vector<std::string>& script_args) {
+  std::vector<std::string> args = {"python3", "-I", "-c", kFetchScript};
+  args.insert(args.end(), script_args.begin(), script_args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  std::cout.flush();
   pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, "python3", &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  const int spawned = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ);
   if (spawned != 0)
     throw Error("fetch: cannot run python3 (" + std::string(std::strerror(spawned)) +
                 "); install it, or pass --model PATH to use a GGUF file you already have");
@@ -47,36 +57,39 @@ static int run_python(const fs::path& script, const std::string& dest) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-static void run_fetch(const std::string& dest) {
-  char pattern[] = "/tmp/tokenfab-fetch-XXXXXX.py";
-  const int fd = mkstemps(pattern, 3);
-  if (fd < 0) throw Error("fetch: cannot create a temporary file in /tmp");
-  close(fd);
-  const fs::path script(pattern);
-  std::unique_ptr<const fs::path, void (*)(const fs::path*)> cleanup(&script,
-                                                                     [](const fs::path* p) {
-                                                                       std::error_code ec;
-                                                                       fs::remove(*p, ec);
-                                                                     });
-  {
-    std::ofstream out(script);
-    out << kFetchScript;
-    if (!out.flush()) throw Error("fetch: cannot write " + script.string());
+// The script's arguments for `o`: [NAME] --dest DIR [--accept-license] [--list].
+static std::vector<std::string> script_args(const FetchOptions& o) {
+  std::vector<std::string> args;
+  if (!o.name.empty()) args.push_back(o.name);
+  args.insert(args.end(), {"--dest", o.dest});
+  if (o.accept_license) args.push_back("--accept-license");
+  if (o.list) args.push_back("--list");
+  return args;
+}
+
+static void run_fetch(const FetchOptions& o) {
+  const int status = run_python(script_args(o));
+  // The script has said why on standard error, in one line; its status (2) is ours.
+  if (status != 0) {
+    std::cout.flush();
+    std::exit(status);
   }
-  if (run_python(script, dest) != 0)
-    throw Error(
-        "fetching the default model failed (see the message above); pass --model PATH "
-        "to use a GGUF file you already have");
-  std::cout << (fs::path(dest) / EmbeddedModel::kFileName).string() << std::endl;
 }
 
 void register_fetch(CLI::App& app) {
-  auto* cmd =
-      app.add_subcommand("fetch", "download the default model (" +
-                                      std::string(EmbeddedModel::kFileName) + ") into the cache");
-  auto dest = std::make_shared<std::string>(models_dir().string());
-  cmd->add_option("--dest", *dest, "directory to store it in")->capture_default_str();
-  cmd->callback([dest] { run_fetch(*dest); });
+  auto* cmd = app.add_subcommand(
+      "fetch", "download a model by name into the cache, once, verified by SHA-256 (default: " +
+                   std::string(EmbeddedModel::kFileName) + "); prints its path");
+  auto o = std::make_shared<FetchOptions>();
+  o->dest = models_dir().string();
+  cmd->add_option("name", o->name,
+                  "smollm2-135m (the default) or gemma3-270m; --list shows them all");
+  cmd->add_option("--dest", o->dest, "directory to store it in")->capture_default_str();
+  cmd->add_flag("--accept-license", o->accept_license,
+                "accept the model's license (Gemma: the Gemma Terms of Use, "
+                "https://ai.google.dev/gemma/terms) without being asked");
+  cmd->add_flag("--list", o->list, "list the models fetch knows: name, file, size, license");
+  cmd->callback([o] { run_fetch(*o); });
 }
 
 }  // namespace tokenfab::cli

@@ -13,9 +13,10 @@
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/common/sha256.h"
-#include "core/gguf/file_type.h"
 #include "core/gguf/gguf_reader.h"
+#include "core/gguf/type_mix.h"
 #include "core/model/model_files.h"
+#include "core/model/model_library.h"
 
 namespace tokenfab::cli {
 
@@ -74,42 +75,27 @@ nlohmann::json describe(const std::filesystem::path& path) {
       {"tensor_count", file.tensors().size()},
       {"file_size", file.file_size()},
   };
-  if (const gguf::Value* ft = file.find("general.file_type"); ft != nullptr && ft->is_integer()) {
-    const int64_t v = ft->as_int("general.file_type");
-    const std::optional<std::string> n = v >= 0 ? gguf::file_type_name(static_cast<uint32_t>(v))
-                                                : std::nullopt;
-    j["file_type"] = n.value_or("unknown (" + std::to_string(v) + ")");
-  }
+  if (const std::optional<std::string> ft = gguf::stated_file_type(file)) j["file_type"] = *ft;
 
   // Every tensor, and the mix by type: tensors, elements, bytes, share of the tensor bytes.
   nlohmann::json tensors = nlohmann::json::array();
-  struct Mix {
-    int64_t tensors = 0;
-    uint64_t elements = 0, bytes = 0;
-  };
-  std::map<std::string, Mix> mix;
-  uint64_t elements = 0, bytes = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) {
-    const std::string type = gguf::tensor_type_name(t.type);
-    tensors.push_back({{"name", t.name}, {"type", type}, {"shape", t.dims}, {"bytes", t.n_bytes}});
-    Mix& m = mix[type];
-    ++m.tensors;
-    m.elements += t.n_elements;
-    m.bytes += t.n_bytes;
-    elements += t.n_elements;
-    bytes += t.n_bytes;
-  }
+  for (const gguf::TensorInfo& t : file.tensors())
+    tensors.push_back({{"name", t.name},
+                       {"type", gguf::tensor_type_name(t.type)},
+                       {"shape", t.dims},
+                       {"bytes", t.n_bytes}});
+  const gguf::TypeMix mix = gguf::type_mix(file);
   nlohmann::json types = nlohmann::json::object(), counts = nlohmann::json::object();
-  for (const auto& [type, m] : mix) {
+  for (const auto& [type, m] : mix.by_type) {
     counts[type] = m.tensors;
     types[type] = {{"tensors", m.tensors},
                    {"elements", m.elements},
                    {"bytes", m.bytes},
-                   {"bytes_fraction", bytes > 0 ? static_cast<double>(m.bytes) / bytes : 0.0}};
+                   {"bytes_fraction", mix.bytes_fraction(type)}};
   }
   j["tensor_types"] = counts;  // tensors by type
   j["type_mix"] = types;
-  j["bits_per_weight"] = elements > 0 ? 8.0 * static_cast<double>(bytes) / elements : 0.0;
+  j["bits_per_weight"] = mix.bits_per_weight();
   j["tensors"] = tensors;
 
   // Whether Tokenfab runs it: the model loaded as the engine loads it, or the reason it cannot be.

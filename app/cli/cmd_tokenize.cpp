@@ -8,6 +8,7 @@
 #include "core/common/error.h"
 #include "core/gguf/gguf_reader.h"
 #include "core/model/model_files.h"
+#include "core/model/model_library.h"
 
 namespace tokenfab::cli {
 

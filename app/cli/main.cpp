@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_features.h"
 
 namespace tokenfab::cli {
+void register_models(CLI::App& app);  // cmd_models.cpp
 }  // namespace tokenfab::cli
 
 namespace {
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   tokenfab::cli::register_synth(app);
   tokenfab::cli::register_quantize(app);
   tokenfab::cli::register_devices(app);
+  tokenfab::cli::register_models(app);
 
   try {
     app.parse(argc, argv);

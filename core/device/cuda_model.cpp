@@ -503,6 +503,9 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                                                     : kernels::PrefillAttentionKernel::kKeyByKey),
       fused_epilogues_(options.fused_epilogues),
       fused_tensor_cores_(options.fused_tensor_cores) {
+  if (const std::string d = differences_from_llama(hp_.arch); !d.empty())
+    throw Error(name_ + ": the CUDA backend computes the plain Llama layers only so far; " +
+                hp_.architecture + " has " + d + ". Run this model on CPU devices (--devices cpu:0).");
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)

@@ -68,10 +68,12 @@ void LlamaForward::ContiguousKv::store(int64_t layer, const float* k, const floa
 
 void LlamaForward::ContiguousKv::attend(int64_t layer, const float* q, float* out, int64_t n) {
   const int64_t q_dim = hp_.q_dim();
-  const kernels::AttentionArgs args{q, q_dim, cache_->k(layer), cache_->v(layer), hp_.head_dim,
-                                    cache_->head_stride(), out, q_dim, n, cache_->size(),
-                                    hp_.n_head, hp_.n_kv_head, hp_.head_dim,
-                                    1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
+  const kernels::AttentionArgs args{q,          q_dim,        cache_->k(layer),
+                                    cache_->v(layer), hp_.head_dim, cache_->head_stride(),
+                                    out,        q_dim,        n,
+                                    cache_->size(), hp_.n_head, hp_.n_kv_head,
+                                    hp_.head_dim, hp_.attention_scale(), hp_.window(layer),
+                                    hp_.arch.attention_softcap};
   if (n == 1) {
     decode_attention(args);
   } else {

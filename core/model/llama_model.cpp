@@ -18,8 +18,6 @@ namespace tokenfab {
 
 namespace {
 
-constexpr std::array<const char*, 1> kSupportedArchitectures = {"llama"};
-
 // Sizes and counts: positive, and within int32 (what head counts and head sizes are kept in; real
 // models are far below it).
 int64_t get_positive(const gguf::GgufFile& file, const std::string& key) {
@@ -47,11 +45,10 @@ float get_float_or(const gguf::GgufFile& file, const std::string& key, float fal
 HParams HParams::from_gguf(const gguf::GgufFile& file) {
   HParams h;
   h.architecture = file.get("general.architecture").as_string("general.architecture");
-  bool supported = false;
-  for (const char* arch : kSupportedArchitectures) supported |= h.architecture == arch;
-  if (!supported)
+  // An architecture outside the list is refused before any of its keys is read.
+  if (!is_supported_architecture(h.architecture))
     throw Error(file.name() + ": unsupported architecture '" + h.architecture +
-                "' (general.architecture); supported: llama");
+                "' (general.architecture); supported: " + supported_architectures_text());
   const std::string p = h.architecture + ".";
   h.n_layer = get_positive(file, p + "block_count");
   h.n_embd = get_positive(file, p + "embedding_length");
@@ -61,19 +58,27 @@ HParams HParams::from_gguf(const gguf::GgufFile& file) {
   h.n_ctx_train = get_positive_or(file, p + "context_length", 2048);
   h.rope_base = get_float_or(file, p + "rope.freq_base", 10000.0f);
   h.rms_eps = get_float_or(file, p + "attention.layer_norm_rms_epsilon", 1e-5f);
-  if (h.n_embd % h.n_head != 0)
+  if (file.find(p + "attention.key_length") == nullptr && h.n_embd % h.n_head != 0)
     throw Error(file.name() + ": embedding_length " + std::to_string(h.n_embd) +
                 " is not a multiple of attention.head_count " + std::to_string(h.n_head));
   if (h.n_head % h.n_kv_head != 0)
     throw Error(file.name() + ": attention.head_count " + std::to_string(h.n_head) +
                 " is not a multiple of attention.head_count_kv " + std::to_string(h.n_kv_head));
-  h.head_dim = static_cast<int>(h.n_embd / h.n_head);
+  h.head_dim = static_cast<int>(get_positive_or(file, p + "attention.key_length", h.n_embd / h.n_head));
+  const int64_t value_length = get_positive_or(file, p + "attention.value_length", h.head_dim);
+  if (value_length != h.head_dim)
+    throw Error(file.name() + ": attention.value_length " + std::to_string(value_length) +
+                " differs from attention.key_length " + std::to_string(h.head_dim) +
+                ", which tokenfab does not support");
+  if (h.head_dim % 2 != 0)
+    throw Error(file.name() + ": the head size " + std::to_string(h.head_dim) + " must be even");
   h.rot_dim = static_cast<int>(get_positive_or(file, p + "rope.dimension_count", h.head_dim));
   if (h.rot_dim > h.head_dim || h.rot_dim % 2 != 0)
     throw Error(file.name() + ": rope.dimension_count " + std::to_string(h.rot_dim) +
                 " must be even and at most the head size " + std::to_string(h.head_dim));
   if (h.rope_base <= 0.0f) throw Error(file.name() + ": rope.freq_base must be positive");
   if (!(h.rms_eps > 0.0f)) throw Error(file.name() + ": layer_norm_rms_epsilon must be positive");
+  describe_architecture(file, h);
   return h;
 }
 
@@ -243,6 +248,60 @@ std::vector<float> load_vector(const gguf::GgufFile& file, const std::string& na
   return out;
 }
 
+// Rows [first, first + count) of m: a matrix that a fused tensor holds (phi3's attn_qkv).
+WeightMatrix row_view(const WeightMatrix& m, int64_t first, int64_t count) {
+  WeightMatrix v = m;
+  v.rows = count;
+  v.data = m.row(first);
+  return v;
+}
+
+// One layer's tensors under `p` ("blk.N."), those of the family's extras (Architecture) included.
+void load_layer(const gguf::GgufFile& f, const HParams& h, const std::string& p, LayerWeights& l) {
+  const Architecture& a = h.arch;
+  const int64_t q_dim = h.q_dim(), kv_dim = h.kv_dim();
+  l.attn_norm = load_vector(f, p + "attn_norm.weight", h.n_embd);
+  if (a.fused_qkv) {
+    const WeightMatrix qkv = load_matrix(f, p + "attn_qkv.weight", q_dim + 2 * kv_dim, h.n_embd);
+    l.wq = row_view(qkv, 0, q_dim);
+    l.wk = row_view(qkv, q_dim, kv_dim);
+    l.wv = row_view(qkv, q_dim + kv_dim, kv_dim);
+  } else {
+    l.wq = load_matrix(f, p + "attn_q.weight", q_dim, h.n_embd);
+    l.wk = load_matrix(f, p + "attn_k.weight", kv_dim, h.n_embd);
+    l.wv = load_matrix(f, p + "attn_v.weight", kv_dim, h.n_embd);
+  }
+  if (a.qkv_bias) {
+    l.bq = load_vector(f, p + "attn_q.bias", q_dim);
+    l.bk = load_vector(f, p + "attn_k.bias", kv_dim);
+    l.bv = load_vector(f, p + "attn_v.bias", kv_dim);
+  }
+  if (a.qk_norm) {
+    l.q_norm = load_vector(f, p + "attn_q_norm.weight", h.head_dim);
+    l.k_norm = load_vector(f, p + "attn_k_norm.weight", h.head_dim);
+  }
+  l.wo = load_matrix(f, p + "attn_output.weight", h.n_embd, q_dim);
+  l.ffn_norm = load_vector(f, p + "ffn_norm.weight", h.n_embd);
+  if (a.fused_gate_up) {
+    const WeightMatrix gate_up = load_matrix(f, p + "ffn_up.weight", 2 * h.n_ff, h.n_embd);
+    l.w_gate = row_view(gate_up, 0, h.n_ff);
+    l.w_up = row_view(gate_up, h.n_ff, h.n_ff);
+  } else {
+    l.w_gate = load_matrix(f, p + "ffn_gate.weight", h.n_ff, h.n_embd);
+    l.w_up = load_matrix(f, p + "ffn_up.weight", h.n_ff, h.n_embd);
+  }
+  l.w_down = load_matrix(f, p + "ffn_down.weight", h.n_embd, h.n_ff);
+  if (a.post_norms) {
+    l.post_attn_norm = load_vector(f, p + "post_attention_norm.weight", h.n_embd);
+    l.post_ffn_norm = load_vector(f, p + "post_ffw_norm.weight", h.n_embd);
+  }
+  const auto quantized = [](const WeightMatrix& m) { return kernels::is_block_quantized(m.type); };
+  if (quantized(l.w_gate) != quantized(l.w_up) || quantized(l.wq) != quantized(l.wk) ||
+      quantized(l.wq) != quantized(l.wv))
+    throw Error(f.name() + ": layer " + p + " mixes quantized and float types among matrices "
+                "that share an input");
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path, bool repack) {
@@ -262,33 +321,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& path, 
   model->output_ = model->output_tied_ ? model->token_embd_
                                        : load_matrix(f, "output.weight", h.n_vocab, h.n_embd);
 
-  // Nine tensors per layer: a block count the file cannot hold is refused before anything is
-  // allocated for its layers.
-  if (static_cast<uint64_t>(h.n_layer) > f.tensors().size() / 9)
+  // At least six tensors per layer: a block count the file cannot hold is refused before
+  // anything is allocated for its layers.
+  if (static_cast<uint64_t>(h.n_layer) > f.tensors().size() / 6)
     throw Error(f.name() + ": metadata " + h.architecture + ".block_count is " +
-                std::to_string(h.n_layer) + ", but the file holds " +
-                std::to_string(f.tensors().size()) + " tensors (each layer has 9)");
+                std::to_string(h.n_layer) + ", but the file holds only " +
+                std::to_string(f.tensors().size()) + " tensors (each layer has at least 6)");
   model->layers_.resize(static_cast<size_t>(h.n_layer));
-  for (int64_t i = 0; i < h.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights& l = model->layers_[static_cast<size_t>(i)];
-    l.attn_norm = load_vector(f, p + "attn_norm.weight", h.n_embd);
-    l.wq = load_matrix(f, p + "attn_q.weight", h.q_dim(), h.n_embd);
-    l.wk = load_matrix(f, p + "attn_k.weight", h.kv_dim(), h.n_embd);
-    l.wv = load_matrix(f, p + "attn_v.weight", h.kv_dim(), h.n_embd);
-    l.wo = load_matrix(f, p + "attn_output.weight", h.n_embd, h.q_dim());
-    l.ffn_norm = load_vector(f, p + "ffn_norm.weight", h.n_embd);
-    l.w_gate = load_matrix(f, p + "ffn_gate.weight", h.n_ff, h.n_embd);
-    l.w_up = load_matrix(f, p + "ffn_up.weight", h.n_ff, h.n_embd);
-    l.w_down = load_matrix(f, p + "ffn_down.weight", h.n_embd, h.n_ff);
-    const auto quantized = [](const WeightMatrix& m) {
-      return kernels::is_block_quantized(m.type);
-    };
-    if (quantized(l.w_gate) != quantized(l.w_up) || quantized(l.wq) != quantized(l.wk) ||
-        quantized(l.wq) != quantized(l.wv))
-      throw Error(f.name() + ": layer " + std::to_string(i) +
-                  " mixes quantized and float types among matrices that share an input");
-  }
+  for (int64_t i = 0; i < h.n_layer; ++i)
+    load_layer(f, h, "blk." + std::to_string(i) + ".", model->layers_[static_cast<size_t>(i)]);
   if (repack) model->repack_for_cpu();
   logger("model")->info("loaded {} ({} layers, n_embd {}, vocab {})", f.name(), h.n_layer, h.n_embd,
                         h.n_vocab);
@@ -417,6 +458,9 @@ void LlamaModel::requantize_matrices(const std::vector<kernels::WeightType>& typ
 
 void LlamaModel::embed(int32_t token, float* out) const {
   kernels::dequantize_row(token_embd_.type, token_embd_.row(token), out, hparams_.n_embd);
+  const float scale = hparams_.arch.embedding_scale;
+  if (scale != 1.0f)
+    for (int64_t i = 0; i < hparams_.n_embd; ++i) out[i] *= scale;
 }
 
 }  // namespace tokenfab

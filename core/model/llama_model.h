@@ -1,6 +1,8 @@
 #pragma once
-// A Llama-family model (Llama, SmolLM, Mistral-style) loaded from GGUF: its hyperparameters and
-// its weights, used in place from the memory-mapped file (quantized blocks are never expanded).
+// A decoder-only transformer loaded from GGUF — the Llama layers and the families that differ from
+// them in the ways Architecture describes (Llama 3, Mistral, Qwen 2/3, Gemma 2/3, Phi-3): its
+// hyperparameters and its weights, used in place from the memory-mapped file (quantized blocks
+// are never expanded).
 
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "core/gguf/gguf_reader.h"
+#include "core/model/architecture.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_types.h"
 
@@ -25,13 +28,17 @@ struct HParams {
   int64_t n_layer = 0;
   int n_head = 0;
   int n_kv_head = 0;
-  int head_dim = 0;  // n_embd / n_head
+  int head_dim = 0;  // attention.key_length, else n_embd / n_head
   int rot_dim = 0;   // rotated dimensions per head (rope.dimension_count)
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
+  Architecture arch;  // what the family does differently from the Llama layers
 
   int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t kv_dim() const { return static_cast<int64_t>(n_kv_head) * head_dim; }
+  float attention_scale() const;              // arch's, or 1/√head_dim
+  int64_t window(int64_t layer) const;        // the layer's sliding window, 0: none
+  const RopeSpec& rope(int64_t layer) const;  // the layer's RoPE
   // Reads `<arch>.*` keys; throws Error naming the file and the key that is missing or invalid.
   static HParams from_gguf(const gguf::GgufFile& file);
 };
@@ -52,8 +59,13 @@ struct WeightMatrix {
   uint64_t bytes() const { return row_bytes * static_cast<uint64_t>(rows); }
 };
 
+// The vectors a family lacks are empty (Architecture says which it has).
 struct LayerWeights {
   std::vector<float> attn_norm;  // (n_embd)
+  std::vector<float> bq, bk, bv;         // (q_dim), (kv_dim), (kv_dim): qkv_bias
+  std::vector<float> q_norm, k_norm;     // (head_dim) each: qk_norm
+  std::vector<float> post_attn_norm;     // (n_embd): post_norms
+  std::vector<float> post_ffn_norm;      // (n_embd): post_norms
   WeightMatrix wq;               // (q_dim, n_embd)
   WeightMatrix wk;               // (kv_dim, n_embd)
   WeightMatrix wv;               // (kv_dim, n_embd)

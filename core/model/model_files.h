@@ -33,8 +33,6 @@ std::filesystem::path models_dir();
 std::filesystem::path default_model_path();
 std::filesystem::path gemma3_model_path();  // models_dir() / Gemma3Model::kFileName
 
-// The model to use: `requested` when given (must exist), else the embedded default (must have been
-// fetched). Throws Error with a message saying how to fetch it or pass --model PATH.
-std::filesystem::path resolve_model_path(const std::optional<std::string>& requested);
+// resolve_model_path, which also looks names up in the model library: core/model/model_library.h.
 
 }  // namespace tokenfab

@@ -9,6 +9,7 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/gguf/gguf_writer.h"
+#include "core/model/architecture.h"
 #include "core/model/llama_model.h"
 #include "core/model/quant_mix.h"
 #include "kernels/cpu/quantize.h"
@@ -22,8 +23,8 @@ constexpr float kRmsEps = 1e-5f;
 // Below this many elements a tensor is generated on the calling thread only.
 constexpr int64_t kParallelElements = int64_t{1} << 20;
 
-// ChatML, written like SmolLM2's template (its default system turn as one literal, "\n" escaped)
-// so that ChatTemplate recognises the family and the default system prompt.
+// ChatML, written like SmolLM2's template (a default system turn when the conversation has
+// none), which ChatTemplate renders with its Jinja implementation.
 constexpr const char* kChatTemplate =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\\nYou are a synthetic model with random weights; your replies are "
@@ -213,16 +214,26 @@ void check_shape(const SyntheticShape& s) {
     fail("n_layer, n_ctx, n_head and n_kv_head must be positive");
   if (s.n_embd <= 0 || s.n_embd % kernels::kQK != 0 || s.n_ff <= 0 || s.n_ff % kernels::kQK != 0)
     fail("n_embd and n_ff must be positive multiples of 32");
-  if (s.n_embd % s.n_head != 0 || (s.n_embd / s.n_head) % 2 != 0)
+  if (s.head_dim == 0 && (s.n_embd % s.n_head != 0 || (s.n_embd / s.n_head) % 2 != 0))
     fail("n_embd must be n_head times an even head size");
+  if (s.head_dim < 0 || s.head_dim % 2 != 0) fail("head_dim must be even");
+  if (!is_supported_architecture(s.architecture))
+    fail("architecture " + s.architecture + " is not one of " + supported_architectures_text());
+  if ((s.architecture == "gemma2" || s.architecture == "gemma3") && s.sliding_window <= 0)
+    fail("gemma needs a sliding window");
   if (s.n_head % s.n_kv_head != 0) fail("n_head must be a multiple of n_kv_head");
   if (!(s.rope_freq_base > 0.0f)) fail("rope_freq_base must be positive");
+}
+
+int head_size(const SyntheticShape& s) {
+  return s.head_dim > 0 ? s.head_dim : static_cast<int>(s.n_embd / s.n_head);
 }
 
 void add_hparams(gguf::GgufWriter& w, const SyntheticShape& s, kernels::WeightType type,
                  uint64_t seed) {
   const auto u32 = [](int64_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
-  w.add("general.architecture", gguf::Value::string("llama"));
+  const std::string a = s.architecture + ".";
+  w.add("general.architecture", gguf::Value::string(s.architecture));
   w.add("general.name", gguf::Value::string("synthetic " + s.name + " (random weights)"));
   w.add("general.description",
         gguf::Value::string("Random weights with the shape of " + s.name +
@@ -232,16 +243,40 @@ void add_hparams(gguf::GgufWriter& w, const SyntheticShape& s, kernels::WeightTy
   w.add("tokenfab.synthetic", gguf::Value::boolean(true));
   w.add("tokenfab.synthetic.shape", gguf::Value::string(s.name));
   w.add("tokenfab.synthetic.seed", gguf::Value::u64(seed));
-  w.add("llama.vocab_size", u32(s.n_vocab));
-  w.add("llama.context_length", u32(s.n_ctx));
-  w.add("llama.embedding_length", u32(s.n_embd));
-  w.add("llama.block_count", u32(s.n_layer));
-  w.add("llama.feed_forward_length", u32(s.n_ff));
-  w.add("llama.attention.head_count", u32(s.n_head));
-  w.add("llama.attention.head_count_kv", u32(s.n_kv_head));
-  w.add("llama.rope.freq_base", gguf::Value::f32(s.rope_freq_base));
-  w.add("llama.rope.dimension_count", u32(s.n_embd / s.n_head));
-  w.add("llama.attention.layer_norm_rms_epsilon", gguf::Value::f32(kRmsEps));
+  w.add(a + "vocab_size", u32(s.n_vocab));
+  w.add(a + "context_length", u32(s.n_ctx));
+  w.add(a + "embedding_length", u32(s.n_embd));
+  w.add(a + "block_count", u32(s.n_layer));
+  w.add(a + "feed_forward_length", u32(s.n_ff));
+  w.add(a + "attention.head_count", u32(s.n_head));
+  w.add(a + "attention.head_count_kv", u32(s.n_kv_head));
+  w.add(a + "rope.freq_base", gguf::Value::f32(s.rope_freq_base));
+  w.add(a + "rope.dimension_count", u32(head_size(s)));
+  w.add(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(kRmsEps));
+  if (s.head_dim > 0) {
+    w.add(a + "attention.key_length", u32(s.head_dim));
+    w.add(a + "attention.value_length", u32(s.head_dim));
+  }
+  if (s.sliding_window > 0) w.add(a + "attention.sliding_window", u32(s.sliding_window));
+  if (s.architecture == "gemma2") {  // Gemma 2's own values
+    w.add(a + "attn_logit_softcapping", gguf::Value::f32(50.0f));
+    w.add(a + "final_logit_softcapping", gguf::Value::f32(30.0f));
+  }
+  if (s.architecture == "phi3") {
+    w.add(a + "rope.scaling.attn_factor", gguf::Value::f32(1.19f));
+    w.add(a + "rope.scaling.original_context_length", u32(s.n_ctx));
+  }
+}
+
+// (n) F32 RoPE frequency factors rising from 1 to `top` over the dimension pairs, as Llama 3's
+// rope_freqs and Phi-3's LongRoPE factors do (the long wavelengths stretched most).
+std::vector<uint8_t> rope_factors(int64_t n, float top) {
+  std::vector<uint8_t> out(static_cast<size_t>(n) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = 1.0f + (top - 1.0f) * static_cast<float>(i) / static_cast<float>(n - 1);
+    std::memcpy(out.data() + i * sizeof(float), &f, sizeof f);
+  }
+  return out;
 }
 
 }  // namespace
@@ -267,23 +302,63 @@ SyntheticShape SyntheticShape::llama_mini() {
   return s;
 }
 
+SyntheticShape SyntheticShape::family_tiny(const std::string& architecture) {
+  SyntheticShape s{architecture + "-tiny", 512, 256, 512, 4, 4, 2, 4096};
+  s.architecture = architecture == "llama3" ? "llama" : architecture;
+  s.tied_output = false;
+  if (architecture == "llama3") {
+    s.rope_freqs = true;
+    s.rope_freq_base = 500000.0f;
+  } else if (architecture == "qwen2") {
+    s.rope_freq_base = 1000000.0f;
+    s.tied_output = true;
+  } else if (architecture == "qwen3") {
+    s.head_dim = 96;  // q_dim 384 against a width of 256, as Qwen 3's key_length allows
+    s.rope_freq_base = 1000000.0f;
+  } else if (architecture == "gemma2" || architecture == "gemma3") {
+    s.n_layer = architecture == "gemma3" ? 6 : 4;  // gemma3: layer 5 is the global one
+    s.sliding_window = 8;
+    s.head_dim = 64;
+    s.n_kv_head = 1;
+    s.tied_output = true;
+    s.rope_freq_base = architecture == "gemma3" ? 1000000.0f : 10000.0f;
+  } else if (architecture == "phi3") {
+    s.n_kv_head = 4;
+  } else {
+    throw Error("no tiny synthetic shape for " + architecture);
+  }
+  return s;
+}
+
+namespace {
+constexpr const char* kTinyFamilies[] = {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+}
+
 std::optional<SyntheticShape> SyntheticShape::preset(std::string_view name) {
   if (name == "smollm2-135m") return smollm2_135m();
   if (name == "llama3-8b") return llama3_8b();
   if (name == "llama-mini") return llama_mini();
+  for (const char* family : kTinyFamilies)
+    if (name == std::string(family) + "-tiny") return family_tiny(family);
   return std::nullopt;
 }
 
 std::vector<std::string> SyntheticShape::preset_names() {
-  return {"smollm2-135m", "llama3-8b", "llama-mini"};
+  std::vector<std::string> names = {"smollm2-135m", "llama3-8b", "llama-mini"};
+  for (const char* family : kTinyFamilies) names.push_back(std::string(family) + "-tiny");
+  return names;
 }
 
 void write_synthetic_llama(const std::filesystem::path& path, const SyntheticShape& shape,
                            kernels::WeightType matrix_type, uint64_t seed,
                            std::optional<gguf::TensorType> override_one_tensor_type) {
   check_shape(shape);
-  const int64_t q_dim = shape.n_embd;
-  const int64_t kv_dim = shape.n_embd / shape.n_head * shape.n_kv_head;
+  const int64_t head_dim = head_size(shape);
+  const int64_t q_dim = head_dim * shape.n_head;
+  const int64_t kv_dim = head_dim * shape.n_kv_head;
+  const std::string& arch = shape.architecture;
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+  const bool phi3 = arch == "phi3";
 
   gguf::GgufWriter w;
   add_hparams(w, shape, matrix_type, seed);
@@ -316,23 +391,53 @@ void write_synthetic_llama(const std::filesystem::path& path, const SyntheticSha
     if (type != tensor_type_of(matrix_type)) ++fallbacks;
     w.add_tensor(name, type, dims, random_matrix(rows, cols, *kernel_type_of(type), tensor_seed));
   };
-  const auto norm = [&](const std::string& name) {
-    w.add_tensor(name, gguf::TensorType::F32, {static_cast<uint64_t>(shape.n_embd)},
-                 random_norm(shape.n_embd, mix(seed, tensor_index++)));
+  const auto vector = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, gguf::TensorType::F32, {static_cast<uint64_t>(n)},
+                 random_norm(n, mix(seed, tensor_index++)));
   };
+  const auto norm = [&](const std::string& name) { vector(name, shape.n_embd); };
 
   matrix("token_embd.weight", shape.n_vocab, shape.n_embd);
+  if (shape.rope_freqs)
+    w.add_tensor("rope_freqs.weight", gguf::TensorType::F32, {static_cast<uint64_t>(head_dim / 2)},
+                 rope_factors(head_dim / 2, 8.0f));
+  if (phi3) {  // LongRoPE's two sets, as the 128k models' files hold them
+    w.add_tensor("rope_factors_long.weight", gguf::TensorType::F32,
+                 {static_cast<uint64_t>(head_dim / 2)}, rope_factors(head_dim / 2, 6.0f));
+    w.add_tensor("rope_factors_short.weight", gguf::TensorType::F32,
+                 {static_cast<uint64_t>(head_dim / 2)}, rope_factors(head_dim / 2, 2.0f));
+  }
   for (int64_t i = 0; i < shape.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", q_dim, shape.n_embd);
-    matrix(p + "attn_k.weight", kv_dim, shape.n_embd);
-    matrix(p + "attn_v.weight", kv_dim, shape.n_embd);
+    if (phi3) {
+      matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, shape.n_embd);
+    } else {
+      matrix(p + "attn_q.weight", q_dim, shape.n_embd);
+      matrix(p + "attn_k.weight", kv_dim, shape.n_embd);
+      matrix(p + "attn_v.weight", kv_dim, shape.n_embd);
+    }
+    if (arch == "qwen2") {  // biases: normal(0, 0.02) as the matrices
+      for (const auto& [name, n] : {std::pair{"attn_q.bias", q_dim}, std::pair{"attn_k.bias", kv_dim},
+                                    std::pair{"attn_v.bias", kv_dim}})
+        w.add_tensor(p + name, gguf::TensorType::F32, {static_cast<uint64_t>(n)},
+                     random_matrix(1, n, kernels::WeightType::F32, mix(seed, tensor_index++)));
+    }
+    if (arch == "qwen3" || arch == "gemma3") {
+      vector(p + "attn_q_norm.weight", head_dim);
+      vector(p + "attn_k_norm.weight", head_dim);
+    }
     matrix(p + "attn_output.weight", shape.n_embd, q_dim);
+    if (gemma) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
-    matrix(p + "ffn_gate.weight", shape.n_ff, shape.n_embd);
-    matrix(p + "ffn_up.weight", shape.n_ff, shape.n_embd);
+    if (phi3) {
+      matrix(p + "ffn_up.weight", 2 * shape.n_ff, shape.n_embd);
+    } else {
+      matrix(p + "ffn_gate.weight", shape.n_ff, shape.n_embd);
+      matrix(p + "ffn_up.weight", shape.n_ff, shape.n_embd);
+    }
     matrix(p + "ffn_down.weight", shape.n_embd, shape.n_ff);
+    if (gemma) norm(p + "post_ffw_norm.weight");
   }
   norm("output_norm.weight");
   if (!shape.tied_output) matrix("output.weight", shape.n_vocab, shape.n_embd);

@@ -1,6 +1,7 @@
 #pragma once
-// Synthetic Llama models: GGUF files with the shapes of real models and random weights, for speed
-// and memory benchmarks and for tests that need every weight type. They say what they are: the
+// Synthetic models: GGUF files with the shapes of real models (of every family Tokenfab runs) and
+// random weights, for speed and memory benchmarks and for tests that need every weight type and
+// every family. They say what they are: the
 // file's `general.name` is "synthetic <shape> (random weights)" and `tokenfab.synthetic` is true.
 //
 // The file holds a complete model: Llama hyperparameters, every tensor the loader wants, a
@@ -35,6 +36,13 @@ struct SyntheticShape {
   int64_t n_ctx = 0;  // llama.context_length
   float rope_freq_base = 10000.0f;
   bool tied_output = true;  // no output.weight: the LM head is token_embd.weight, as in SmolLM2
+  // The family (general.architecture): llama, qwen2, qwen3, gemma2, gemma3 or phi3, each with the
+  // tensors and keys its files have (architecture.h): biases, Q/K norms, post-norms, fused
+  // matrices, sliding windows, soft-caps.
+  std::string architecture = "llama";
+  int head_dim = 0;             // attention.key_length; 0: n_embd / n_head (and no key written)
+  int64_t sliding_window = 0;   // gemma2/gemma3: attention.sliding_window
+  bool rope_freqs = false;      // llama: a rope_freqs.weight of Llama 3's kind (factors 1 … 8)
 
   // SmolLM2-135M: vocab 49152, embd 576, ff 1536, 30 layers, 9 heads / 3 KV heads, ctx 8192.
   static SyntheticShape smollm2_135m();
@@ -44,7 +52,13 @@ struct SyntheticShape {
   // mixtures (quant_mix.h) applies without a fallback: vocab 2048, embd 512, ff 1536, 16 layers,
   // 8 heads / 2 KV heads (4 per KV head, as Llama 3 8B), ctx 2048, its own output.weight.
   static SyntheticShape llama_mini();
-  // The presets by CLI name ("smollm2-135m", "llama3-8b", "llama-mini"); nullopt for any other.
+  // Each family scaled down to a few layers of width 256 (vocab 512): llama3-tiny (with rope
+  // frequency factors), qwen2-tiny, qwen3-tiny (a head size of 96 × 4 heads ≠ the width),
+  // gemma2-tiny and gemma3-tiny (windows of 8 positions, so short prompts cross them) and
+  // phi3-tiny (fused matrices, LongRoPE factors). For the families' tests against the reference.
+  static SyntheticShape family_tiny(const std::string& architecture);
+  // The presets by CLI name ("smollm2-135m", "llama3-8b", "llama-mini", "<family>-tiny"); nullopt
+  // for any other.
   static std::optional<SyntheticShape> preset(std::string_view name);
   static std::vector<std::string> preset_names();
 };

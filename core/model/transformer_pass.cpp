@@ -24,8 +24,8 @@ void TransformerPass::reserve_rows(int64_t n) {
   att_.resize(c * hp_.q_dim());
   gate_.resize(c * hp_.n_ff);
   up_.resize(c * hp_.n_ff);
-  rope_cos_.resize(c * (hp_.rot_dim / 2));
-  rope_sin_.resize(c * (hp_.rot_dim / 2));
+  rope_cos_.resize(hp_.arch.ropes.size() * c * (hp_.rot_dim / 2));
+  rope_sin_.resize(hp_.arch.ropes.size() * c * (hp_.rot_dim / 2));
   rows_ = n;
 }
 
@@ -65,8 +65,13 @@ void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64
   const int half = hp_.rot_dim / 2;
   for (int64_t i = 0; i < n; ++i) {
     model_.embed(tokens[static_cast<size_t>(i)], x_.data() + i * hp_.n_embd);
-    kernels::rope_table(positions[static_cast<size_t>(i)], hp_.rot_dim, hp_.rope_base,
-                        rope_cos_.data() + i * half, rope_sin_.data() + i * half);
+    for (size_t r = 0; r < hp_.arch.ropes.size(); ++r) {
+      const RopeSpec& rope = hp_.arch.ropes[r];
+      const int64_t at = (static_cast<int64_t>(r) * n + i) * half;
+      kernels::rope_table_scaled(positions[static_cast<size_t>(i)], hp_.rot_dim, rope.base,
+                                 rope.pos_scale, rope.factors.empty() ? nullptr : rope.factors.data(),
+                                 rope.attn_factor, rope_cos_.data() + at, rope_sin_.data() + at);
+    }
   }
   const auto rows = static_cast<int64_t>(logit_rows.size());
   const auto n_taps = keep_taps ? static_cast<int64_t>(taps_.size()) : 0;
@@ -92,6 +97,15 @@ void TransformerPass::run(std::span<const int32_t> tokens, std::span<const int64
                       hp_.rms_eps);
   const MatmulJob job = matmul_job(model_.output(), logits, hp_.n_vocab);
   kernels::matmul(pool_, {&job, 1}, xb_.data(), hp_.n_embd, hp_.n_embd, rows, scratch_);
+  apply_final_softcap(logits, rows);
+}
+
+void TransformerPass::apply_final_softcap(float* logits, int64_t n) {
+  const float cap = hp_.arch.final_softcap;
+  if (cap <= 0) return;
+  for_rows(n, [&](int64_t b, int64_t e) {
+    kernels::softcap(logits + b * hp_.n_vocab, (e - b) * hp_.n_vocab, cap);
+  });
 }
 
 std::vector<int32_t> draft_tap_layers(int64_t n_layer) {
@@ -116,6 +130,54 @@ void TransformerPass::lm_head(const float* z, int64_t n, float* logits) {
   if (n <= 0) return;
   const MatmulJob job = matmul_job(model_.output(), logits, hp_.n_vocab);
   kernels::matmul(pool_, {&job, 1}, z, hp_.n_embd, hp_.n_embd, n, scratch_);
+  apply_final_softcap(logits, n);
+}
+
+void TransformerPass::rope_rows(float* x, int n_heads, int64_t stride, int rope, int64_t n) {
+  const int half = hp_.rot_dim / 2;
+  const bool halves = hp_.arch.rope_style == RopeStyle::kHalves;
+  for_rows(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t at = (static_cast<int64_t>(rope) * n + i) * half;
+      const float* c = rope_cos_.data() + at;
+      const float* s = rope_sin_.data() + at;
+      if (halves) {
+        kernels::rope_halves(x + i * stride, n_heads, hp_.head_dim, hp_.rot_dim, c, s);
+      } else {
+        kernels::rope(x + i * stride, n_heads, hp_.head_dim, hp_.rot_dim, c, s);
+      }
+    }
+  });
+}
+
+void TransformerPass::prepare_qk(const LayerWeights& w, int64_t layer, int64_t n) {
+  const int64_t kv_dim = hp_.kv_dim(), q_dim = hp_.q_dim();
+  if (!w.bq.empty()) {
+    for_rows(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        kernels::add_inplace(q_.data() + i * q_dim, w.bq.data(), q_dim);
+        kernels::add_inplace(k_.data() + i * kv_dim, w.bk.data(), kv_dim);
+        kernels::add_inplace(v_.data() + i * kv_dim, w.bv.data(), kv_dim);
+      }
+    });
+  }
+  if (!w.q_norm.empty()) {  // each head of each row, in place
+    for_rows(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        for (int h = 0; h < hp_.n_head; ++h) {
+          float* x = q_.data() + i * q_dim + int64_t{h} * hp_.head_dim;
+          kernels::rms_norm(x, w.q_norm.data(), x, hp_.head_dim, hp_.rms_eps);
+        }
+        for (int h = 0; h < hp_.n_kv_head; ++h) {
+          float* x = k_.data() + i * kv_dim + int64_t{h} * hp_.head_dim;
+          kernels::rms_norm(x, w.k_norm.data(), x, hp_.head_dim, hp_.rms_eps);
+        }
+      }
+    });
+  }
+  const int rope = hp_.arch.layers.empty() ? 0 : hp_.arch.layers[static_cast<size_t>(layer)].rope;
+  rope_rows(q_.data(), hp_.n_head, q_dim, rope, n);
+  rope_rows(k_.data(), hp_.n_kv_head, kv_dim, rope, n);
 }
 
 void TransformerPass::attention_block(int64_t layer, int64_t n, KvBackend& kv) {
@@ -125,21 +187,13 @@ void TransformerPass::attention_block(int64_t layer, int64_t n, KvBackend& kv) {
   const MatmulJob qkv[] = {matmul_job(w.wq, q_.data(), q_dim), matmul_job(w.wk, k_.data(), kv_dim),
                            matmul_job(w.wv, v_.data(), kv_dim)};
   kernels::matmul(pool_, qkv, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
-
-  const int half = hp_.rot_dim / 2;
-  for_rows(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float* c = rope_cos_.data() + i * half;
-      const float* s = rope_sin_.data() + i * half;
-      kernels::rope(q_.data() + i * q_dim, hp_.n_head, hp_.head_dim, hp_.rot_dim, c, s);
-      kernels::rope(k_.data() + i * kv_dim, hp_.n_kv_head, hp_.head_dim, hp_.rot_dim, c, s);
-    }
-  });
+  prepare_qk(w, layer, n);
   kv.store(layer, k_.data(), v_.data(), n);
   kv.attend(layer, q_.data(), att_.data(), n);
 
   const MatmulJob o = matmul_job(w.wo, xb_.data(), hp_.n_embd);
   kernels::matmul(pool_, {&o, 1}, att_.data(), q_dim, q_dim, n, scratch_);
+  if (!w.post_attn_norm.empty()) norm_rows(xb_.data(), w.post_attn_norm, xb_.data(), n);
   add_rows(x_.data(), xb_.data(), n);
 }
 
@@ -149,11 +203,19 @@ void TransformerPass::ffn_block(int64_t layer, int64_t n) {
   const MatmulJob gate_up[] = {matmul_job(w.w_gate, gate_.data(), hp_.n_ff),
                                matmul_job(w.w_up, up_.data(), hp_.n_ff)};
   kernels::matmul(pool_, gate_up, xb_.data(), hp_.n_embd, hp_.n_embd, n, scratch_);
+  const bool gelu = hp_.arch.activation == FfnActivation::kGeluTanh;
   for_rows(n, [&](int64_t b, int64_t e) {
-    kernels::silu_mul(gate_.data() + b * hp_.n_ff, up_.data() + b * hp_.n_ff, (e - b) * hp_.n_ff);
+    float* g = gate_.data() + b * hp_.n_ff;
+    const float* u = up_.data() + b * hp_.n_ff;
+    if (gelu) {
+      kernels::gelu_tanh_mul(g, u, (e - b) * hp_.n_ff);
+    } else {
+      kernels::silu_mul(g, u, (e - b) * hp_.n_ff);
+    }
   });
   const MatmulJob down = matmul_job(w.w_down, xb_.data(), hp_.n_embd);
   kernels::matmul(pool_, {&down, 1}, gate_.data(), hp_.n_ff, hp_.n_ff, n, scratch_);
+  if (!w.post_ffn_norm.empty()) norm_rows(xb_.data(), w.post_ffn_norm, xb_.data(), n);
   add_rows(x_.data(), xb_.data(), n);
 }
 

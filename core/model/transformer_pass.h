@@ -1,8 +1,10 @@
 #pragma once
-// One pass of rows through the Llama layers on the CPU kernels. A row is a token at a position;
-// the rows of one pass may belong to one sequence (LlamaForward) or to many (the batched
+// One pass of rows through the layers on the CPU kernels. A row is a token at a position; the
+// rows of one pass may belong to one sequence (LlamaForward) or to many (the batched
 // ModelRunner). Where K/V are kept and how queries attend over them is the KvBackend's business,
-// so the layer arithmetic exists once.
+// so the layer arithmetic exists once. The family's differences from the Llama layers (biases,
+// Q/K norms, post-norms, RoPE style and variants, activation, soft-caps) come from the model's
+// Architecture (architecture.h); every family runs this same code.
 
 #include <cstdint>
 #include <span>
@@ -19,7 +21,8 @@ class KvBackend {
   virtual ~KvBackend() = default;
   // Keeps this pass's K and V rows of `layer`: k, v (n_rows, kv_dim) f32, RoPE applied to k.
   virtual void store(int64_t layer, const float* k, const float* v, int64_t n_rows) = 0;
-  // out (n_rows, q_dim) ← attention of q (n_rows, q_dim) over the rows each query may see.
+  // out (n_rows, q_dim) ← attention of q (n_rows, q_dim) over the rows each query may see (the
+  // layer's window, scale and soft-cap are the model's: HParams::window(layer) and so on).
   virtual void attend(int64_t layer, const float* q, float* out, int64_t n_rows) = 0;
 };
 
@@ -60,6 +63,10 @@ class TransformerPass {
   void attention_block(int64_t layer, int64_t n, KvBackend& kv);
   void ffn_block(int64_t layer, int64_t n);
   void norm_rows(const float* in, const std::vector<float>& w, float* out, int64_t n);
+  // q (n, q_dim) and k (n, kv_dim) of `layer`: biases, per-head norms and RoPE, as the family has.
+  void prepare_qk(const LayerWeights& w, int64_t layer, int64_t n);
+  void rope_rows(float* x, int n_heads, int64_t stride, int rope, int64_t n);
+  void apply_final_softcap(float* logits, int64_t n);
   void add_rows(float* x, const float* y, int64_t n);  // x += y, (n, n_embd) each
   // fn(begin, end) over the rows [0, n): split over the threads from kParallelRows rows on (the
   // element-wise ops of fewer rows take less time than waking the threads).
@@ -80,8 +87,8 @@ class TransformerPass {
   std::vector<float> att_;       // (rows, q_dim) attention output
   std::vector<float> gate_;      // (rows, n_ff)
   std::vector<float> up_;        // (rows, n_ff)
-  std::vector<float> rope_cos_;  // (rows, rot_dim/2)
-  std::vector<float> rope_sin_;  // (rows, rot_dim/2)
+  std::vector<float> rope_cos_;  // (ropes, rows, rot_dim/2): Architecture::ropes
+  std::vector<float> rope_sin_;  // (ropes, rows, rot_dim/2)
   std::vector<int32_t> taps_;
   std::vector<float> tap_rows_;  // (logit rows, taps · n_embd)
   std::vector<float> ones_;      // (n_embd) the taps' norm weight

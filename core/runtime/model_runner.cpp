@@ -125,9 +125,11 @@ void ModelRunner::PagedBackend::store(int64_t layer, const float* k, const float
 }
 
 void ModelRunner::PagedBackend::attend(int64_t layer, const float* q, float* out, int64_t) {
-  kernels::paged_attention(storage_.layer_view(layer), seqs_, q, hp_.q_dim(), out, hp_.q_dim(),
-                           hp_.n_head, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim)), pool_,
-                           scratch_);
+  kernels::PagedKv kv = storage_.layer_view(layer);
+  kv.window = hp_.window(layer);
+  kv.softcap = hp_.arch.attention_softcap;
+  kernels::paged_attention(kv, seqs_, q, hp_.q_dim(), out, hp_.q_dim(), hp_.n_head,
+                           hp_.attention_scale(), pool_, scratch_);
 }
 
 }  // namespace tokenfab

@@ -441,7 +441,7 @@ void embed_tokens(const LlamaModel& model, std::span<const TokenId> tokens, floa
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= emb.rows)
       throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
-    kernels::dequantize_row(emb.type, emb.row(tokens[i]), out + i * emb.cols, emb.cols);
+    model.embed(tokens[i], out + i * emb.cols);  // the model's own input (scaled in Gemma)
   }
 }
 

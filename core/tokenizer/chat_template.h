@@ -1,9 +1,12 @@
 #pragma once
-// Chat templates. The family is recognised from `tokenizer.chat_template` (a Jinja text we do not
-// execute); ChatML (SmolLM2, Qwen2) is supported, with the model's default system prompt taken
-// from the template text when the conversation has none.
+// Chat templates. A model's own `tokenizer.chat_template` (Jinja) is rendered by our Jinja
+// implementation (jinja_render.h) the way HF's apply_chat_template renders it. When a file has no
+// template, or one that fails to parse or to render a short conversation, the family's known
+// format is used instead — ChatML, Llama 3, Gemma, Mistral or Phi-3, written from the families'
+// documentation — and one warning on the "tokenizer" logger says which and why.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,6 +18,10 @@ namespace tokenfab::gguf {
 class GgufFile;
 }
 
+namespace tokenfab::jinja {
+class Template;
+}
+
 namespace tokenfab {
 
 struct ChatMessage {
@@ -22,23 +29,50 @@ struct ChatMessage {
   std::string content;
 };
 
+// The special-token texts a template may render, and whether the tokenizer prepends BOS itself
+// when it encodes (tokenizer.ggml.add_bos_token). When it does, apply() drops one leading
+// bos_token text from the rendered prompt, so that the prompt gets one BOS, not two.
+struct ChatTokens {
+  std::string bos_token;
+  std::string eos_token;
+  bool tokenizer_adds_bos = false;
+};
+
 class ChatTemplate {
  public:
-  enum class Family { ChatML };
+  // Jinja: the model's own template. The others are our built-in formats.
+  enum class Family { ChatML, Llama3, Gemma, Mistral, Phi3, Jinja };
 
-  // Throws Error when the file has no template or one of an unsupported family.
+  // The file's own template, else the built-in format of its family, recognised from the
+  // template's text or, without one, from the vocabulary's special tokens and
+  // general.architecture. Throws Error when neither works.
   static ChatTemplate from_gguf(const gguf::GgufFile& file);
+  // The built-in ChatML format; `default_system_prompt` opens conversations that have no system
+  // message.
   static ChatTemplate chatml(std::optional<std::string> default_system_prompt);
-  // Recognises the family of a Jinja template text; `source` names it in error messages.
-  static ChatTemplate from_template_text(const std::string& jinja, const std::string& source);
+  // A built-in format (not Family::Jinja).
+  static ChatTemplate builtin(Family family, ChatTokens tokens = {});
+  // A Jinja chat template; `source` names it in error messages. Throws Error when it does not
+  // parse, or fails on a short user/assistant conversation.
+  static ChatTemplate from_template_text(const std::string& jinja, const std::string& source,
+                                         ChatTokens tokens = {});
 
   Family family() const { return family_; }
+  static const char* family_name(Family family);  // "chatml", "llama3", ..., "jinja"
+  // The system prompt the template puts first when a conversation has none (SmolLM2's and
+  // Qwen's do), found by rendering; nullopt when it adds none.
   const std::optional<std::string>& default_system_prompt() const { return default_system_; }
   // The prompt text; with `add_generation_prompt` it ends where the assistant's reply begins.
+  // Throws Error when the template refuses the conversation (its raise_exception message).
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
  private:
+  ChatTemplate(Family family, std::shared_ptr<const jinja::Template> jinja, ChatTokens tokens);
+  std::optional<std::string> find_default_system_prompt() const;
+
   Family family_ = Family::ChatML;
+  std::shared_ptr<const jinja::Template> template_;
+  ChatTokens tokens_;
   std::optional<std::string> default_system_;
 };
 

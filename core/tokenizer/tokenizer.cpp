@@ -56,22 +56,54 @@ class WordEncoder {
   std::string mapped_;
 };
 
-// The longest special token that starts `text`, or nullptr.
-const SpecialToken* match_special(const TokenizerData& s, std::string_view text,
-                                  bool parse_special) {
-  if (!s.special_first_byte[static_cast<uint8_t>(text[0])]) return nullptr;
-  for (const SpecialToken& special : s.specials) {
-    if (special.needs_parse_special && !parse_special) continue;
-    if (text.starts_with(special.text)) return &special;
+// Encodes text that holds no special token with the SentencePiece model: spaces become "▁", and
+// with add_space_prefix one more opens the text (every text between special tokens, as llama.cpp
+// and HF tokenizers' Prepend normalizer do).
+class SentencePieceEncoder {
+ public:
+  SentencePieceEncoder(const TokenizerData& s, std::vector<TokenId>& out) : s_(s), out_(out) {}
+
+  void encode(std::string_view text) {
+    if (text.empty()) return;
+    escaped_.clear();
+    escape_spaces(text, s_.add_space_prefix, escaped_);
+    s_.sentencepiece.encode(escaped_, s_.ids, out_, scratch_);
   }
-  return nullptr;
-}
+
+ private:
+  const TokenizerData& s_;
+  std::vector<TokenId>& out_;
+  std::string escaped_;
+  SentencePieceBpe::Scratch scratch_;
+};
 
 void check_token_id(const TokenizerData& s, TokenId id) {
   if (id < 0 || static_cast<std::size_t>(id) >= s.texts.size()) {
     throw Error(s.source + ": token id " + std::to_string(id) + " is outside the vocabulary (" +
                 std::to_string(s.texts.size()) + " tokens)");
   }
+}
+
+// Special tokens split the text; leftmost match first, the longest at a position. `encoder`
+// encodes the text between them.
+template <typename Encoder>
+void encode_with_specials(const TokenizerData& s, std::string_view text, bool parse_special,
+                          std::vector<TokenId>& out) {
+  Encoder encoder(s, out);
+  std::size_t start = 0;  // first byte not yet encoded
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const SpecialTokenMatcher::Match special = s.specials.match(text.substr(pos), parse_special);
+    if (special.length == 0) {
+      ++pos;
+      continue;
+    }
+    encoder.encode(text.substr(start, pos - start));
+    out.push_back(special.id);
+    pos += special.length;
+    start = pos;
+  }
+  encoder.encode(text.substr(start));
 }
 
 }  // namespace
@@ -87,28 +119,18 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos,
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos && s.bos >= 0) out.push_back(s.bos);
-  WordEncoder words(s, out);
-  // Special tokens split the text; leftmost match first, the longest at a position.
-  std::size_t start = 0;  // first byte not yet encoded
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const SpecialToken* special = match_special(s, text.substr(pos), parse_special);
-    if (special == nullptr) {
-      ++pos;
-      continue;
-    }
-    words.encode(text.substr(start, pos - start));
-    out.push_back(special->id);
-    pos += special->text.size();
-    start = pos;
+  if (s.model == VocabModel::kSentencePiece) {
+    encode_with_specials<SentencePieceEncoder>(s, text, parse_special, out);
+  } else {
+    encode_with_specials<WordEncoder>(s, text, parse_special, out);
   }
-  words.encode(text.substr(start));
   return out;
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special) const {
   std::string out;
   for (TokenId id : ids) out += piece(id, render_special);
+  if (state_->add_space_prefix && out.starts_with(' ')) out.erase(0, 1);
   return out;
 }
 
@@ -146,7 +168,9 @@ int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(state_->texts.s
 TokenId Tokenizer::bos_id() const { return state_->bos; }
 TokenId Tokenizer::eos_id() const { return state_->eos; }
 bool Tokenizer::add_bos_token() const { return state_->add_bos; }
+const std::string& Tokenizer::model() const { return state_->model_name; }
 const std::string& Tokenizer::pre_tokenizer() const { return state_->pre_name; }
+bool Tokenizer::add_space_prefix() const { return state_->add_space_prefix; }
 TokenId Tokenizer::find_token(std::string_view text) const { return state_->find(text); }
 
 bool Tokenizer::is_special(TokenId id) const {

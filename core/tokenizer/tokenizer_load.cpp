@@ -13,7 +13,7 @@ namespace tokenfab {
 
 namespace {
 
-constexpr const char* kSupportedModels = "gpt2";
+constexpr const char* kSupportedModels = "gpt2, llama";
 
 // Chat and document terminators that end generation when the vocabulary has them as special
 // tokens (ChatML, Llama 3, GPT-2 / StarCoder, Gemma, Phi-3).
@@ -22,11 +22,29 @@ constexpr const char* kEndOfGenerationTexts[] = {
     "<|end_of_text|>", "<end_of_turn>", "<|end|>",
 };
 
-void check_model(const std::string& source, const std::string& model) {
-  if (model != "gpt2") {
-    throw Error(source + ": tokenizer.ggml.model: unsupported tokenizer model " + model +
-                " (supported: " + kSupportedModels + ")");
+VocabModel vocab_model(const std::string& source, const std::string& model) {
+  if (model == "gpt2") return VocabModel::kByteLevelBpe;
+  if (model == "llama") return VocabModel::kSentencePiece;
+  throw Error(source + ": tokenizer.ggml.model: unsupported tokenizer model " + model +
+              " (supported: " + kSupportedModels + ")");
+}
+
+// The byte-level pre-tokenizer `pre` names; a SentencePiece vocabulary has none ("default").
+PreTokenizer pre_tokenizer_of(const TokenizerVocab& v, VocabModel model) {
+  if (model == VocabModel::kSentencePiece) {
+    if (v.pre != "default") {
+      throw Error(v.source + ": tokenizer.ggml.pre: unsupported pre-tokenizer " + v.pre +
+                  " for tokenizer model " + v.model + " (supported: default)");
+    }
+    return PreTokenizer::kGpt2;  // unused
   }
+  const std::optional<PreTokenizer> pre = pre_tokenizer_from_name(v.pre);
+  if (!pre) {
+    throw Error(v.source + ": tokenizer.ggml.pre: unsupported pre-tokenizer " + v.pre +
+                " for tokenizer model " + v.model +
+                " (supported: " + supported_pre_tokenizer_names() + ")");
+  }
+  return *pre;
 }
 
 std::string where(const gguf::GgufFile& file, std::string_view key) {
@@ -66,9 +84,13 @@ void load_tokens(const TokenizerVocab& v, TokenizerData& s) {
     s.types[i] = to_token_type(v.token_types[i]);
   s.bytes.resize(n);
   s.ids.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) s.ids.emplace(s.texts[i], static_cast<TokenId>(i));
+}
+
+// gpt2: every token but the special ones is written in the byte-level alphabet.
+void load_byte_level_bytes(const TokenizerVocab& v, TokenizerData& s) {
   std::size_t unmapped = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    s.ids.emplace(s.texts[i], static_cast<TokenId>(i));
+  for (std::size_t i = 0; i < s.texts.size(); ++i) {
     const TokenType type = s.types[i];
     if (is_special_type(type) || type == TokenType::kUnknown) {
       s.bytes[i] = s.texts[i];  // stored as plain text, not byte-mapped
@@ -92,6 +114,35 @@ void load_tokens(const TokenizerVocab& v, TokenizerData& s) {
     logger("tokenizer")
         ->debug("{}: {} of 256 bytes have no token; encoding drops them", v.source, missing_bytes);
   }
+}
+
+// llama: "▁" is a space, `<0xNN>` byte tokens are bytes, control and unknown tokens plain text.
+void load_sentencepiece(const TokenizerVocab& v, TokenizerData& s) {
+  if (v.scores.size() != v.tokens.size()) {
+    throw Error(v.source + ": tokenizer.ggml.scores has " + std::to_string(v.scores.size()) +
+                " entries, expected one per token (" + std::to_string(v.tokens.size()) + ")");
+  }
+  s.byte_ids.fill(-1);
+  for (std::size_t i = 0; i < s.texts.size(); ++i) {
+    const TokenType type = s.types[i];
+    if (type == TokenType::kControl || type == TokenType::kUnknown) {
+      s.bytes[i] = s.texts[i];
+    } else if (!sentencepiece_token_bytes(s.texts[i], type, s.bytes[i])) {
+      throw Error(v.source + ": tokenizer.ggml.tokens[" + std::to_string(i) + "] = \"" +
+                  s.texts[i] + "\" is a byte token (token_type 6) but not of the form <0xNN>");
+    } else if (type == TokenType::kByte) {
+      s.byte_ids[static_cast<uint8_t>(s.bytes[i][0])] = static_cast<TokenId>(i);
+    }
+  }
+  const auto missing_bytes = std::count(s.byte_ids.begin(), s.byte_ids.end(), -1);
+  if (missing_bytes > 0) {
+    logger("tokenizer")
+        ->debug(
+            "{}: {} of 256 bytes have no <0xNN> token; a character without a token of its own "
+            "that holds one of them is encoded as the unknown token",
+            v.source, missing_bytes);
+  }
+  s.sentencepiece = SentencePieceBpe(s.texts, v.scores, s.types, s.byte_ids, v.unk);
 }
 
 void load_merges(const TokenizerVocab& v, TokenizerData& s) {
@@ -123,12 +174,8 @@ void load_merges(const TokenizerVocab& v, TokenizerData& s) {
 void load_specials(TokenizerData& s) {
   for (std::size_t i = 0; i < s.texts.size(); ++i) {
     if (!is_special_type(s.types[i]) || s.texts[i].empty()) continue;
-    s.specials.push_back({s.texts[i], static_cast<TokenId>(i), s.types[i] == TokenType::kControl});
-    s.special_first_byte[static_cast<uint8_t>(s.texts[i][0])] = true;
+    s.specials.add(s.texts[i], static_cast<TokenId>(i), s.types[i] == TokenType::kControl);
   }
-  std::stable_sort(
-      s.specials.begin(), s.specials.end(),
-      [](const SpecialToken& a, const SpecialToken& b) { return a.text.size() > b.text.size(); });
 }
 
 void load_end_of_generation(const TokenizerVocab& v, TokenizerData& s) {
@@ -147,12 +194,8 @@ void load_end_of_generation(const TokenizerVocab& v, TokenizerData& s) {
 }  // namespace
 
 Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
-  check_model(v.source, v.model);
-  const std::optional<PreTokenizer> pre = pre_tokenizer_from_name(v.pre);
-  if (!pre) {
-    throw Error(v.source + ": tokenizer.ggml.pre: unsupported pre-tokenizer " + v.pre +
-                " (supported: " + supported_pre_tokenizer_names() + ")");
-  }
+  const VocabModel model = vocab_model(v.source, v.model);
+  const PreTokenizer pre = pre_tokenizer_of(v, model);
   if (v.tokens.empty()) throw Error(v.source + ": tokenizer.ggml.tokens is empty");
   if (v.tokens.size() > static_cast<std::size_t>(std::numeric_limits<TokenId>::max())) {
     throw Error(v.source + ": tokenizer.ggml.tokens has too many entries");
@@ -170,19 +213,27 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
 
   auto s = std::make_unique<State>();
   s->source = v.source;
+  s->model_name = v.model;
+  s->model = model;
   s->pre_name = v.pre;
-  s->pre = *pre;
-  s->ignore_merges = *pre == PreTokenizer::kLlama3;
+  s->pre = pre;
+  s->ignore_merges = pre == PreTokenizer::kLlama3 || pre == PreTokenizer::kTekken;
   s->bos = v.bos;
   s->eos = v.eos;
   s->add_bos = v.add_bos;
   load_tokens(v, *s);
-  load_merges(v, *s);
+  if (model == VocabModel::kByteLevelBpe) {
+    load_byte_level_bytes(v, *s);
+    load_merges(v, *s);
+  } else {
+    s->add_space_prefix = v.add_space_prefix.value_or(true);
+    load_sentencepiece(v, *s);
+  }
   load_specials(*s);
   load_end_of_generation(v, *s);
   logger("tokenizer")
-      ->debug("{}: {} tokens, {} merges, pre-tokenizer {}", v.source, s->texts.size(),
-              s->merges.size(), s->pre_name);
+      ->debug("{}: {} model, {} tokens, {} merges, pre-tokenizer {}", v.source, s->model_name,
+              s->texts.size(), s->merges.size(), s->pre_name);
   return Tokenizer(std::move(s));
 }
 
@@ -190,7 +241,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) {
   TokenizerVocab v;
   v.source = file.name();
   v.model = file.get("tokenizer.ggml.model").as_string(where(file, "tokenizer.ggml.model"));
-  check_model(v.source, v.model);  // before the keys other models lack
+  const VocabModel model = vocab_model(v.source, v.model);  // before the keys other models lack
   if (const gguf::Value* pre = file.find("tokenizer.ggml.pre")) {
     v.pre = pre->as_string(where(file, "tokenizer.ggml.pre"));
   }
@@ -201,8 +252,17 @@ Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) {
       v.token_types.push_back(static_cast<int32_t>(std::clamp<int64_t>(t, -1, 255)));
     }
   }
-  v.merges =
-      file.get("tokenizer.ggml.merges").as_string_array(where(file, "tokenizer.ggml.merges"));
+  if (model == VocabModel::kByteLevelBpe) {
+    v.merges =
+        file.get("tokenizer.ggml.merges").as_string_array(where(file, "tokenizer.ggml.merges"));
+  } else {
+    const std::vector<double> scores =
+        file.get("tokenizer.ggml.scores").as_float_array(where(file, "tokenizer.ggml.scores"));
+    v.scores.assign(scores.begin(), scores.end());
+    if (const gguf::Value* prefix = file.find("tokenizer.ggml.add_space_prefix")) {
+      v.add_space_prefix = prefix->as_bool(where(file, "tokenizer.ggml.add_space_prefix"));
+    }
+  }
   v.bos = optional_id(file, "tokenizer.ggml.bos_token_id");
   v.eos = optional_id(file, "tokenizer.ggml.eos_token_id");
   v.eot = optional_id(file, "tokenizer.ggml.eot_token_id");

@@ -10,33 +10,36 @@
 
 #include "core/tokenizer/bpe.h"
 #include "core/tokenizer/pre_tokenizer.h"
+#include "core/tokenizer/sentencepiece.h"
+#include "core/tokenizer/special_tokens.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace tokenfab {
 
-struct SpecialToken {
-  std::string_view text;  // points into TokenizerData::texts
-  TokenId id;
-  bool needs_parse_special;  // control tokens; user-defined ones are always matched
-};
+enum class VocabModel { kByteLevelBpe, kSentencePiece };  // tokenizer.ggml.model gpt2 / llama
 
 // Tokenizer::State is private to Tokenizer; helpers in the .cpp files work on this base.
 struct TokenizerData {
   std::string source;
+  std::string model_name;
+  VocabModel model = VocabModel::kByteLevelBpe;
   std::string pre_name;
-  PreTokenizer pre = PreTokenizer::kGpt2;
-  // Llama 3 (llama-bpe) takes a pre-token that is a whole vocab entry as one token before merging.
+  PreTokenizer pre = PreTokenizer::kGpt2;  // kByteLevelBpe only
+  // Llama 3 (llama-bpe) and Tekken take a pre-token that is a whole vocab entry as one token before
+  // merging.
   bool ignore_merges = false;
+  // kSentencePiece: a "▁" opens the text and every text after a special token.
+  bool add_space_prefix = false;
 
-  std::vector<std::string> texts;                     // (n_vocab) vocab entries as stored
-  std::vector<std::string> bytes;                     // (n_vocab) what each token decodes to
-  std::vector<TokenType> types;                       // (n_vocab)
-  std::unordered_map<std::string_view, TokenId> ids;  // text -> id; keys point into `texts`
-  BpeMerges merges;
-  std::array<TokenId, 256> byte_ids{};  // the single-byte token of each byte, or -1
-  // Sorted by text length, longest first, so the first match at a position is the longest.
-  std::vector<SpecialToken> specials;
-  std::array<bool, 256> special_first_byte{};
+  std::vector<std::string> texts;  // (n_vocab) vocab entries as stored
+  std::vector<std::string> bytes;  // (n_vocab) what each token decodes to
+  std::vector<TokenType> types;    // (n_vocab)
+  TokenIndex ids;                  // text -> id; keys point into `texts`
+  BpeMerges merges;                // kByteLevelBpe
+  SentencePieceBpe sentencepiece;  // kSentencePiece
+  // The single-byte token of each byte (the byte-level character, or `<0xNN>`), or -1.
+  std::array<TokenId, 256> byte_ids{};
+  SpecialTokenMatcher specials;  // control and user-defined tokens
 
   TokenId bos = -1;
   TokenId eos = -1;

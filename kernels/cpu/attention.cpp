@@ -23,24 +23,26 @@ void attention_scalar(const AttentionArgs& a, int64_t item_begin, int64_t item_e
     const int kvh = h / group;
     const float* q = a.q + t * a.q_stride + static_cast<int64_t>(h) * a.head_dim;
     const int64_t n_pos = a.pos0 + t + 1;
-    for (int64_t p = 0; p < n_pos; ++p) {
+    const int64_t first = attention_first_position(n_pos - 1, a.window);
+    for (int64_t p = first; p < n_pos; ++p) {
       const uint16_t* k = a.k + p * a.kv_stride + static_cast<int64_t>(kvh) * a.kv_head_stride;
       float dot = 0.0f;
       for (int d = 0; d < a.head_dim; ++d) dot += q[d] * fp16_to_fp32(k[d]);
-      scores[p] = dot * a.scale;
+      scores[p - first] = dot * a.scale;
     }
-    softmax_scalar(scores, n_pos);
+    if (a.softcap > 0) softcap(scores, n_pos - first, a.softcap);
+    softmax_scalar(scores, n_pos - first);
     float* out = a.out + t * a.out_stride + static_cast<int64_t>(h) * a.head_dim;
     for (int d = 0; d < a.head_dim; ++d) out[d] = 0.0f;
-    for (int64_t p = 0; p < n_pos; ++p) {
+    for (int64_t p = first; p < n_pos; ++p) {
       const uint16_t* v = a.v + p * a.kv_stride + static_cast<int64_t>(kvh) * a.kv_head_stride;
-      for (int d = 0; d < a.head_dim; ++d) out[d] += scores[p] * fp16_to_fp32(v[d]);
+      for (int d = 0; d < a.head_dim; ++d) out[d] += scores[p - first] * fp16_to_fp32(v[d]);
     }
   }
 }
 
 void attention(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scratch) {
-  if (use_avx2() && attention_avx2_supports(a.head_dim)) {
+  if (use_avx2() && attention_avx2_supports(a.head_dim) && attention_is_plain(a)) {
     attention_avx2(a, item_begin, item_end, scratch);
   } else {
     attention_scalar(a, item_begin, item_end, scratch);
@@ -62,7 +64,8 @@ void attention_decode_partial_scalar(const AttentionArgs& a, int n_splits, int64
   const int group = a.n_head / a.n_kv_head;
   const int kvh = static_cast<int>(item / n_splits);
   const int64_t split = item % n_splits, n_pos = a.pos0 + 1;
-  const int64_t p0 = n_pos * split / n_splits, p1 = n_pos * (split + 1) / n_splits;
+  const int64_t first = attention_first_position(a.pos0, a.window), span = n_pos - first;
+  const int64_t p0 = first + span * split / n_splits, p1 = first + span * (split + 1) / n_splits;
   const int64_t kv_off = static_cast<int64_t>(kvh) * a.kv_head_stride;
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
@@ -74,6 +77,7 @@ void attention_decode_partial_scalar(const AttentionArgs& a, int n_splits, int64
       float dot = 0.0f;
       for (int d = 0; d < a.head_dim; ++d) dot += q[d] * fp16_to_fp32(k[d]);
       scratch[p - p0] = dot * a.scale;
+      if (a.softcap > 0) scratch[p - p0] = a.softcap * std::tanh(scratch[p - p0] / a.softcap);
       m = std::max(m, scratch[p - p0]);
     }
     float l = 0.0f;
@@ -92,7 +96,7 @@ void attention_decode_partial_scalar(const AttentionArgs& a, int n_splits, int64
 
 void attention_decode_partial(const AttentionArgs& a, int n_splits, int64_t item, float* partials,
                               float* scratch) {
-  if (use_avx2() && attention_avx2_supports(a.head_dim)) {
+  if (use_avx2() && attention_avx2_supports(a.head_dim) && attention_is_plain(a)) {
     attention_decode_partial_avx2(a, n_splits, item, partials, scratch);
   } else {
     attention_decode_partial_scalar(a, n_splits, item, partials, scratch);

@@ -23,7 +23,17 @@ struct AttentionArgs {
   int n_kv_head;       // query head h reads kv head h / (n_head / n_kv_head)
   int head_dim;
   float scale;         // usually 1/sqrt(head_dim)
+  int64_t window = 0;  // > 0: a query at position p attends only (p − window, p] (sliding window)
+  float softcap = 0;   // > 0: each score s becomes softcap · tanh(s / softcap) (Gemma 2)
 };
+
+// The first position a query at `pos` attends: pos − window + 1 with a window, else 0.
+inline int64_t attention_first_position(int64_t pos, int64_t window) {
+  return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
+
+// The AVX2 kernels compute plain causal attention; a window or a soft-cap takes the scalar ones.
+inline bool attention_is_plain(const AttentionArgs& a) { return a.window == 0 && a.softcap == 0; }
 
 // Work items are (head, token) pairs, head-major: item = h * n_tokens + t, so a contiguous range
 // of items shares few kv heads. `scratch` holds attention_scratch_floats(a) floats (per calling

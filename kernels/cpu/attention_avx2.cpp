@@ -128,13 +128,15 @@ void attention_decode_partial_avx2(const AttentionArgs& a, int n_splits, int64_t
     case 64: decode_partial<8>(a, n_splits, item, partials, scratch); return;
     case 96: decode_partial<12>(a, n_splits, item, partials, scratch); return;
     case 128: decode_partial<16>(a, n_splits, item, partials, scratch); return;
+    case 256: decode_partial<32>(a, n_splits, item, partials, scratch); return;
     default: attention_decode_partial_scalar(a, n_splits, item, partials, scratch); return;
   }
 }
 
-// Specialised for the common head sizes; attention() sends other sizes to the scalar version.
+// Specialised for the common head sizes (256: Gemma); attention() sends other sizes to the scalar
+// version.
 bool attention_avx2_supports(int head_dim) {
-  return head_dim == 64 || head_dim == 128 || head_dim == 32 || head_dim == 96;
+  return head_dim == 64 || head_dim == 128 || head_dim == 32 || head_dim == 96 || head_dim == 256;
 }
 
 void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end, float* scratch) {
@@ -143,6 +145,7 @@ void attention_avx2(const AttentionArgs& a, int64_t item_begin, int64_t item_end
     case 64: attention_items<8>(a, item_begin, item_end, scratch); return;
     case 96: attention_items<12>(a, item_begin, item_end, scratch); return;
     case 128: attention_items<16>(a, item_begin, item_end, scratch); return;
+    case 256: attention_items<32>(a, item_begin, item_end, scratch); return;
     default: attention_scalar(a, item_begin, item_end, scratch); return;
   }
 }

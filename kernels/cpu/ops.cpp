@@ -24,6 +24,42 @@ void rope_table(int64_t pos, int rot_dim, float base, float* cos_out, float* sin
   }
 }
 
+void rope_table_scaled(int64_t pos, int rot_dim, float base, float pos_scale, const float* factors,
+                       float attn_factor, float* cos_out, float* sin_out) {
+  for (int i = 0; i < rot_dim / 2; ++i) {
+    double theta = static_cast<double>(pos) * static_cast<double>(pos_scale) *
+                   std::pow(static_cast<double>(base), -2.0 * i / static_cast<double>(rot_dim));
+    if (factors != nullptr) theta /= static_cast<double>(factors[i]);
+    cos_out[i] = static_cast<float>(std::cos(theta) * attn_factor);
+    sin_out[i] = static_cast<float>(std::sin(theta) * attn_factor);
+  }
+}
+
+void rope_halves(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_t,
+                 const float* sin_t) {
+  const int half = rot_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos_t[i] - b * sin_t[i];
+      v[i + half] = a * sin_t[i] + b * cos_t[i];
+    }
+  }
+}
+
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void rope(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_t, const float* sin_t) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;

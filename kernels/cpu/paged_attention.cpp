@@ -87,8 +87,13 @@ struct Call {
   int64_t out_stride;
   int n_head;
   float scale;
-  bool avx2;
+  bool avx2;  // the AVX2 kernels (not with a soft-cap: the scalar ones apply it)
 };
+
+// The first position row `pos` attends in this layer.
+int64_t first_position(const PagedKv& kv, int64_t pos) {
+  return kv.window > 0 && pos >= kv.window ? pos - kv.window + 1 : 0;
+}
 
 // Position p's K/V row of kv head `kv_head` → f32 (exact, as the gathers).
 void gather_position(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t p, float* k32,
@@ -112,42 +117,52 @@ void attend_heads(const Call& c, const float* q, const float* k32, const float* 
   }
   for (int g = 0; g < group; ++g)
     attend_rows_f32_scalar(q + g * c.kv.head_dim, k32, v32, n_pos, c.kv.head_dim, c.scale, scores,
-                           out + g * c.kv.head_dim);
+                           out + g * c.kv.head_dim, c.kv.softcap);
 }
 
-// An item's scratch for rows [0, n_rows) of its kv head, the first n_gather of them gathered.
+// An item's scratch for rows [base, n_rows) of its kv head (row p at index p − base), rows
+// [base, n_gather) of them gathered; base is a multiple of the block size.
 struct RowBuffers {
-  float* k32;     // (n_rows, head_dim)
-  float* v32;     // (n_rows, head_dim)
-  float* scores;  // (group, n_rows)
+  int64_t base;
+  float* k32;     // (n_rows − base, head_dim)
+  float* v32;     // (n_rows − base, head_dim)
+  float* scores;  // (group, n_rows − base)
+  const float* k_at(int64_t p, int head_dim) const { return k32 + (p - base) * head_dim; }
+  const float* v_at(int64_t p, int head_dim) const { return v32 + (p - base) * head_dim; }
 };
-RowBuffers gather_rows(const Call& c, const PagedSequence& s, int kv_head, int64_t n_rows,
-                       int64_t n_gather, float* scratch) {
+RowBuffers gather_rows(const Call& c, const PagedSequence& s, int kv_head, int64_t first,
+                       int64_t n_rows, int64_t n_gather, float* scratch) {
   const PagedKv& kv = c.kv;
-  RowBuffers b{scratch, scratch + n_rows * kv.head_dim, scratch + 2 * n_rows * kv.head_dim};
+  const int64_t base = first / kv.block_size * kv.block_size, n = n_rows - base;
+  RowBuffers b{base, scratch, scratch + n * kv.head_dim, scratch + 2 * n * kv.head_dim};
   if (c.avx2) {
-    paged_gather_rows_avx2(kv, s.blocks, kv_head, n_gather, b.k32, b.v32);
+    paged_gather_rows_avx2(kv, s.blocks, kv_head, base, n_gather, b.k32, b.v32);
   } else {
-    paged_gather_rows_scalar(kv, s.blocks, kv_head, n_gather, b.k32, b.v32);
+    paged_gather_rows_scalar(kv, s.blocks, kv_head, base, n_gather, b.k32, b.v32);
   }
   return b;
 }
 
-// A draft tree: the context [0, pos0) is gathered once; for each row, its ancestors' rows and its
-// own are placed after it in depth order (overwriting the previous row's path) and attended.
+// A draft tree: the context [0, pos0) is gathered once (what the window lets the shallowest row
+// see of it); for each row, its ancestors' rows and its own are placed after it in depth order
+// (overwriting the previous row's path) and attended. A row at depth d sits at position pos0 + d.
 void run_tree_item(const Call& c, const WorkItem& w, float* scratch) {
   const PagedKv& kv = c.kv;
   const PagedSequence& s = c.seqs[w.seq];
   const int group = c.n_head / kv.n_kv_head;
-  const RowBuffers b = gather_rows(c, s, w.kv_head, s.pos0 + s.n_tokens, s.pos0, scratch);
+  const RowBuffers b = gather_rows(c, s, w.kv_head, first_position(kv, s.pos0),
+                                   s.pos0 + s.n_tokens, s.pos0, scratch);
   for (int64_t t = w.begin; t < w.end; ++t) {
     const int64_t depth = paged_row_depth(s, t);
     for (int64_t r = t, d = depth; r >= 0; r = s.parent[r], --d)
-      gather_position(kv, s.blocks, w.kv_head, s.pos0 + r, b.k32 + (s.pos0 + d) * kv.head_dim,
-                      b.v32 + (s.pos0 + d) * kv.head_dim);
+      gather_position(kv, s.blocks, w.kv_head, s.pos0 + r,
+                      b.k32 + (s.pos0 + d - b.base) * kv.head_dim,
+                      b.v32 + (s.pos0 + d - b.base) * kv.head_dim);
     const int64_t h0 = int64_t{w.kv_head} * group;
-    attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim, b.k32, b.v32,
-                 s.pos0 + depth + 1, group, b.scores,
+    const int64_t first = first_position(kv, s.pos0 + depth);
+    attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim,
+                 b.k_at(first, kv.head_dim), b.v_at(first, kv.head_dim),
+                 s.pos0 + depth + 1 - first, group, b.scores,
                  c.out + (s.q_row + t) * c.out_stride + h0 * kv.head_dim);
   }
 }
@@ -160,17 +175,20 @@ void run_item(const Call& c, const WorkItem& w, float* scratch) {
   const int group = c.n_head / kv.n_kv_head;
   const int64_t n_rows = s.pos0 + w.end;
   const int64_t h0 = int64_t{w.kv_head} * group;
+  const int64_t first_of_item = first_position(kv, s.pos0 + w.begin);
   // A single row reads the blocks in place: its gather would be used once.
-  if (c.avx2 && w.end - w.begin == 1 &&
+  if (c.avx2 && w.end - w.begin == 1 && first_of_item == 0 &&
       attend_paged_in_place_avx2(kv, s.blocks, w.kv_head, n_rows, group,
                                  c.q + (s.q_row + w.begin) * c.q_stride + h0 * kv.head_dim,
                                  c.scale, scratch,
                                  c.out + (s.q_row + w.begin) * c.out_stride + h0 * kv.head_dim))
     return;
-  const auto [k32, v32, scores] = gather_rows(c, s, w.kv_head, n_rows, n_rows, scratch);
+  const RowBuffers b = gather_rows(c, s, w.kv_head, first_of_item, n_rows, n_rows, scratch);
   for (int64_t t = w.begin; t < w.end; ++t) {
-    attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim, k32, v32, s.pos0 + t + 1,
-                 group, scores, c.out + (s.q_row + t) * c.out_stride + h0 * kv.head_dim);
+    const int64_t first = first_position(kv, s.pos0 + t);
+    attend_heads(c, c.q + (s.q_row + t) * c.q_stride + h0 * kv.head_dim,
+                 b.k_at(first, kv.head_dim), b.v_at(first, kv.head_dim), s.pos0 + t + 1 - first,
+                 group, b.scores, c.out + (s.q_row + t) * c.out_stride + h0 * kv.head_dim);
   }
 }
 
@@ -183,26 +201,28 @@ int64_t paged_row_depth(const PagedSequence& s, int64_t t) {
   return depth;
 }
 
-void paged_gather_rows_scalar(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_rows,
-                              float* k32, float* v32) {
+void paged_gather_rows_scalar(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t first,
+                              int64_t n_rows, float* k32, float* v32) {
   const int64_t head_rows = int64_t{kv.block_size} * kv.head_dim;  // one (block, kv head)
-  for (int64_t p0 = 0; p0 < n_rows; p0 += kv.block_size) {
+  for (int64_t p0 = first; p0 < n_rows; p0 += kv.block_size) {
     const int64_t count = std::min<int64_t>(kv.block_size, n_rows - p0) * kv.head_dim;
     const int64_t off = (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows;
+    const int64_t dst = (p0 - first) * kv.head_dim;
     for (int64_t i = 0; i < count; ++i) {
-      k32[p0 * kv.head_dim + i] = fp16_to_fp32(kv.k[off + i]);
-      v32[p0 * kv.head_dim + i] = fp16_to_fp32(kv.v[off + i]);
+      k32[dst + i] = fp16_to_fp32(kv.k[off + i]);
+      v32[dst + i] = fp16_to_fp32(kv.v[off + i]);
     }
   }
 }
 
 void attend_rows_f32_scalar(const float* q, const float* k32, const float* v32, int64_t n_pos,
-                            int head_dim, float scale, float* scores, float* out) {
+                            int head_dim, float scale, float* scores, float* out, float cap) {
   for (int64_t p = 0; p < n_pos; ++p) {
     float dot = 0.0f;
     for (int d = 0; d < head_dim; ++d) dot += q[d] * k32[p * head_dim + d];
     scores[p] = dot * scale;
   }
+  if (cap > 0) softcap(scores, n_pos, cap);
   softmax_scalar(scores, n_pos);
   for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
   for (int64_t p = 0; p < n_pos; ++p)
@@ -221,7 +241,8 @@ void paged_attention(const PagedKv& kv, std::span<const PagedSequence> seqs, con
 
   const Call c{kv,       seqs,  q,
                q_stride, out,   out_stride,
-               n_head,   scale, use_avx2() && paged_attention_avx2_supports(kv.head_dim)};
+               n_head,   scale,
+               use_avx2() && paged_attention_avx2_supports(kv.head_dim) && kv.softcap == 0};
   std::atomic<int64_t> next{0};
   pool.run([&](int thread, int) {
     float* ts = scratch.per_thread[thread].data();
@@ -264,7 +285,9 @@ void paged_attention_reference(const PagedKv& kv, std::span<const PagedSequence>
                           n_head,
                           kv.n_kv_head,
                           kv.head_dim,
-                          scale};
+                          scale,
+                          kv.window,
+                          kv.softcap};
     std::vector<float> scores(attention_scratch_floats(a));
     attention_scalar(a, 0, int64_t{n_head} * s.n_tokens, scores.data());
   }

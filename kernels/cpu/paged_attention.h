@@ -26,6 +26,10 @@ struct PagedKv {
   int block_size;
   int n_kv_head;
   int head_dim;
+  // How this layer's queries attend (attention.h's AttentionArgs has the same two): a sliding
+  // window (> 0: a row at position p sees only positions (p − window, p]) and a score soft-cap.
+  int64_t window = 0;
+  float softcap = 0;
 };
 
 // One sequence of the batch: its query rows are q rows [q_row, q_row + n_tokens); query token t
@@ -66,17 +70,19 @@ void paged_attention_reference(const PagedKv& kv, std::span<const PagedSequence>
                                int n_head, float scale);
 
 // Building blocks, scalar and AVX2 (paged_attention_avx2.cpp); the AVX2 ones need head_dim 32, 64,
-// 96 or 128 (paged_attention_avx2_supports).
+// 96, 128 or 256 (paged_attention_avx2_supports).
 //
-// k32, v32 ← rows [0, n_rows) of kv head `kv_head`, converted to f32: (n_rows, head_dim) each.
-void paged_gather_rows_scalar(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_rows,
-                              float* k32, float* v32);
-void paged_gather_rows_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_rows,
-                            float* k32, float* v32);
+// k32, v32 ← rows [first, n_rows) of kv head `kv_head`, converted to f32: (n_rows − first,
+// head_dim) each; `first` is a multiple of the block size.
+void paged_gather_rows_scalar(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t first,
+                              int64_t n_rows, float* k32, float* v32);
+void paged_gather_rows_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t first,
+                            int64_t n_rows, float* k32, float* v32);
 // out (head_dim) = softmax(scale · q·k_p for p < n_pos) · v over contiguous f32 rows (n_pos,
-// head_dim); scores holds n_pos floats.
+// head_dim); scores holds n_pos floats. The scalar one soft-caps the scores when softcap > 0.
 void attend_rows_f32_scalar(const float* q, const float* k32, const float* v32, int64_t n_pos,
-                            int head_dim, float scale, float* scores, float* out);
+                            int head_dim, float scale, float* scores, float* out,
+                            float softcap = 0);
 void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, int64_t n_pos,
                           int head_dim, float scale, float* scores, float* out);
 // The `group` query heads of one kv head at once (q and out: `group` heads of head_dim, one after

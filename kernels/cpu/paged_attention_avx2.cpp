@@ -8,17 +8,18 @@
 namespace tokenfab::kernels {
 
 bool paged_attention_avx2_supports(int head_dim) {
-  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128;
+  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
-void paged_gather_rows_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t n_rows,
-                            float* k32, float* v32) {
+void paged_gather_rows_avx2(const PagedKv& kv, const int32_t* blocks, int kv_head, int64_t first,
+                            int64_t n_rows, float* k32, float* v32) {
   const int64_t head_rows = int64_t{kv.block_size} * kv.head_dim;  // one (block, kv head)
-  for (int64_t p0 = 0; p0 < n_rows; p0 += kv.block_size) {
+  for (int64_t p0 = first; p0 < n_rows; p0 += kv.block_size) {
     const int64_t n = std::min<int64_t>(kv.block_size, n_rows - p0);
     const int64_t off = (int64_t{blocks[p0 / kv.block_size]} * kv.n_kv_head + kv_head) * head_rows;
-    avx2::convert_head_rows(kv.k + off, kv.head_dim, n, kv.head_dim, k32 + p0 * kv.head_dim);
-    avx2::convert_head_rows(kv.v + off, kv.head_dim, n, kv.head_dim, v32 + p0 * kv.head_dim);
+    const int64_t dst = (p0 - first) * kv.head_dim;
+    avx2::convert_head_rows(kv.k + off, kv.head_dim, n, kv.head_dim, k32 + dst);
+    avx2::convert_head_rows(kv.v + off, kv.head_dim, n, kv.head_dim, v32 + dst);
   }
 }
 
@@ -111,6 +112,7 @@ void attend_rows_f32_avx2(const float* q, const float* k32, const float* v32, in
     case 32: return attend_rows<4>(q, k32, v32, n_pos, scale, s, out);
     case 64: return attend_rows<8>(q, k32, v32, n_pos, scale, s, out);
     case 96: return attend_rows<12>(q, k32, v32, n_pos, scale, s, out);
+    case 256: return attend_rows<32>(q, k32, v32, n_pos, scale, s, out);
     default: return attend_rows<16>(q, k32, v32, n_pos, scale, s, out);
   }
 }
@@ -121,6 +123,7 @@ void attend_rows_grouped_f32_avx2(const float* q, const float* k32, const float*
     case 32: return attend_rows_grouped_nv<4>(q, k32, v32, n_pos, group, scale, s, out);
     case 64: return attend_rows_grouped_nv<8>(q, k32, v32, n_pos, group, scale, s, out);
     case 96: return attend_rows_grouped_nv<12>(q, k32, v32, n_pos, group, scale, s, out);
+    case 256: return attend_rows_grouped_nv<32>(q, k32, v32, n_pos, group, scale, s, out);
     default: return attend_rows_grouped_nv<16>(q, k32, v32, n_pos, group, scale, s, out);
   }
 }
@@ -134,6 +137,7 @@ bool attend_paged_in_place_avx2(const PagedKv& kv, const int32_t* blocks, int kv
     case 64: return attend_paged_nv<8>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
     case 96: return attend_paged_nv<12>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
     case 128: return attend_paged_nv<16>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
+    case 256: return attend_paged_nv<32>(kv, blocks, kv_head, n_pos, group, q, scale, scores, out);
     default: return false;
   }
 }

@@ -102,6 +102,11 @@ class CliTest : public QObject {
   void devices_json();
   void heads_eval_names_its_devices();
   void fetch_takes_any_destination();
+  void fetch_list();
+  void fetch_gemma_needs_the_license();
+  void fetch_failure_leaves_nothing();
+  void fetch_pins_the_hashes_of_model_files();
+  void models_json();
 
   void bad_input_data();
   void bad_input();
@@ -609,6 +614,133 @@ void CliTest::fetch_takes_any_destination() {
   QCOMPARE(QString::fromUtf8(r.out).trimmed(),
            QString::fromStdString((home / "models" / tokenfab::EmbeddedModel::kFileName).string()));
   QVERIFY2(!std::filesystem::exists(work / "injected"), "a destination's name ran as a command");
+}
+
+// tokenfab-cli with `env` over the system environment (a name mapped to "" is removed), in `cwd`.
+static CliRun run_cli_env(const QStringList& args, const std::map<QString, QString>& env) {
+  QProcess p;
+  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+  for (const auto& [name, value] : env) {
+    if (value.isEmpty())
+      e.remove(name);
+    else
+      e.insert(name, value);
+  }
+  p.setProcessEnvironment(e);
+  p.start(kCli, args);
+  CliRun r;
+  r.finished = p.waitForFinished(kTimeoutMs) && p.exitStatus() == QProcess::NormalExit;
+  if (!r.finished) p.kill();
+  r.exit_code = p.exitCode();
+  r.out = p.readAllStandardOutput();
+  r.err = p.readAllStandardError();
+  return r;
+}
+
+// `fetch --list`: every model fetch knows, with its file, size and license.
+void CliTest::fetch_list() {
+  const CliRun r = run_cli({"fetch", "--list"});
+  QVERIFY2(r.finished && r.exit_code == 0, qPrintable(describe({"fetch", "--list"}, r)));
+  const QString out = QString::fromUtf8(r.out);
+  for (const QString& part :
+       {QStringLiteral("smollm2-135m (default)"), QString(tokenfab::EmbeddedModel::kFileName),
+        QStringLiteral("Apache-2.0"), QStringLiteral("gemma3-270m"),
+        QString(tokenfab::Gemma3Model::kFileName), QStringLiteral("Gemma Terms of Use"),
+        QStringLiteral("https://ai.google.dev/gemma/terms")})
+    QVERIFY2(out.contains(part), qPrintable("missing '" + part + "': " + out));
+}
+
+// Gemma without --accept-license, off a terminal: refused before anything is downloaded (pip has
+// no index here, so a download attempt would fail with another message), saying how to accept.
+void CliTest::fetch_gemma_needs_the_license() {
+  const QString dest = dir_.filePath("gemma-not-accepted");
+  const QStringList args = {"fetch", "gemma3-270m", "--dest", dest};
+  const CliRun r = run_cli_env(args, {{"PIP_NO_INDEX", "1"}, {"PIP_FIND_LINKS", ""}});
+  QVERIFY2(r.finished && r.exit_code != 0, qPrintable(describe(args, r)));
+  QVERIFY2(r.out.isEmpty(), qPrintable(describe(args, r)));
+  const QString err = QString::fromUtf8(r.err.trimmed());
+  QVERIFY2(!err.contains('\n'), qPrintable("not one line: " + describe(args, r)));
+  for (const QString& part :
+       {QStringLiteral("Gemma Terms of Use"), QStringLiteral("https://ai.google.dev/gemma/terms"),
+        QStringLiteral("tokenfab-cli fetch gemma3-270m --accept-license"),
+        QStringLiteral("Nothing was downloaded")})
+    QVERIFY2(err.contains(part), qPrintable("missing '" + part + "': " + describe(args, r)));
+  QVERIFY2(!QFileInfo::exists(dest), "the refused fetch created its destination");
+}
+
+// A download that fails (pip has no index) says so in one line and leaves no file behind.
+void CliTest::fetch_failure_leaves_nothing() {
+  const QString dest = dir_.filePath("gemma-offline");
+  const QStringList args = {"fetch", "gemma3-270m", "--accept-license", "--dest", dest};
+  const CliRun r = run_cli_env(args, {{"PIP_NO_INDEX", "1"}, {"PIP_FIND_LINKS", ""}});
+  QVERIFY2(r.finished && r.exit_code == 2, qPrintable(describe(args, r)));
+  QVERIFY2(r.out.isEmpty(), qPrintable(describe(args, r)));
+  QVERIFY2(r.err.contains("accepted by --accept-license"), qPrintable(describe(args, r)));
+  QVERIFY2(r.err.trimmed().split('\n').last().contains("could not download"),
+           qPrintable(describe(args, r)));
+  QVERIFY2(QDir(dest).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot).isEmpty(),
+           qPrintable(dest + " is not empty"));
+}
+
+// tools/fetch_model.py (compiled into fetch) pins the hashes core/model/model_files.h checks.
+void CliTest::fetch_pins_the_hashes_of_model_files() {
+  QFile script(QStringLiteral(TOKENFAB_SOURCE_DIR "/tools/fetch_model.py"));
+  QVERIFY(script.open(QIODevice::ReadOnly));
+  const QByteArray text = script.readAll();
+  for (const char* pinned : {tokenfab::EmbeddedModel::kSha256, tokenfab::Gemma3Model::kSha256,
+                             tokenfab::EmbeddedModel::kFileName, tokenfab::Gemma3Model::kFileName})
+    QVERIFY2(text.contains(pinned), pinned);
+}
+
+// `models --json`: one JSON object listing the GGUF files of a fake home (here one of an
+// architecture Tokenfab does not run, in the Tokenfab cache, and a file that is not GGUF); the
+// listed name works as --model.
+void CliTest::models_json() {
+  const QString home = dir_.filePath("models-home");
+  const QString models = home + "/tokenfab/models";
+  QVERIFY(QDir().mkpath(models));
+  QVERIFY(QFile::copy(gpt2_, models + "/tiny-gpt2.gguf"));
+  QVERIFY(QFile::copy(garbage_, models + "/garbage.gguf"));
+  const std::map<QString, QString> env = {{"HOME", home},
+                                          {"TOKENFAB_HOME", home + "/tokenfab"},
+                                          {"XDG_DATA_HOME", ""},
+                                          {"XDG_CACHE_HOME", ""},
+                                          {"OLLAMA_MODELS", ""}};
+  const QStringList args = {"models", "--json", "--context", "100"};
+  const CliRun r = run_cli_env(args, env);
+  QVERIFY2(r.finished && r.exit_code == 0, qPrintable(describe(args, r)));
+  QVERIFY2(r.out.endsWith('\n') && r.out.count('\n') == 1, qPrintable(describe(args, r)));
+  const QJsonObject j = QJsonDocument::fromJson(r.out).object();
+  QCOMPARE(j["context"].toInt(), 100);
+  QCOMPARE(j["memory"].toArray().first().toObject()["name"].toString(), QStringLiteral("cpu"));
+  QVERIFY(j["memory"].toArray().first().toObject()["total_bytes"].toDouble() > 0);
+  QJsonObject model;
+  for (const QJsonValue& m : j["models"].toArray())
+    if (m.toObject()["path"].toString() == models + "/tiny-gpt2.gguf") model = m.toObject();
+  QVERIFY2(!model.isEmpty(), qPrintable(describe(args, r)));
+  QCOMPARE(model["name"].toString(), QStringLiteral("tiny-gpt2"));  // no general.name: the stem
+  QCOMPARE(model["source"].toString(), QStringLiteral("tokenfab"));
+  QCOMPARE(model["family"].toString(), QStringLiteral("gpt2"));
+  QCOMPARE(model["parameters"].toInteger(), 64);  // token_embd [32, 2]
+  QCOMPARE(model["runnable"].toBool(), false);
+  QVERIFY(model["not_runnable_because"].toString().contains("gpt2"));
+  const QJsonObject memory = model["memory"].toObject();
+  QCOMPARE(memory["context"].toInteger(), 100);
+  QCOMPARE(memory["weight_bytes"].toInteger(), 256);  // 64 F32
+  QCOMPARE(memory["total_bytes"].toInteger(),
+           memory["weight_bytes"].toInteger() + memory["kv_bytes"].toInteger());
+  QVERIFY(QStringList({"fits", "fits on one device only", "does not fit"})
+              .contains(model["verdict"].toString()));
+  bool garbage_noted = false;
+  for (const QJsonValue& s : j["skipped"].toArray())
+    garbage_noted = garbage_noted || s.toObject()["path"].toString() == models + "/garbage.gguf";
+  QVERIFY2(garbage_noted, qPrintable(describe(args, r)));
+
+  const QStringList info = {"info", "--model", "tiny-gpt2", "--json"};
+  const CliRun by_name = run_cli_env(info, env);
+  QVERIFY2(by_name.finished && by_name.exit_code == 0, qPrintable(describe(info, by_name)));
+  QCOMPARE(QJsonDocument::fromJson(by_name.out).object()["path"].toString(),
+           models + "/tiny-gpt2.gguf");
 }
 
 void CliTest::bad_input_data() {

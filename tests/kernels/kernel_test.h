@@ -81,6 +81,8 @@ class KernelTest : public QObject {
   // test_kernels_ops.cpp
   void rms_norm_matches_formula();
   void rope_matches_formula_and_keeps_norms();
+  void rope_variants_match_formula();
+  void gelu_and_softcap_match_formula();
   void silu_mul_avx2_matches_scalar();
   void fp16_row_avx2_matches_scalar();
   void softmax_matches_formula_and_sums_to_one();

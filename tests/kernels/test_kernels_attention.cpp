@@ -220,7 +220,7 @@ void add_attention_rows(bool needs_avx2) {
     return;
   }
   const int heads[][2] = {{9, 3}, {4, 4}, {8, 1}};
-  for (int head_dim : {32, 64, 96, 128}) {
+  for (int head_dim : {32, 64, 96, 128, 256}) {
     for (const auto& h : heads) {
       for (int64_t pos0 : {0, 37}) {
         for (int64_t n_tokens : {1, 5}) {
@@ -298,7 +298,7 @@ void KernelTest::attention_decode_split_matches_reference_data() {
   QTest::addColumn<int>("n_kv_head");
   QTest::addColumn<int64_t>("pos0");
   const int heads[][2] = {{9, 3}, {4, 4}, {8, 1}};
-  for (int head_dim : {32, 64, 96, 128}) {
+  for (int head_dim : {32, 64, 96, 128, 256}) {
     for (const auto& h : heads) {
       for (int64_t pos0 : {0, 5, 37}) {
         QTest::addRow("hd=%d heads=%d/%d pos0=%lld", head_dim, h[0], h[1],

@@ -251,3 +251,74 @@ void KernelTest::argmax_finds_the_first_maximum() {
     QCOMPARE(argmax(x.data(), n), want);
   }
 }
+
+// The families' RoPE: rope_table_scaled against angle_i = pos·s / (base^(2i/rot_dim)·f_i) in
+// double with cos, sin times the attention factor (1.5e-7 of that factor, as rope_table's bound);
+// with s = 1, no factors and a factor of 1 it is rope_table bit for bit. rope_halves pairs
+// (x[i], x[i + rot_dim/2]) and rotates them as rope does its adjacent pairs, with rope's bound.
+void KernelTest::rope_variants_match_formula() {
+  constexpr int n_heads = 2, head_dim = 64;
+  std::mt19937 rng(12);
+  for (int rot_dim : {64, 32}) {
+    std::vector<float> factors(rot_dim / 2);
+    for (int i = 0; i < rot_dim / 2; ++i) factors[i] = 1.0f + 7.0f * i / (rot_dim / 2 - 1);
+    for (int64_t pos : {0, 3, 511, 70000}) {
+      std::vector<float> c0(rot_dim / 2), s0(rot_dim / 2), c(rot_dim / 2), s(rot_dim / 2);
+      rope_table(pos, rot_dim, 10000.0f, c0.data(), s0.data());
+      rope_table_scaled(pos, rot_dim, 10000.0f, 1.0f, nullptr, 1.0f, c.data(), s.data());
+      QVERIFY(c == c0 && s == s0);
+      rope_table_scaled(pos, rot_dim, 1000000.0f, 0.125f, factors.data(), 1.19f, c.data(),
+                        s.data());
+      std::vector<double> angle(rot_dim / 2);
+      for (int i = 0; i < rot_dim / 2; ++i) {
+        angle[i] = static_cast<double>(pos) * 0.125 /
+                   (std::pow(1000000.0, 2.0 * i / rot_dim) * static_cast<double>(factors[i]));
+        QVERIFY(std::fabs(c[i] - 1.19 * std::cos(angle[i])) <= 1.19 * 1.5e-7 + 1e-7);
+        QVERIFY(std::fabs(s[i] - 1.19 * std::sin(angle[i])) <= 1.19 * 1.5e-7 + 1e-7);
+      }
+      rope_table(pos, rot_dim, 10000.0f, c.data(), s.data());
+      const std::vector<float> x0 = uniform_floats(rng, n_heads * head_dim, -4.0f, 4.0f);
+      std::vector<float> x = x0;
+      rope_halves(x.data(), n_heads, head_dim, rot_dim, c.data(), s.data());
+      const int half = rot_dim / 2;
+      for (int h = 0; h < n_heads; ++h) {
+        const int b0 = h * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const double a = x0[b0 + i], b = x0[b0 + i + half];
+          const double tol = 8 * kF32Eps * (std::fabs(a) + std::fabs(b));
+          const double cc = std::cos(static_cast<double>(pos) / std::pow(10000.0, 2.0 * i / rot_dim));
+          const double ss = std::sin(static_cast<double>(pos) / std::pow(10000.0, 2.0 * i / rot_dim));
+          QVERIFY(std::fabs(x[b0 + i] - (a * cc - b * ss)) <= tol + 4e-7 * (std::fabs(a) + std::fabs(b)));
+          QVERIFY(std::fabs(x[b0 + i + half] - (a * ss + b * cc)) <= tol + 4e-7 * (std::fabs(a) + std::fabs(b)));
+        }
+        for (int i = rot_dim; i < head_dim; ++i) QCOMPARE(x[b0 + i], x0[b0 + i]);
+      }
+    }
+  }
+}
+
+// gelu_tanh_mul against g/2·(1 + tanh(√(2/π)(g + 0.044715 g³)))·u in double, and softcap against
+// c·tanh(x/c): a handful of f32 roundings around std::tanh, relative 1e-6 plus 1e-30 absolute.
+void KernelTest::gelu_and_softcap_match_formula() {
+  std::mt19937 rng(13);
+  const std::vector<float> g = uniform_floats(rng, 1001, -12.0f, 12.0f);
+  const std::vector<float> u = uniform_floats(rng, 1001, -3.0f, 3.0f);
+  std::vector<float> y = g;
+  gelu_tanh_mul(y.data(), u.data(), static_cast<int64_t>(y.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i];
+    const double want = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+    QVERIFY2(std::fabs(y[i] - want) <= 1e-6 * std::fabs(x * u[i]) + 1e-30,
+             qPrintable(QString("gelu at %1: %2 against %3").arg(x).arg(y[i]).arg(want)));
+  }
+  for (float cap : {50.0f, 30.0f, 3.0f}) {
+    std::vector<float> z = uniform_floats(rng, 1001, -200.0f, 200.0f);
+    const std::vector<float> z0 = z;
+    softcap(z.data(), static_cast<int64_t>(z.size()), cap);
+    for (size_t i = 0; i < z.size(); ++i) {
+      const double want = cap * std::tanh(static_cast<double>(z0[i]) / cap);
+      QVERIFY(std::fabs(z[i] - want) <= 1e-6 * cap);
+      QVERIFY(std::fabs(z[i]) <= cap);
+    }
+  }
+}

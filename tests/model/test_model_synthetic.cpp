@@ -89,7 +89,8 @@ void ModelTest::hostile_counts_are_refused_before_allocating() {
     }
   };
   refused("llama.block_count", tokenfab::gguf::Value::u32(100'000'000),
-          "llama.block_count is 100000000, but the file holds 20 tensors (each layer has 9)");
+          "llama.block_count is 100000000, but the file holds only 20 tensors (each layer has at "
+          "least 6)");
   refused("llama.attention.head_count", tokenfab::gguf::Value::u64(uint64_t{1} << 32),
           "llama.attention.head_count is 4294967296, more than any model has");
   refused("llama.embedding_length", tokenfab::gguf::Value::i64(int64_t{1} << 40),

@@ -37,13 +37,17 @@ struct Batch {
   std::vector<float> q;  // (rows, q_stride)
   int64_t q_stride, out_stride, rows;
   float scale;
-  PagedKv kv() const { return {k.data(), v.data(), block_size, n_kv_head, head_dim}; }
+  int64_t window = 0;  // the layer's sliding window (0: none) and score soft-cap (0: none)
+  float softcap = 0;
+  PagedKv kv() const {
+    return {k.data(), v.data(), block_size, n_kv_head, head_dim, window, softcap};
+  }
 };
 
 // Sequences (pos0, n_tokens): decodes at pos0 0, 1, 15, 16, 100 (and 300 without prefill);
 // prefill chunks at pos0 0 and 37 of 5..40 tokens. The batch order is shuffled.
 Batch make_batch(int head_dim, int block_size, int n_head, int n_kv_head, bool with_prefill,
-                 unsigned seed) {
+                 unsigned seed, int64_t window = 0, float softcap = 0) {
   std::mt19937 rng(seed);
   std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 1}, {1, 1}, {15, 1}, {16, 1}, {100, 1}};
   std::uniform_int_distribution<int64_t> chunk(5, 40);
@@ -68,7 +72,9 @@ Batch make_batch(int head_dim, int block_size, int n_head, int n_kv_head, bool w
           0,
           0,
           0,
-          1.0f / std::sqrt(static_cast<float>(head_dim))};
+          1.0f / std::sqrt(static_cast<float>(head_dim)),
+          window,
+          softcap};
   const int64_t shared_blocks = kSharedPrefix / block_size;
   int64_t n_blocks = shared_blocks + 3;  // three spare blocks nobody owns
   for (auto [pos0, n] : shapes) n_blocks += (pos0 + n + block_size - 1) / block_size;
@@ -132,6 +138,8 @@ Expected double_attention(const Batch& b) {
   for (const PagedSequence& s : b.seqs) {
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       const int64_t row = s.q_row + t, n = s.pos0 + t + 1;
+      // A window hides positions before `first`: they take no weight.
+      const int64_t first = b.window > 0 && n > b.window ? n - b.window : 0;
       for (int h = 0; h < b.n_head; ++h) {
         auto at = [&](int64_t p) {  // half index of row p of kv head h / group
           return ((int64_t{s.blocks[p / b.block_size]} * b.n_kv_head + h / group) * b.block_size +
@@ -149,16 +157,21 @@ Expected double_attention(const Batch& b) {
             mag += std::fabs(q[d] * kd);
           }
           w[p] = dot * b.scale;
+          if (b.softcap > 0) w[p] = b.softcap * std::tanh(w[p] / b.softcap);
+          if (p < first) w[p] = -INFINITY;
           mag_max = std::max(mag_max, mag * b.scale);
           smax = std::max(smax, w[p]);
-          smin = std::min(smin, w[p]);
+          if (p >= first) smin = std::min(smin, w[p]);
         }
         double sum = 0;
         for (double& x : w) sum += (x = std::exp(x - smax));
         double* out = e.out.data() + (row * b.n_head + h) * b.head_dim;
         for (int64_t p = 0; p < n; ++p)
           for (int d = 0; d < b.head_dim; ++d) out[d] += w[p] / sum * fp16_to_fp32(b.v[at(p) + d]);
+        // A soft-cap adds the rounding of its division, tanh and product (a few units of
+        // cap · u) to each score; it shrinks the scores' own errors.
         e.tol[row * b.n_head + h] = 3 * (b.head_dim + 2) * kF32Eps * mag_max +
+                                    4 * b.softcap * kF32Eps +
                                     (8 + (smax - smin) + static_cast<double>(n + 2)) * kF32Eps;
       }
     }
@@ -229,6 +242,8 @@ void PagedTest::add_rows() {
   QTest::addColumn<int>("n_head");
   QTest::addColumn<int>("n_kv_head");
   QTest::addColumn<bool>("with_prefill");
+  QTest::addColumn<int>("window");
+  QTest::addColumn<float>("softcap");
   const int heads[][2] = {{9, 3}, {4, 4}, {8, 1}};
   // head_dim 64 with both block sizes; 128 (the other AVX2 specialisation in use) with one.
   const int shapes[][2] = {{64, 4}, {64, 16}, {128, 16}};
@@ -237,7 +252,17 @@ void PagedTest::add_rows() {
       for (bool prefill : {true, false})
         QTest::addRow("d%d_bs%d_h%d_kv%d_%s", db[0], db[1], hk[0], hk[1],
                       prefill ? "mixed" : "decode")
-            << db[0] << db[1] << hk[0] << hk[1] << prefill;
+            << db[0] << db[1] << hk[0] << hk[1] << prefill << 0 << 0.0f;
+  // Sliding windows (gemma) — 13 positions, not a multiple of any block size, and 7 with a
+  // soft-cap of 3 that the scores of |q| ≤ 4 reach (gemma2) — and head_dim 256 (gemma3).
+  for (const auto& db : shapes)
+    for (bool prefill : {true, false}) {
+      QTest::addRow("d%d_bs%d_h9_kv3_%s_window13", db[0], db[1], prefill ? "mixed" : "decode")
+          << db[0] << db[1] << 9 << 3 << prefill << 13 << 0.0f;
+      QTest::addRow("d%d_bs%d_h8_kv1_%s_window7_cap3", db[0], db[1], prefill ? "mixed" : "decode")
+          << db[0] << db[1] << 8 << 1 << prefill << 7 << 3.0f;
+    }
+  QTest::addRow("d256_bs16_h4_kv1_mixed_window13") << 256 << 16 << 4 << 1 << true << 13 << 0.0f;
 }
 
 void PagedTest::reference_matches_double() {
@@ -246,8 +271,10 @@ void PagedTest::reference_matches_double() {
   QFETCH(int, n_head);
   QFETCH(int, n_kv_head);
   QFETCH(bool, with_prefill);
+  QFETCH(int, window);
+  QFETCH(float, softcap);
   const Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, with_prefill,
-                             7u * block_size + n_head + head_dim);
+                             7u * block_size + n_head + head_dim, window, softcap);
   const Expected e = double_attention(b);
   const QString err = compare(b, run_reference(b), e.out, e.tol);
   QVERIFY2(err.isEmpty(), qPrintable(err));
@@ -264,8 +291,10 @@ void PagedTest::paged_matches_reference() {
   QFETCH(int, n_head);
   QFETCH(int, n_kv_head);
   QFETCH(bool, with_prefill);
+  QFETCH(int, window);
+  QFETCH(float, softcap);
   const Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, with_prefill,
-                             7u * block_size + n_head + head_dim);
+                             7u * block_size + n_head + head_dim, window, softcap);
   const std::vector<float> ref = run_reference(b);
   const std::vector<double> limits(b.rows * b.n_head, 1e-5);
   std::vector<double> want;
@@ -299,8 +328,10 @@ void PagedTest::rows_are_batch_invariant() {
   QFETCH(int, n_head);
   QFETCH(int, n_kv_head);
   QFETCH(bool, with_prefill);
+  QFETCH(int, window);
+  QFETCH(float, softcap);
   const Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, with_prefill,
-                             11u * block_size + n_head + head_dim);
+                             11u * block_size + n_head + head_dim, window, softcap);
   PagedAttentionScratch scratch;
   auto run = [&](std::span<const PagedSequence> seqs, int n_threads) {
     ThreadPool pool(n_threads);
@@ -345,9 +376,11 @@ void PagedTest::tree_rows_equal_their_path_on_a_chain() {
   QFETCH(int, n_head);
   QFETCH(int, n_kv_head);
   QFETCH(bool, with_prefill);
+  QFETCH(int, window);
+  QFETCH(float, softcap);
   Q_UNUSED(with_prefill);  // a tree needs multi-row sequences: always a mixed batch
   Batch b = make_batch(head_dim, block_size, n_head, n_kv_head, true,
-                       13u * block_size + n_head + head_dim);
+                       13u * block_size + n_head + head_dim, window, softcap);
   size_t tree_seq = 0;
   for (size_t i = 0; i < b.seqs.size(); ++i)
     if (b.seqs[i].n_tokens > b.seqs[tree_seq].n_tokens) tree_seq = i;
@@ -390,7 +423,8 @@ void PagedTest::tree_rows_equal_their_path_on_a_chain() {
         std::copy_n(b.v.begin() + at(s.blocks, g, src), head_dim,
                     v.begin() + at(table.data(), g, p));
       }
-    const PagedKv chain_kv{k.data(), v.data(), block_size, n_kv_head, head_dim};
+    const PagedKv chain_kv{k.data(), v.data(), block_size, n_kv_head, head_dim, b.window,
+                           b.softcap};
     const PagedSequence decode{table.data(), 1, n_pos - 1, s.q_row + t};
     std::vector<float> chain_out = fresh_out(b);
     paged_attention(chain_kv, {&decode, 1}, b.q.data(), b.q_stride, chain_out.data(), b.out_stride,
@@ -412,7 +446,7 @@ void PagedTest::grouped_heads_equal_one_head_at_a_time() {
   if (!cpu_features().avx2) QSKIP("this CPU has no AVX2 (or TOKENFAB_FORCE_SCALAR=1)");
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int head_dim : {32, 64, 96, 128}) {
+  for (int head_dim : {32, 64, 96, 128, 256}) {
     for (int group : {1, 2, 3, 4, 5}) {
       for (int64_t n_pos : {1, 2, 3, 4, 5, 7, 8, 17, 64, 131}) {
         std::vector<float> q(group * head_dim), k(n_pos * head_dim), v(n_pos * head_dim);

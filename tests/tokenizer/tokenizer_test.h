@@ -1,8 +1,14 @@
 #pragma once
 // One Qt Test class for the tokenizer module. Tests that need the model file are in
 // test_tokenizer.cpp; those that need none (pre-tokenizers, UTF-8, tiny vocabularies, errors) in
-// test_tokenizer_units.cpp.
+// test_tokenizer_units.cpp; those of the other model families (Gemma 3's SentencePiece vocabulary,
+// SentencePiece BPE, the Qwen 2 / Tekken pre-tokenizers) in test_tokenizer_gemma3.cpp (needs Gemma
+// 3 270M) and test_tokenizer_families.cpp.
 
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QObject>
 #include <QString>
 #include <QtTest>
@@ -31,6 +37,39 @@ inline char* toString(const std::vector<std::string>& pieces) {
   return qstrdup(out.append(']').constData());
 }
 }  // namespace QTest
+
+// tests/data/NAME parsed, or an empty object when it cannot be read.
+inline QJsonObject load_test_json(const char* name) {
+  QFile file(QStringLiteral(TOKENFAB_SOURCE_DIR "/tests/data/") + name);
+  if (!file.open(QIODevice::ReadOnly)) return {};
+  return QJsonDocument::fromJson(file.readAll()).object();
+}
+
+// "" when `tokenizer` encodes every case of `cases` ({text, parse_special, ids}) to its ids, else
+// a description of the first that differs.
+inline QString first_golden_mismatch(const tokenfab::Tokenizer& tokenizer,
+                                     const QJsonArray& cases) {
+  const auto ids_text = [](const std::vector<tokenfab::TokenId>& ids) {
+    QString out;
+    for (tokenfab::TokenId id : ids) out += QString::number(id) + ' ';
+    return out;
+  };
+  for (const QJsonValue& value : cases) {
+    const QJsonObject c = value.toObject();
+    const bool parse_special = c.value("parse_special").toBool();
+    const std::vector<tokenfab::TokenId> ids =
+        tokenizer.encode(c.value("text").toString().toStdString(), false, parse_special);
+    std::vector<tokenfab::TokenId> expected;
+    for (const QJsonValue& id : c.value("ids").toArray()) expected.push_back(id.toInt());
+    if (ids != expected) {
+      return QString("text %1 (parse_special %2)\n   got: %3\n  want: %4")
+          .arg(c.value("text").toString())
+          .arg(parse_special)
+          .arg(ids_text(ids), ids_text(expected));
+    }
+  }
+  return {};
+}
 
 class TokenizerTest : public QObject {
   Q_OBJECT
@@ -63,10 +102,29 @@ class TokenizerTest : public QObject {
   void unsupported_pre_tokenizer();
   void missing_chat_template();
 
+  // Need Gemma 3 270M (test_tokenizer_gemma3.cpp).
+  void gemma3_metadata();
+  void gemma3_golden_ids();
+  void gemma3_round_trip();
+  void gemma3_incremental_detokenizer();
+  void gemma3_end_of_generation();
+
+  // No model file needed (test_tokenizer_families.cpp).
+  void pre_tokenizer_goldens();
+  void pre_tokenizer_tekken_cases();
+  void bpe_families_golden_ids();
+  void sentencepiece_golden_ids();
+  void sentencepiece_merge_order();
+  void sentencepiece_byte_fallback_and_unknown();
+  void sentencepiece_decode();
+  void sentencepiece_from_gguf();
+  void unsupported_sentencepiece_vocab();
+
  private:
   std::optional<tokenfab::gguf::GgufFile> model_file_;
   std::optional<tokenfab::Tokenizer> tokenizer_;
   QString model_error_;
+  std::optional<tokenfab::Tokenizer> gemma3_;  // loaded by the first test that needs it
 };
 
 // Fails the test, saying how to fetch the model, when it could not be loaded. (QFAIL returns from

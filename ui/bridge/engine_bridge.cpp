@@ -1,11 +1,13 @@
 #include "ui/bridge/engine_bridge.h"
 
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
 
 #include "core/common/error.h"
 #include "core/model/model_files.h"
+#include "core/model/model_library.h"
 #include "core/training/head_selection.h"
 
 namespace tokenfab::ui {
@@ -81,7 +83,9 @@ void EngineBridge::LoadResult::load(const std::string& model_path,
   try {
     std::optional<std::string> requested;
     if (!model_path.empty()) requested = model_path;
-    out.model = LlamaModel::load(resolve_model_path(requested));
+    const std::filesystem::path path = resolve_model_path(requested);
+    check_fits(path, 0);  // refused with the numbers before anything is allocated
+    out.model = LlamaModel::load(path);
     out.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_gguf(out.model->file()));
     if (out.tokenizer->n_vocab() > out.model->hparams().n_vocab)
       throw Error(out.model->file().name() + ": the tokenizer has " +
