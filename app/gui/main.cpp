@@ -1,8 +1,8 @@
-// tokenfab: the desktop application. A main window with the pages (Chat, Live, KV inspector, Draft
-// heads, Devices, Demo, History) over the engine bridge; settings (window, last page, device
-// roles, default head) persist in the user data directory; a first run without the default model
-// offers to download it. `--screenshot FILE --view VIEW` renders one page after a short real
-// workload and exits (for docs and review).
+// tokenfab: the desktop application. A main window with the pages (Chat, Models, Live, KV
+// inspector, Draft heads, Devices, Demo, History) over the engine bridge; settings (window, last
+// page, device roles, default head) persist in the user data directory; a first run without the
+// default model offers to download it. `--screenshot FILE --view VIEW` renders one page after a
+// short real workload and exits (for docs and review).
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -25,6 +25,7 @@
 #include "ui/views/kv_page.h"
 #include "ui/views/live_page.h"
 #include "ui/views/main_window.h"
+#include "ui/views/models_page.h"
 
 using namespace tokenfab;
 
@@ -34,7 +35,7 @@ namespace {
 const std::map<QString, QString>& view_titles() {
   static const std::map<QString, QString> titles = {
       {"chat", "Chat"},       {"live", "Live"}, {"kv", "KV inspector"}, {"heads", "Draft heads"},
-      {"devices", "Devices"}, {"demo", "Demo"}, {"history", "History"}};
+      {"devices", "Devices"}, {"demo", "Demo"}, {"history", "History"}, {"models", "Models"}};
   return titles;
 }
 
@@ -76,7 +77,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption screenshot_option(
       "screenshot", "Run a short workload, render the --view page to FILE (PNG) and exit.", "FILE");
   const QCommandLineOption view_option(
-      "view", "The page to show: chat, live, kv, heads, devices, demo or history.", "VIEW", "chat");
+      "view", "The page to show: chat, models, live, kv, heads, devices, demo or history.", "VIEW",
+      "chat");
   parser.addOptions({model_option, threads_option, devices_option, prefill_option, decode_option,
                      screenshot_option, view_option});
   parser.process(app);
@@ -86,7 +88,8 @@ int main(int argc, char** argv) {
   if (!view_titles().count(view)) {
     std::fprintf(
         stderr,
-        "tokenfab: --view %s: expected one of chat, live, kv, heads, devices, demo, history\n",
+        "tokenfab: --view %s: expected one of chat, models, live, kv, heads, devices, demo, "
+        "history\n",
         qPrintable(view));
     return 2;
   }
@@ -112,6 +115,8 @@ int main(int argc, char** argv) {
   ui::EngineBridge bridge;  // outlives the window: pages cancel their requests through it
   ui::MainWindow window(&bridge);
   window.add_page(new ui::ChatPage);
+  auto* models_page = new ui::ModelsPage;
+  window.add_page(models_page);
   window.add_page(new ui::LivePage);
   window.add_page(new ui::KvPage);
   window.add_page(new ui::HeadsPage);
@@ -147,6 +152,14 @@ int main(int argc, char** argv) {
                      "--model PATH to use a GGUF file you have.")
           .arg(QString::fromStdString(default_model_path().string()));
   app::ModelFetch fetch(&window);
+  // The Models page's download buttons: `tokenfab-cli fetch NAME` (a license asked for first where
+  // one must be accepted); the page rescans when a download succeeds.
+  app::ModelFetch library_fetch(&window);
+  models_page->set_downloads_enabled(true);
+  QObject::connect(models_page, &ui::ModelsPage::downloadRequested, &library_fetch,
+                   &app::ModelFetch::request);
+  QObject::connect(&library_fetch, &app::ModelFetch::finished, models_page,
+                   &ui::ModelsPage::download_finished);
   if (model.isEmpty() && !std::filesystem::exists(default_model_path())) {
     // First run: offer the download (with progress and Cancel); a screenshot just says why not.
     if (headless) {

@@ -5,10 +5,28 @@
 #include <QFileInfo>
 #include <QMessageBox>
 #include <QProgressDialog>
+#include <QPushButton>
 
 #include "core/model/model_files.h"
 
 namespace tokenfab::app {
+
+namespace {
+
+constexpr FetchableModel kFetchable[] = {
+    {"smollm2-135m", "SmolLM2-135M-Instruct", "Apache-2.0",
+     "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct", false},
+    {"gemma3-270m", "Gemma 3 270M", "Gemma Terms of Use", "https://ai.google.dev/gemma/terms",
+     true},
+};
+
+}  // namespace
+
+const FetchableModel* ModelFetch::find(const QString& name) {
+  for (const FetchableModel& m : kFetchable)
+    if (name == QLatin1String(m.name)) return &m;
+  return nullptr;
+}
 
 ModelFetch::ModelFetch(QWidget* parent_window) : QObject(parent_window), window_(parent_window) {
   connect(&process_, &QProcess::readyReadStandardError, this, &ModelFetch::on_output);
@@ -47,10 +65,54 @@ bool ModelFetch::ask_and_start() {
   return true;
 }
 
-void ModelFetch::start() {
+void ModelFetch::request(const QString& name) {
+  const FetchableModel* model = find(name);
+  if (model == nullptr) {
+    emit finished(false, QStringLiteral("Tokenfab cannot download a model named %1.").arg(name));
+    return;
+  }
+  if (model->license_must_be_accepted && !accept_license(*model)) {
+    emit finished(false, QStringLiteral("The %1 were not accepted; nothing was downloaded.")
+                             .arg(QString::fromLatin1(model->license)));
+    return;
+  }
+  start(name, model->license_must_be_accepted);
+}
+
+bool ModelFetch::accept_license(const FetchableModel& model) {
+  QMessageBox box(window_);
+  box.setIcon(QMessageBox::Question);
+  box.setWindowTitle(QStringLiteral("Tokenfab: %1 license").arg(QString::fromLatin1(model.title)));
+  box.setTextFormat(Qt::RichText);
+  box.setTextInteractionFlags(Qt::TextBrowserInteraction);  // the link opens in a browser
+  box.setText(QStringLiteral("<p>%1 is provided under and subject to the <b>%2</b>, found at "
+                             "<a href=\"%3\">%3</a>.</p><p>Read them there before downloading; "
+                             "the download keeps a copy of the terms beside the model.</p>"
+                             "<p>Do you accept the %2?</p>")
+                  .arg(QString::fromLatin1(model.title), QString::fromLatin1(model.license),
+                       QString::fromLatin1(model.license_url)));
+  QPushButton* accept = box.addButton(QStringLiteral("Accept"), QMessageBox::AcceptRole);
+  box.addButton(QMessageBox::Cancel);
+  box.setDefaultButton(QMessageBox::Cancel);
+  box.exec();
+  return box.clickedButton() == accept;
+}
+
+void ModelFetch::start(const QString& name, bool accept_license) {
+  if (running()) {
+    emit finished(false, QStringLiteral("Another download is running; try again when it ends."));
+    return;
+  }
+  cancelled_ = false;
+  last_line_.clear();
+  stdout_.clear();
+  const FetchableModel* model = find(name);
   dialog_ = new QProgressDialog(QStringLiteral("Starting the download…"), QStringLiteral("Cancel"),
                                 0, 0, window_);  // 0..0: busy (the download reports no size)
-  dialog_->setWindowTitle(QStringLiteral("Downloading the default model"));
+  dialog_->setWindowTitle(
+      name.isEmpty() || model == nullptr
+          ? QStringLiteral("Downloading the default model")
+          : QStringLiteral("Downloading %1").arg(QString::fromLatin1(model->title)));
   dialog_->setWindowModality(Qt::WindowModal);
   dialog_->setMinimumDuration(0);
   dialog_->setMinimumWidth(480);
@@ -59,7 +121,10 @@ void ModelFetch::start() {
     process_.kill();
   });
   dialog_->show();
-  process_.start(cli_path(), {QStringLiteral("fetch")});
+  QStringList arguments = {QStringLiteral("fetch")};
+  if (!name.isEmpty()) arguments << name;
+  if (accept_license) arguments << QStringLiteral("--accept-license");
+  process_.start(cli_path(), arguments);
 }
 
 void ModelFetch::on_output() {

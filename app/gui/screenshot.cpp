@@ -13,11 +13,13 @@
 #include "core/storage/runs.h"
 #include "core/tokenizer/chat_template.h"
 #include "ui/models/conversation_list_model.h"
+#include "ui/models/model_library_model.h"
 #include "ui/views/chat_page.h"
 #include "ui/views/demo_page.h"
 #include "ui/views/devices_page.h"
 #include "ui/views/history_page.h"
 #include "ui/views/main_window.h"
+#include "ui/views/models_page.h"
 
 namespace tokenfab::app {
 
@@ -65,6 +67,8 @@ void ScreenshotRun::start() {
     start_history(page);
   else if (view_ == QLatin1String("devices"))
     start_devices(page);
+  else if (view_ == QLatin1String("models"))
+    start_models(page);
   else
     start_requests();
 }
@@ -111,6 +115,20 @@ void ScreenshotRun::start_devices(ui::Page* page) {
   connect(devices, &ui::DevicesPage::limitsMeasured, this, [this, devices] {
     if (devices->limits_settled()) start_requests();
   });
+}
+
+void ScreenshotRun::start_models(ui::Page* page) {
+  auto* models = qobject_cast<ui::ModelsPage*>(page);
+  if (!models) return fail(QStringLiteral("the models page is not a ModelsPage"));
+  // The library as the page shows it once shown: the first scan (showing the page started it).
+  const auto grab_scanned = [this, models] {
+    std::fprintf(stderr, "tokenfab: models page: %d models, %d skipped\n",
+                 models->library_model()->rowCount(),
+                 static_cast<int>(models->skipped_lines().size()));
+    grab_soon();
+  };
+  if (models->scanned() && !models->scanning()) return grab_scanned();
+  connect(models, &ui::ModelsPage::scanFinished, this, grab_scanned);
 }
 
 void ScreenshotRun::start_requests() {

@@ -4,7 +4,8 @@
 // devices: the same, once the page has measured the machine's limits on the idle engine;
 // demo: a 16-agent run of kDemoTokens tokens each, to its end; history: with fewer than two runs
 // recorded, kHistoryBatches batches of short requests, each recorded as a "screenshot-workload" run
-// with its measured figures, then the two newest runs selected for comparison),
+// with its measured figures, then the two newest runs selected for comparison; models: no
+// workload, the model library once its first scan has finished, the loaded model marked),
 // renders the view's page to FILE as PNG and quits the application with 0 — or prints why it
 // could not and quits with 1.
 
@@ -44,6 +45,7 @@ class ScreenshotRun : public QObject {
   void start_chat(ui::Page* page);
   void start_demo(ui::Page* page);
   void start_devices(ui::Page* page);  // once the limits are measured, start_requests()
+  void start_models(ui::Page* page);   // once the library is scanned, grab_soon()
   void start_requests();
   void start_history(ui::Page* page);
   void start_history_batch();

@@ -32,8 +32,11 @@ inline int64_t attention_first_position(int64_t pos, int64_t window) {
   return window > 0 && pos >= window ? pos - window + 1 : 0;
 }
 
-// The AVX2 kernels compute plain causal attention; a window or a soft-cap takes the scalar ones.
-inline bool attention_is_plain(const AttentionArgs& a) { return a.window == 0 && a.softcap == 0; }
+// The AVX2 kernels compute plain causal attention; a soft-cap, or a window that hides some
+// position from some query of the call, takes the scalar ones.
+inline bool attention_is_plain(const AttentionArgs& a) {
+  return a.softcap == 0 && (a.window == 0 || a.pos0 + a.n_tokens <= a.window);
+}
 
 // Work items are (head, token) pairs, head-major: item = h * n_tokens + t, so a contiguous range
 // of items shares few kv heads. `scratch` holds attention_scratch_floats(a) floats (per calling

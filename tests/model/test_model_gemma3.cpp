@@ -30,19 +30,21 @@ using namespace tokenfab;
 namespace {
 
 // Our CPU path quantizes each matmul's activations to 8 bits in blocks of 32, the reference
-// computes in float64 on the same dequantized weights: measured max |Δ| over the last position's
-// top 20 logits 0.25 (logits 15–30), cosine of the first 256 logits 0.99997. The bounds leave
-// about twice that.
-constexpr double kLogitTolerance = 0.5;
+// computes in float64 on the same dequantized weights. A one-ulp change anywhere (the AVX2
+// attention's polynomial exp instead of std::exp, say) flips some of those roundings, and the
+// flips compound over 18 layers: measured with the two attention kernels (scalar, AVX2), max |Δ|
+// over the last position's top 20 logits 0.25 and 0.40 (logits 15–30), cosine of the first 256
+// logits 0.99997 and 0.99990. The bounds leave about twice that.
+constexpr double kLogitTolerance = 0.8;
 constexpr double kMinCosine = 0.9995;
 // The errors of neighbouring logits largely move together: the gap between two of the top 20
-// differs from the reference's gap by at most 0.31 (measured, below). Greedy tokens must agree up
-// to the reference's first step whose top two are closer than that (a near-tie either rounding
-// may decide); so must the argmax at each prompt position.
-constexpr double kNearTie = 0.35;
+// differs from the reference's gap by at most 0.31 and 0.42 (measured, below). Greedy tokens must
+// agree up to the reference's first step whose top two are closer than kNearTie (a near-tie
+// either rounding may decide); so must the argmax at each prompt position.
+constexpr double kNearTie = 0.5;
+// Perplexity over 256 predictions after BOS: 37.846 in the reference, 37.859 and 38.046 ours.
+constexpr double kPplRelTolerance = 0.02;
 constexpr int32_t kEngineTokens = 16;
-// Perplexity over 256 predictions after BOS: measured 37.846 in the reference, 37.859 ours.
-constexpr double kPplRelTolerance = 0.01;
 
 QJsonObject read_golden() {
   QFile file(QStringLiteral(TOKENFAB_SOURCE_DIR "/tests/data/forward_gemma3_golden.json"));

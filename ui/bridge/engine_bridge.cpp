@@ -50,15 +50,16 @@ EngineBridge::~EngineBridge() {
     for (const RequestInfo& r : engine_->snapshot().requests) engine_->cancel(r.id);
     engine_.reset();  // joins its workers; no callback runs after this
   }
-  join_loader();  // a result it posts is dropped with this object's pending events
+  join_loaders();  // a result they post is dropped with this object's pending events
 }
 
-void EngineBridge::join_loader() {
-  if (loader_.joinable()) loader_.join();
+void EngineBridge::join_loaders() {
+  for (auto& [generation, loader] : loaders_)
+    if (loader.joinable()) loader.join();
+  loaders_.clear();
 }
 
 void EngineBridge::load(const QString& model_path, const EngineConfig& config) {
-  join_loader();
   stop_engine();
   last_snapshot_.reset();
   // Only the bridge's handles: a training, evaluation or measurement still running keeps its own,
@@ -68,7 +69,7 @@ void EngineBridge::load(const QString& model_path, const EngineConfig& config) {
   const uint64_t generation = ++load_generation_;
   loading_ = true;
   emit loadStarted(model_path);
-  loader_ = std::thread([this, path = model_path.toStdString(), config, generation] {
+  loaders_[generation] = std::thread([this, path = model_path.toStdString(), config, generation] {
     auto result = std::make_shared<LoadResult>();
     result->load(path, config);
     QMetaObject::invokeMethod(
@@ -105,7 +106,10 @@ void EngineBridge::LoadResult::load(const std::string& model_path,
 
 void EngineBridge::on_load_finished(const std::shared_ptr<LoadResult>& result,
                                     uint64_t generation) {
-  join_loader();
+  if (const auto it = loaders_.find(generation); it != loaders_.end()) {
+    it->second.join();  // it has posted this result: its last act
+    loaders_.erase(it);
+  }
   if (generation != load_generation_) return;  // superseded by a later load() or cancelled
   loading_ = false;
   if (!result->engine) {

@@ -68,7 +68,8 @@ class EngineBridge : public QObject {
   bool ready() const { return engine_ != nullptr; }
   bool loading() const { return loading_; }
   // Abandons the load in progress: its result, when the loader thread finishes, is dropped (the
-  // thread itself cannot be interrupted mid-read), and loadCancelled() follows at once.
+  // thread itself cannot be interrupted mid-read), and loadCancelled() follows at once. A load()
+  // after it starts at once, beside the abandoned reader, without waiting for it.
   void cancel_load();
   const LlamaModel* model() const { return model_.get(); }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
@@ -100,7 +101,7 @@ class EngineBridge : public QObject {
   void stop_engine();
   void drain_events();  // stream timer: queued TokenEvents → one StreamUpdate per request
   void take_snapshot();
-  void join_loader();
+  void join_loaders();  // every loader thread, the abandoned ones included
 
   std::shared_ptr<const LlamaModel> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -108,7 +109,9 @@ class EngineBridge : public QObject {
   EngineConfig config_;
   SnapshotPtr last_snapshot_;
 
-  std::thread loader_;
+  // Loader threads by load generation: the current load's and those of cancelled or superseded
+  // loads still reading (each is joined when its result arrives).
+  std::map<uint64_t, std::thread> loaders_;
   uint64_t load_generation_ = 0;  // a load's result is applied only if no later load() began
   bool loading_ = false;          // a load() whose result is still awaited
 
