@@ -12,7 +12,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   libspdlog-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev libssl-dev
-  python3 python3-pip
+  libcpp-httplib-dev
+  python3 python3-pip python3-venv
   xvfb xauth
 )
 

@@ -114,6 +114,7 @@ void register_serve_bench(CLI::App& app);
 void register_heads(CLI::App& app);
 void register_devices(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace tokenfab::cli
 

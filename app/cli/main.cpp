@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   tokenfab::cli::register_bench(app);
   tokenfab::cli::register_perplexity(app);
   tokenfab::cli::register_batch_bench(app);
+  tokenfab::cli::register_serve(app);
   tokenfab::cli::register_serve_bench(app);
   tokenfab::cli::register_heads(app);
   tokenfab::cli::register_synth(app);

@@ -299,10 +299,30 @@ void tokenizer_text(std::span<const uint8_t> bytes) {
   });
 }
 
+void chat_template(std::span<const uint8_t> bytes) {
+  const std::string text(bytes.begin(), bytes.end());
+  refused_or_done("chat template", [&] {
+    const ChatTemplate t = ChatTemplate::from_template_text(text, "fuzz input");
+    const std::vector<ChatMessage> turns = {{"system", "Be brief."},
+                                            {"user", "Hi \xF0\x9F\x91\x8B"},
+                                            {"assistant", "Hello."},
+                                            {"user", "{{ not a template }}"}};
+    (void)t.apply(turns, true);
+    (void)t.apply(turns, false);
+  });
+}
+
 void write_seeds(const fs::path& dir) {
   for (const char* target : {"gguf_file", "model_file", "head_file", "tokenizer_text",
-                             "sampler_rows", "database_file", "quant_blocks"})
+                             "sampler_rows", "database_file", "quant_blocks", "chat_template"})
     fs::create_directories(dir / target);
+  // Templates we wrote in each family's style (tests/data/jinja_*.jinja).
+  for (const fs::directory_entry& e :
+       fs::directory_iterator(fs::path(TOKENFAB_SOURCE_DIR) / "tests" / "data")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("jinja_", 0) == 0 && e.path().extension() == ".jinja")
+      fs::copy_file(e.path(), dir / "chat_template" / name, fs::copy_options::overwrite_existing);
+  }
   const SyntheticShape shape = small_shape();
   // Q4_K on a shape whose FFN rows (n_ff = 256) are whole super-blocks: ffn_down is Q4_K, the
   // matrices of 64-element rows take llama-quantize's fallback type.
@@ -475,6 +495,7 @@ Target target_named(std::string_view name) {
   if (name == "sampler_rows") return sampler_rows;
   if (name == "database_file") return database_file;
   if (name == "quant_blocks") return quant_blocks;
+  if (name == "chat_template") return chat_template;
   return nullptr;
 }
 

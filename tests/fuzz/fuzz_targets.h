@@ -44,6 +44,11 @@ void database_file(std::span<const uint8_t> bytes);
 // names the first block that does not (NaN or ±inf values only), and the product is finite
 // exactly when it names none.
 void quant_blocks(std::span<const uint8_t> bytes);
+// The bytes as a model's Jinja chat template (`tokenizer.chat_template` comes from the user's
+// file): ChatTemplate::from_template_text parses it and renders a short conversation, then
+// apply() renders a longer one with and without the generation prompt; each accepts or refuses
+// with one Error, within the renderer's limits on output, loops and depth.
+void chat_template(std::span<const uint8_t> bytes);
 // Whether tokenizer_text has the embedded model's tokenizer to work on.
 bool embedded_tokenizer_available();
 
@@ -52,11 +57,12 @@ bool embedded_tokenizer_available();
 // that model's shape (head_file), a few prompts with chat markup (tokenizer_text), rows of logits
 // with the default and the greedy parameters (sampler_rows), a database holding a row of every
 // table (database_file), and rows of every weight type, two of them with a NaN or infinite scale
-// (quant_blocks). Throws Error on failure.
+// (quant_blocks), and the chat templates of tests/data/jinja_*.jinja (chat_template). Throws Error
+// on failure.
 void write_seeds(const std::filesystem::path& dir);
 
 // The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text",
-// "sampler_rows", "database_file", "quant_blocks"); null for any other name.
+// "sampler_rows", "database_file", "quant_blocks", "chat_template"); null for any other name.
 using Target = void (*)(std::span<const uint8_t>);
 Target target_named(std::string_view name);
 
