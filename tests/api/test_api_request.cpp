@@ -203,7 +203,7 @@ void TestApiRequest::non_loopback_needs_a_key() {
   ApiServerConfig c;
   c.host = "0.0.0.0";
   QVERIFY_THROWS_EXCEPTION(Error, c.validate());
-  c.api_key = "k";
+  c.api_key = "a-key-of-some-length";
   c.validate();
 }
 
