@@ -1,11 +1,9 @@
 #include "engine_generation.h"
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 
 #include "core/common/error.h"
+#include "core/serving/request_events.h"
 
 namespace tokenfab::cli {
 
@@ -13,21 +11,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
                                     std::vector<TokenId> prompt, const GenerateOptions& options,
                                     const TextCallback& on_text, const std::atomic<bool>* cancel,
                                     Speculation* speculation) {
-  // Events arrive on worker threads, possibly before submit() has returned the id: queue them
-  // all and pick ours here.
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::deque<TokenEvent> events;
-  const int64_t subscription = engine.subscribe([&](const TokenEvent& e) {
-    std::lock_guard lock(mutex);
-    events.push_back(e);
-    cv.notify_all();
-  });
-  struct Unsubscribe {
-    Engine& engine;
-    int64_t id;
-    ~Unsubscribe() { engine.unsubscribe(id); }
-  } unsubscribe{engine, subscription};
+  RequestEvents events(engine);  // before submit(): no event of the request is missed
 
   GenerationRequest request;
   request.prompt = std::move(prompt);
@@ -49,14 +33,7 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
   GenerateResult result;
   bool cancel_sent = false;
   for (bool ended = false; !ended;) {
-    std::unique_lock lock(mutex);
-    cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return !events.empty(); });
-    std::deque<TokenEvent> mine;
-    for (TokenEvent& e : events)
-      if (e.id == id) mine.push_back(std::move(e));
-    events.clear();
-    lock.unlock();
-    for (const TokenEvent& e : mine) {
+    for (const TokenEvent& e : events.take(id, std::chrono::milliseconds(20))) {
       for (const TokenId t : e.tokens) {
         if (options.stop_at_end_of_generation && tokenizer.is_end_of_generation(t)) continue;
         result.ids.push_back(t);

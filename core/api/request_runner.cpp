@@ -1,33 +1,17 @@
 #include "core/api/request_runner.h"
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 
 #include "core/api/stop_text.h"
 #include "core/common/error.h"
+#include "core/serving/request_events.h"
 
 namespace tokenfab::api {
 
 RunResult run_request(Engine& engine, const Tokenizer& tokenizer, GenerationRequest request,
                       const std::vector<std::string>& stop, const PieceSink& on_piece,
                       const std::function<bool()>& alive) {
-  // Events arrive on worker threads, possibly before submit() has returned the id: queue them
-  // all and pick ours here.
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::deque<TokenEvent> events;
-  const int64_t subscription = engine.subscribe([&](const TokenEvent& e) {
-    std::lock_guard lock(mutex);
-    events.push_back(e);
-    cv.notify_all();
-  });
-  struct Unsubscribe {
-    Engine& engine;
-    int64_t id;
-    ~Unsubscribe() { engine.unsubscribe(id); }
-  } unsubscribe{engine, subscription};
+  RequestEvents events(engine);  // before submit(): no event of the request is missed
 
   const bool stop_at_eog = request.stop_at_end_of_generation;
   const RequestId id = engine.submit(std::move(request));
@@ -42,14 +26,7 @@ RunResult run_request(Engine& engine, const Tokenizer& tokenizer, GenerationRequ
     if (on_piece && !on_piece(text)) result.client_gone = true;
   };
   for (bool ended = false; !ended;) {
-    std::unique_lock lock(mutex);
-    cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return !events.empty(); });
-    std::deque<TokenEvent> mine;
-    for (TokenEvent& e : events)
-      if (e.id == id) mine.push_back(std::move(e));
-    events.clear();
-    lock.unlock();
-    for (const TokenEvent& e : mine) {
+    for (const TokenEvent& e : events.take(id, std::chrono::milliseconds(50))) {
       for (const TokenId t : e.tokens) {
         if (stop_text.stopped()) break;
         if (stop_at_eog && tokenizer.is_end_of_generation(t)) continue;

@@ -1,9 +1,11 @@
 #include "tests/model/reference_forward.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "core/common/error.h"
+#include "core/model/llama_model.h"
 #include "kernels/cpu/quant_types.h"
 #include "kernels/cpu/quantize.h"
 
@@ -20,43 +22,10 @@ struct Dense {
   std::vector<float> w;
 };
 
+// The kernels' type of the tensor (the loader's mapping), or Error for one it cannot read.
 kernels::WeightType kernel_type(const gguf::TensorInfo& t) {
-  using gguf::TensorType;
-  using kernels::WeightType;
-  switch (t.type) {
-    case TensorType::F32:
-      return WeightType::F32;
-    case TensorType::F16:
-      return WeightType::F16;
-    case TensorType::BF16:
-      return WeightType::BF16;
-    case TensorType::Q4_0:
-      return WeightType::Q4_0;
-    case TensorType::Q4_1:
-      return WeightType::Q4_1;
-    case TensorType::Q8_0:
-      return WeightType::Q8_0;
-    case TensorType::Q5_0:
-      return WeightType::Q5_0;
-    case TensorType::Q5_1:
-      return WeightType::Q5_1;
-    case TensorType::Q2_K:
-      return WeightType::Q2_K;
-    case TensorType::Q3_K:
-      return WeightType::Q3_K;
-    case TensorType::Q4_K:
-      return WeightType::Q4_K;
-    case TensorType::Q5_K:
-      return WeightType::Q5_K;
-    case TensorType::Q6_K:
-      return WeightType::Q6_K;
-    case TensorType::IQ4_NL:
-      return WeightType::IQ4_NL;
-    case TensorType::IQ4_XS:
-      return WeightType::IQ4_XS;
-    default:
-      throw Error("reference forward: tensor " + t.name + " has a type it cannot read");
-  }
+  if (const std::optional<kernels::WeightType> type = kernel_type_of(t.type)) return *type;
+  throw Error("reference forward: tensor " + t.name + " has a type it cannot read");
 }
 
 double to_bf16(double x) {
