@@ -126,6 +126,7 @@ std::unique_ptr<Device> make_bench_device(const std::string& device, const Llama
     options.fused_epilogues = gpu.fused_epilogues == "on";
     options.fused_layers = gpu.fused_layers != "off";
     options.fused_tensor_cores = gpu.fused_layers == "tensor-cores";
+    options.families = gpu.cuda_families == "on";
     return make_cuda_device(spec, model, threads, kv_blocks, block_size, options);
   }
   return std::make_unique<CpuDevice>(spec, model, threads, kv_blocks, block_size);
@@ -139,6 +140,7 @@ void GpuBenchOptions::report(nlohmann::json& j, Device& device) const {
   j["chains_on_decode_kernel"] = chains_on_decode_kernel;
   j["fused_epilogues"] = fused_epilogues;
   j["fused_layers"] = fused_layers;
+  j["cuda_families"] = cuda_families;
   j["fused_layers_blocks"] = cuda_fused_layers_grid(device);
   j["fused_phases"] = fused_phases_json(device);
 }
@@ -186,6 +188,12 @@ void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options) {
       ->capture_default_str();
   cmd.add_option("--fused-layers", options.fused_layers, kFusedLayersHelp)
       ->check(CLI::IsMember({"on", "tensor-cores", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--cuda-families", options.cuda_families,
+                 "GPU: models of the families other than plain Llama (Llama 3's RoPE factors, "
+                 "Qwen 2/3, Gemma 2/3, Phi-3) run on the layered kernels with their features "
+                 "(not yet run on a GPU), or are refused on a GPU")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }
 

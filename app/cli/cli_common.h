@@ -54,8 +54,8 @@ DeviceSpec bench_device_spec(const std::string& device);
 // How a benchmark's GPU device launches and what its decode GEMVs read (CudaOptions), as the
 // flags give them: --launch-overlap on|off, --decode-weights bf16|blocks, --gemv-split-k on|off,
 // --tiled-prompt-attention on|off, --chains-on-decode-kernel on|off, --fused-epilogues on|off,
-// --fused-layers on|tensor-cores|off. The defaults are CudaOptions' (the code of the last GPU run
-// where a newer variant waits for one).
+// --fused-layers on|tensor-cores|off, --cuda-families on|off. The defaults are CudaOptions' (the
+// code of the last GPU run where a newer variant waits for one).
 struct GpuBenchOptions {
   std::string launch_overlap = "on";
   std::string decode_weights = "bf16";
@@ -63,7 +63,8 @@ struct GpuBenchOptions {
   std::string tiled_prompt_attention = "off";
   std::string chains_on_decode_kernel = "off";
   std::string fused_epilogues = "off";
-  std::string fused_layers = "off";  // off, on, or tensor-cores
+  std::string fused_layers = "off";   // off, on, or tensor-cores
+  std::string cuda_families = "off";  // CudaOptions::families
 
   bool block_gemv() const { return decode_weights == "blocks"; }
   // The settings, for a benchmark's JSON, and what `device` made of them:
@@ -85,7 +86,8 @@ inline constexpr const char* kFusedLayersHelp =
     "cores (up to 256 rows)";
 
 // Adds --launch-overlap, --decode-weights, --gemv-split-k, --tiled-prompt-attention,
-// --chains-on-decode-kernel, --fused-epilogues and --fused-layers to `cmd`, stored in `options`.
+// --chains-on-decode-kernel, --fused-epilogues, --fused-layers and --cuda-families to `cmd`,
+// stored in `options`.
 void add_gpu_bench_options(CLI::App& cmd, GpuBenchOptions& options);
 
 // The one device a benchmark runs on, from --device ("cpu", "cpu:N" or "cuda:N"): a CPU virtual

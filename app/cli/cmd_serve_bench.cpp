@@ -335,6 +335,12 @@ void add_engine_options(CLI::App& cmd, EngineConfig& e) {
          kFusedLayersHelp)
       ->check(CLI::IsMember({"on", "tensor-cores", "off"}))
       ->default_str("off");
+  cmd.add_option_function<std::string>(
+         "--cuda-families", [&e](const std::string& v) { e.cuda_families = v == "on"; },
+         "GPUs: compute the non-Llama families (qwen2, qwen3, gemma2, gemma3, phi3, Llama 3 "
+         "RoPE factors) on the layered CUDA path; not yet verified on a GPU")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("off");
   cmd.add_flag("--no-streamed-transfer{false}", e.streamed_transfer,
                "disaggregated: copy a prompt's KV after its last prefill step instead of layer by "
                "layer during it (for comparison)");

@@ -41,15 +41,18 @@
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/glu_rows.cuh"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/overlap_support.cuh"
 #include "kernels/cuda/paged_decode_attention.cuh"
 #include "kernels/cuda/paged_prefill_attention.cuh"
 #include "kernels/cuda/paged_rows.h"
+#include "kernels/cuda/prepare_qk.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/row_logsumexp.cuh"
 #include "kernels/cuda/silu_mul.cuh"
+#include "kernels/cuda/softcap.cuh"
 #endif
 
 namespace tokenfab {
@@ -374,6 +377,22 @@ class CudaDevice final : public Device {
   // One layer of a many-row step over x_ (n rows): cuBLASLt's GEMMs and the kernels between
   // them, their glue as fused_epilogues_ says.
   void enqueue_gemm_layer(int64_t layer, int64_t n, const StepAttention& att);
+  // One layer of a model of another family than plain Llama (family_; CudaOptions::families),
+  // any row count: each product through linear() (the GEMVs for a few rows, cuBLASLt beyond),
+  // the family's Q/K preparation (biases, Q/K norms, its RoPE) with the KV store in one launch,
+  // the attention with the layer's window and soft-cap, the post-norms and the gated
+  // activation as launches of their own.
+  void enqueue_family_layer(int64_t layer, int64_t n, const StepAttention& att);
+  // x_ += norm(proj_) (n rows), the sublayer's output through its post-norm when the family has
+  // one (`post_norm` not empty).
+  void add_sublayer(const DeviceArray<float>& post_norm, int64_t n);
+  // The family's RoPE angles of the step's n rows, every RoPE variant of the model
+  // (Architecture::ropes), into h_rope_: (ropes, n, rot_dim), each row's cos then sin, by the
+  // CPU's own function (kernels::rope_table_scaled), so the same floats.
+  void family_rope_tables(int64_t n);
+  // logits_ (rows, n_vocab) ← final_softcap · tanh(logits_ / final_softcap), when the family
+  // soft-caps its logits (gemma2), as TransformerPass's LM head does.
+  void apply_final_softcap(int64_t rows);
   // The layers of enqueue_forward in one cooperative launch (fused_step; no prompt chunk, every
   // row a decode row), with the taps if `taps` (the table prepare_fused_layers uploaded).
   void enqueue_fused_layers(int64_t n, int64_t n_logit, bool has_paths, int32_t max_keys,
@@ -455,6 +474,11 @@ class CudaDevice final : public Device {
   const bool split_k_;                                   // CudaOptions::gemv_split_k
   const kernels::PrefillAttentionKernel prompt_kernel_;  // CudaOptions::tiled_prompt_attention
   const bool fused_epilogues_;                           // CudaOptions::fused_epilogues
+  // A model whose layers differ from the plain Llama layers (differences_from_llama), run with
+  // CudaOptions::families: every layer through enqueue_family_layer; its FFN's activation rows
+  // (rows, n_ff) in ffn_.
+  bool family_ = false;
+  DeviceArray<float> ffn_;
   // CudaOptions::chains_on_decode_kernel, or the fused decode layers run here (set once
   // fused_grid_ is known).
   bool chains_on_decode_ = false;
@@ -503,9 +527,13 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
                                                     : kernels::PrefillAttentionKernel::kKeyByKey),
       fused_epilogues_(options.fused_epilogues),
       fused_tensor_cores_(options.fused_tensor_cores) {
-  if (const std::string d = differences_from_llama(hp_.arch); !d.empty())
-    throw Error(name_ + ": the CUDA backend computes the plain Llama layers only so far; " +
-                hp_.architecture + " has " + d + ". Run this model on CPU devices (--devices cpu:0).");
+  const std::string differences = differences_from_llama(hp_.arch);
+  if (!differences.empty() && !options.families)
+    throw Error(name_ + ": " + hp_.architecture + " has " + differences +
+                ", which the CUDA backend computes only with --cuda-families on (its layered "
+                "kernels for the families, not yet verified on a GPU); or run this model on CPU "
+                "devices (--devices cpu:0).");
+  family_ = !differences.empty();
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
@@ -554,7 +582,13 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
   // The fused decode layers need every SM they are given to themselves while they run (their
   // barriers wait for the whole grid): a whole GPU, or a partition with SMs of its own.
   const bool own_sms = spec.partition == DevicePartition::kWhole || partition_.green();
-  if (options.fused_layers && !block_gemv_ && own_sms &&
+  if (family_)
+    logger("device")->info(
+        "{}: {} ({}) runs on the families' layered kernels{}", name_, hp_.architecture, differences,
+        options.fused_layers ? "; the fused decode layers compute plain Llama layers only and "
+                               "decline it"
+                             : "");
+  if (options.fused_layers && !family_ && !block_gemv_ && own_sms &&
       kernels::decode_layers_supported(static_cast<int>(hp_.n_embd), static_cast<int>(hp_.n_head),
                                        static_cast<int>(hp_.n_kv_head),
                                        static_cast<int>(hp_.head_dim),
@@ -574,7 +608,7 @@ CudaDevice::CudaDevice(DeviceSpec spec, const LlamaModel& model, int threads, in
   // The fused layers' attention takes a chain's rows one by one (their verification is exact up
   // to fused_rows()), so chains stay off the prompt kernel wherever they run.
   chains_on_decode_ = options.chains_on_decode_kernel || fused_grid_ > 0;
-  if (options.fused_layers)
+  if (options.fused_layers && !family_)
     logger("device")->info("{}: fused decode layers {}", name_,
                            fused_grid_ > 0
                                ? std::string(fused_tensor_cores_ ? "on (tensor cores), " : "on, ") +
@@ -635,12 +669,16 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   // The attention's f32 rows feed the few-row GEMVs and the fused decode layers only (many-row
   // steps write them in bf16), unless many-row steps convert them after the attention
   // (fused_epilogues off), whose products also go through proj_ before their residual adds.
+  // The families' layers (family_) keep every step's attention rows in f32, their products in
+  // proj_ and their activation rows in ffn_.
   const size_t f32_rows =
-      fused_epilogues_ ? static_cast<size_t>(fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows)
-                       : r;
+      fused_epilogues_ && !family_
+          ? static_cast<size_t>(fused_grid_ > 0 ? fused_rows() : kernels::kGemvMaxRows)
+          : r;
   grew |=
       att_.reserve(std::min(r, f32_rows) * static_cast<size_t>(hp_.q_dim()), name_, "activations");
-  if (!fused_epilogues_) grew |= proj_.reserve(r * e, name_, "activations");
+  if (!fused_epilogues_ || family_) grew |= proj_.reserve(r * e, name_, "activations");
+  if (family_) grew |= ffn_.reserve(r * static_cast<size_t>(hp_.n_ff), name_, "activations");
   grew |= gate_up_.reserve(r * static_cast<size_t>(2 * hp_.n_ff), name_, "activations");
   grew |= act16_.reserve(std::max(r, lr) * widest, name_, "activations");
   grew |= workspace_.reserve(static_cast<size_t>(std::max<int64_t>(workspace_floats, 1)), name_,
@@ -658,7 +696,9 @@ void CudaDevice::reserve_rows(int64_t rows, int64_t logit_rows, int64_t workspac
   grew |= logit_rows_.reserve(lr, name_, "logit rows");
   grew |= tokens_.reserve(r, name_, "tokens");
   grew |= positions_.reserve(r, name_, "positions");
-  grew |= rope_.reserve(r * static_cast<size_t>(std::max(hp_.rot_dim, 1)), name_, "RoPE angles");
+  const size_t tables = family_ ? hp_.arch.ropes.size() : 1;  // family_rope_tables
+  grew |= rope_.reserve(tables * r * static_cast<size_t>(std::max(hp_.rot_dim, 1)), name_,
+                        "RoPE angles");
   grew |= slots_.reserve(r, name_, "KV slots");
   grew |= att_rows_.reserve(r, name_, "attention rows");
   if (grew) drop_graphs();
@@ -707,6 +747,7 @@ void CudaDevice::lm_head_rows(int64_t rows, std::vector<float>& logits) {
   if (rows == 0) return;
   linear(xgn_.get(), w_->lm_head.get(), logits_.get(), rows, hp_.n_vocab, hp_.n_embd,
          &w_->lm_head_blocks);
+  apply_final_softcap(rows);
   check(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         name_, "downloading logits");
@@ -829,7 +870,9 @@ void CudaDevice::forward(std::span<const BatchSequence> batch, const Outputs& ou
   upload(positions_.get(), h_i32_, "uploading positions");
   // A few rows' RoPE angles for the QKV GEMVs, by the CPU's own function (so the same floats).
   h_rope_.clear();
-  if ((n <= kernels::kGemvMaxRows || fused) && hp_.rot_dim > 0) {
+  if (family_) {
+    family_rope_tables(n);
+  } else if ((n <= kernels::kGemvMaxRows || fused) && hp_.rot_dim > 0) {
     const auto half = static_cast<size_t>(hp_.rot_dim / 2);
     h_rope_.resize(static_cast<size_t>(n) * 2 * half);
     for (int64_t i = 0; i < n; ++i) {
@@ -971,7 +1014,7 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
   const int64_t n_embd = hp_.n_embd;
   launch(name_, "forward pass", [&] {
     kernels::launch_embedding(w_->embd_type, w_->embd.get(), tokens_.get(), x_.get(), n, n_embd,
-                              stream_);
+                              stream_, hp_.arch.embedding_scale);
     if (n_chunks == 0 && n_att_rows == n && fused_step(n)) {
       enqueue_fused_layers(n, n_logit, has_paths, max_keys, gathered, taps);
     } else {
@@ -984,9 +1027,18 @@ void CudaDevice::enqueue_forward(int64_t n, int64_t n_logit, int64_t n_att_rows,
     kernels::launch_rms_norm(gathered ? xg_.get() : x_.get(), w_->output_norm.get(), xgn_.get(),
                              n_logit, n_embd, hp_.rms_eps, stream_, overlap_);
   });
-  if (n_logit > 0)
-    linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd,
-           &w_->lm_head_blocks);
+  if (n_logit == 0) return;
+  linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n_logit, hp_.n_vocab, n_embd,
+         &w_->lm_head_blocks);
+  apply_final_softcap(n_logit);
+}
+
+void CudaDevice::apply_final_softcap(int64_t rows) {
+  const float cap = hp_.arch.final_softcap;
+  if (cap <= 0.0f || rows <= 0) return;
+  launch(name_, "soft-capping logits", [&] {
+    kernels::launch_softcap(logits_.get(), rows * hp_.n_vocab, cap, stream_, overlap_);
+  });
 }
 
 void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, bool has_paths,
@@ -1009,6 +1061,11 @@ void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, 
       kernels::gemv_supports(att_.get(), q_dim, static_cast<int>(n), w_->layers[0].wo.get(), q_dim);
   for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
     const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
+    if (family_) {
+      enqueue_family_layer(layer, n, att);
+      if (taps) enqueue_taps(layer, n_logit, gathered);
+      continue;
+    }
     if (!few_rows) {
       enqueue_gemm_layer(layer, n, att);
       if (taps) enqueue_taps(layer, n_logit, gathered);
@@ -1068,9 +1125,14 @@ void CudaDevice::enqueue_layers(int64_t n, int64_t n_logit, int64_t n_att_rows, 
 void CudaDevice::enqueue_attention(int64_t layer, const StepAttention& a, float* out,
                                    uint16_t* out16) {
   const int64_t q_dim = hp_.q_dim(), qkv_dim = q_dim + 2 * hp_.kv_dim();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
-  const kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), kv_->block_size(), hp_.n_kv_head,
-                                  hp_.head_dim};
+  // 1/√head_dim unless the family has its own (the same float for plain Llama as before).
+  const float scale = hp_.attention_scale();
+  kernels::CudaPagedKv pool{kv_->k(layer), kv_->v(layer), kv_->block_size(), hp_.n_kv_head,
+                            hp_.head_dim};
+  // The layer's window and soft-cap (0 for plain Llama: the kernels of the last GPU run).
+  pool.window = static_cast<int32_t>(
+      std::min<int64_t>(hp_.window(layer), std::numeric_limits<int32_t>::max()));
+  pool.softcap = hp_.arch.attention_softcap;
   kernels::launch_paged_decode_attention(pool, att_rows_.get(), a.n_att_rows,
                                          a.has_paths ? paths_.get() : nullptr, a.max_keys,
                                          qkv_.get(), qkv_dim, out, q_dim, hp_.n_head, scale,
@@ -1129,6 +1191,76 @@ void CudaDevice::enqueue_gemm_layer(int64_t layer, int64_t n, const StepAttentio
   } else {
     gemm_->bf16_nt(act16_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, stream_);
     kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
+  }
+}
+
+void CudaDevice::enqueue_family_layer(int64_t layer, int64_t n, const StepAttention& att) {
+  const CudaLayer& w = w_->layers[static_cast<size_t>(layer)];
+  const int64_t n_embd = hp_.n_embd, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim(), n_ff = hp_.n_ff;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  // Attention block: norm (into proj_), QKV product, the family's Q/K preparation and the KV
+  // store, attention, o product (into proj_), post-norm, residual add.
+  kernels::launch_rms_norm(x_.get(), w.attn_norm.get(), proj_.get(), n, n_embd, hp_.rms_eps,
+                           stream_, overlap_);
+  linear(proj_.get(), w.wqkv.get(), qkv_.get(), n, qkv_dim, n_embd, &w.qkv_blocks);
+  kernels::PrepareQkArgs p;
+  p.qkv = qkv_.get();
+  p.rows = n;
+  p.row_stride = qkv_dim;
+  p.n_head = hp_.n_head;
+  p.n_kv_head = hp_.n_kv_head;
+  p.head_dim = hp_.head_dim;
+  p.rot_dim = hp_.rot_dim;
+  p.halves = hp_.arch.rope_style == RopeStyle::kHalves;
+  p.bias = w.qkv_bias.get();  // null when the family has none
+  p.q_norm = w.q_norm.get();
+  p.k_norm = w.k_norm.get();
+  p.eps = hp_.rms_eps;
+  const int rope = hp_.arch.layers.empty() ? 0 : hp_.arch.layers[static_cast<size_t>(layer)].rope;
+  if (hp_.rot_dim > 0) p.rope = rope_.get() + rope * n * hp_.rot_dim;  // family_rope_tables
+  p.kv_slots = slots_.get();
+  p.block_size = kv_->block_size();
+  p.k_pool = kv_->k(layer);
+  p.v_pool = kv_->v(layer);
+  kernels::launch_prepare_qk(p, stream_, overlap_);
+  enqueue_attention(layer, att, att_.get(), nullptr);
+  linear(att_.get(), w.wo.get(), proj_.get(), n, n_embd, q_dim, &w.wo_blocks);
+  add_sublayer(w.post_attn_norm, n);
+  // FFN block: norm (into proj_), gate and up in one product, the gated activation (into ffn_),
+  // down (into proj_), post-norm, residual add.
+  kernels::launch_rms_norm(x_.get(), w.ffn_norm.get(), proj_.get(), n, n_embd, hp_.rms_eps, stream_,
+                           overlap_);
+  linear(proj_.get(), w.w_gate_up.get(), gate_up_.get(), n, 2 * n_ff, n_embd, &w.gate_up_blocks);
+  kernels::launch_glu_rows(gate_up_.get(), n, n_ff,
+                           hp_.arch.activation == FfnActivation::kGeluTanh
+                               ? kernels::GluActivation::kGeluTanh
+                               : kernels::GluActivation::kSilu,
+                           ffn_.get(), stream_, overlap_);
+  linear(ffn_.get(), w.w_down.get(), proj_.get(), n, n_embd, n_ff, &w.down_blocks);
+  add_sublayer(w.post_ffn_norm, n);
+}
+
+void CudaDevice::add_sublayer(const DeviceArray<float>& post_norm, int64_t n) {
+  const int64_t n_embd = hp_.n_embd;
+  if (post_norm.get() != nullptr)
+    kernels::launch_rms_norm(proj_.get(), post_norm.get(), proj_.get(), n, n_embd, hp_.rms_eps,
+                             stream_, overlap_);
+  kernels::launch_add_inplace(x_.get(), proj_.get(), n * n_embd, stream_, overlap_);
+}
+
+void CudaDevice::family_rope_tables(int64_t n) {
+  if (hp_.rot_dim <= 0) return;
+  const auto half = static_cast<size_t>(hp_.rot_dim / 2);
+  const size_t per_table = static_cast<size_t>(n) * 2 * half;
+  h_rope_.resize(hp_.arch.ropes.size() * per_table);
+  for (size_t t = 0; t < hp_.arch.ropes.size(); ++t) {
+    const RopeSpec& rope = hp_.arch.ropes[t];
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = h_rope_.data() + t * per_table + static_cast<size_t>(i) * 2 * half;
+      kernels::rope_table_scaled(
+          rows_.positions[static_cast<size_t>(i)], hp_.rot_dim, rope.base, rope.pos_scale,
+          rope.factors.empty() ? nullptr : rope.factors.data(), rope.attn_factor, row, row + half);
+    }
   }
 }
 
@@ -1310,6 +1442,7 @@ void CudaDevice::top_of_lm_head(int64_t n, std::span<const int32_t> wanted,
                 std::to_string(n) + " rows");
   linear(xgn_.get(), w_->lm_head.get(), logits_.get(), n, hp_.n_vocab, hp_.n_embd,
          &w_->lm_head_blocks);
+  apply_final_softcap(n);  // as the CPU's LM head (Device::lm_head_top)
   // The k best of a row, as top_tokens orders them.
   std::vector<kernels::CandidateFilter> filters;
   for (const int32_t k : wanted) filters.push_back(kernels::best_of(k));
@@ -1541,7 +1674,7 @@ void CudaDevice::mtp_step_rows(const DraftWeights& weights, const float* h, floa
   const int64_t d = hp_.n_embd;
   // ĥ = h + SiLU(W [h; e(x)] + b) of each row's parent state and token, then its logits over V.
   kernels::launch_embedding(w_->embd_type, w_->embd.get(), mtp_tokens_.get(), x_.get(), n, d,
-                            stream_);
+                            stream_, hp_.arch.embedding_scale);  // LlamaModel::embed's input
   kernels::launch_draft_residual(medusa_w_.get(), medusa_b_.get(), h, medusa_src_.get(), x_.get(),
                                  z, n, d, stream_);
   linear(z, weights.vocab_rows.get(), logits_.get(), n,

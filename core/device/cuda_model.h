@@ -22,6 +22,8 @@
 // state from them (DraftHead::mtp_root) is made on the GPU, its W_f in BF16.
 // Decode-only steps replay CUDA graphs, captured per row count and per 1,024 keys of context; on
 // Hopper their GEMVs and attention overlap the previous kernel's tail (CudaOptions).
+// Models of the families whose layers differ from plain Llama's run on layered kernels of their
+// own, behind CudaOptions::families (not yet verified on a GPU); without it they are refused.
 //
 // This header is plain C++: it builds without CUDA, where make_cuda_device says so.
 
@@ -119,6 +121,17 @@ struct CudaOptions {
   // (core/device/cuda_partition.h). 0: no split; the partitions share the SMs and differ by
   // stream priority. Both partitions must be given the same value.
   int decode_sms = 0;
+  // Models whose layers differ from the plain Llama layers (differences_from_llama: Llama 3's
+  // frequency factors, Qwen 2/3, Gemma 2/3, Phi-3) run on the layered kernels with their
+  // family's features, as the CPU computes them (TransformerPass): RoPE on halves and per layer,
+  // Q/K/V biases, Q/K norms, post-norms, GELU gating, the embedding scale, the attention scale,
+  // soft-caps and sliding windows. Every step of such a model takes the layered kernels (the
+  // fused decode layers decline it), each layer in separate launches: norm, QKV product, the
+  // family's Q/K preparation with the KV store, attention, o product, (post-norm,) residual
+  // add, and the same for the FFN. Off until a GPU run verifies it (not yet run on a GPU): such
+  // a model is then refused, naming --cuda-families on. Plain Llama models run the same code
+  // either way.
+  bool families = false;
 };
 
 // A CUDA device for `spec` (kind kCuda): the weights uploaded, a KV pool of kv_blocks blocks of

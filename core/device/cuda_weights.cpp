@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/device/cuda_weights.h"
 #include "kernels/cuda/dequantize.cuh"
@@ -55,11 +56,16 @@ uint64_t block_bytes(std::initializer_list<const WeightMatrix*> parts) {
   return format == kernels::GemvWeights::kBf16 ? 0 : bytes;
 }
 
-// The norms and the token embedding, which the GPU holds as they are.
+// The norms (the family's biases and extra norms too) and the token embedding, which the GPU
+// holds as they are.
 uint64_t other_weight_bytes(const LlamaModel& model) {
   const auto n_embd = static_cast<uint64_t>(model.hparams().n_embd);
+  uint64_t floats = 0;
+  for (const LayerWeights& l : model.layers())
+    floats += l.bq.size() + l.bk.size() + l.bv.size() + l.q_norm.size() + l.k_norm.size() +
+              l.post_attn_norm.size() + l.post_ffn_norm.size();
   return (2 * static_cast<uint64_t>(model.layers().size()) + 1) * n_embd * sizeof(float) +
-         model.token_embedding().bytes();
+         floats * sizeof(float) + model.token_embedding().bytes();
 }
 
 }  // namespace
@@ -125,6 +131,16 @@ class WeightUploader {
       CudaLayer& l = w->layers[static_cast<size_t>(i)];
       f32(lw.attn_norm, l.attn_norm);
       f32(lw.ffn_norm, l.ffn_norm);
+      if (!lw.bq.empty()) {
+        std::vector<float> bias = lw.bq;
+        bias.insert(bias.end(), lw.bk.begin(), lw.bk.end());
+        bias.insert(bias.end(), lw.bv.begin(), lw.bv.end());
+        f32(bias, l.qkv_bias);  // a pageable source is staged before the call returns
+      }
+      f32(lw.q_norm, l.q_norm);
+      f32(lw.k_norm, l.k_norm);
+      f32(lw.post_attn_norm, l.post_attn_norm);
+      f32(lw.post_ffn_norm, l.post_ffn_norm);
       l.wqkv.reserve(static_cast<size_t>((q_dim + 2 * kv_dim) * n_embd), device_, "weights");
       bf16(lw.wq, l.wqkv.get());
       bf16(lw.wk, l.wqkv.get() + q_dim * n_embd);
@@ -153,7 +169,9 @@ class WeightUploader {
   }
 
  private:
+  // host into dst; an empty host vector (a family without that tensor) leaves dst empty.
   void f32(const std::vector<float>& host, DeviceArray<float>& dst) {
+    if (host.empty()) return;
     dst.reserve(host.size(), device_, "norm weights");
     check(cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream_),

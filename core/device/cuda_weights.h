@@ -5,8 +5,9 @@
 // Q4_0, Q4_1 and Q8_0 ones also in the quantized GEMV's layout (the other types have no such
 // form: Q5_0/Q5_1, the K-quants and IQ4 keep their BF16 copy alone); the token embedding in the
 // file's type, each token's row decoded on the device (kernels/cuda/embedding.cuh). One copy per
-// (model, GPU, blocks or not), shared by the devices (partitions) that run it there. CUDA builds
-// only.
+// (model, GPU, blocks or not), shared by the devices (partitions) that run it there. A family's
+// fused matrices (phi3's attn_qkv, gate·up in ffn_up) are the loader's row views, uploaded as the
+// separate matrices they hold. CUDA builds only.
 
 #include <cuda_runtime.h>
 
@@ -36,6 +37,10 @@ struct CudaBlocks {
 
 struct CudaLayer {
   DeviceArray<float> attn_norm, ffn_norm;
+  // The family's extra vectors (LayerWeights; empty where the family has none): the Q/K/V biases
+  // back to back (q_dim + 2·kv_dim), the Q and K heads' norms (head_dim each), the post-norms
+  // (n_embd each).
+  DeviceArray<float> qkv_bias, q_norm, k_norm, post_attn_norm, post_ffn_norm;
   DeviceArray<uint16_t> wqkv;       // (q_dim + 2·kv_dim, n_embd): wq, then wk, then wv
   DeviceArray<uint16_t> w_gate_up;  // (2·n_ff, n_embd): w_gate, then w_up
   DeviceArray<uint16_t> wo, w_down;

@@ -47,7 +47,9 @@ void describe_architecture(const gguf::GgufFile& file, HParams& h) {
     if (h.architecture != f.name) continue;
     h.arch = Architecture{};
     h.arch.name = f.name;
-    h.arch.ropes = {RopeSpec{h.rope_base}};
+    RopeSpec rope;
+    rope.base = h.rope_base;
+    h.arch.ropes = {rope};
     f.describe(file, h);
     return;
   }

@@ -62,8 +62,10 @@ struct Architecture {
   std::vector<LayerSpec> layers;  // (n_layer); empty: every layer full attention, rope 0
 };
 
-// What of `a` differs from the plain Llama layers (the layers the CUDA backend computes so far),
-// e.g. "RoPE on halves, Q/K biases"; empty when nothing does.
+// What of `a` differs from the plain Llama layers, e.g. "RoPE on halves, Q/K biases"; empty when
+// nothing does. The CUDA backend computes a model with differences only on its layered kernels
+// for the families, behind CudaOptions::families (--cuda-families on; not yet verified on a GPU),
+// and its fused decode layers never do (core/device/cuda_model.h).
 std::string differences_from_llama(const Architecture& a);
 
 // The architectures Tokenfab runs, for messages: "llama, qwen2, qwen3, gemma2, gemma3, phi3".

@@ -166,7 +166,8 @@ Engine::Engine(const LlamaModel& model, EngineConfig config, EndOfGeneration is_
   std::vector<std::shared_ptr<KvSlots>> shared(plan.size());
   const CudaOptions cuda{.fused_layers = config_.fused_layers,
                          .fused_tensor_cores = config_.fused_tensor_cores,
-                         .decode_sms = config_.decode_sms};
+                         .decode_sms = config_.decode_sms,
+                         .families = config_.cuda_families};
   for (size_t i = 0; i < plan.size(); ++i) {
     const DeviceSpec& spec = plan[i].spec;
     if (devices[i]) continue;  // the decode partition of an earlier entry

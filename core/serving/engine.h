@@ -89,6 +89,9 @@ struct EngineConfig {
   bool fused_layers = false;
   // With fused_layers: their products on tensor cores (CudaOptions::fused_tensor_cores).
   bool fused_tensor_cores = false;
+  // GPUs: the layered path computes the non-Llama families (CudaOptions::families; not yet
+  // verified on a GPU, so off by default and such a model is refused on a GPU without it).
+  bool cuda_families = false;
 
   // Throws Error naming the field for an inconsistent configuration.
   void validate() const;

@@ -15,9 +15,11 @@ namespace tokenfab::kernels {
 //         the ids come from the tokenizer or the sampler, already bounded by the vocabulary).
 // y: (n_tokens, n_embd) device f32.
 // n_embd must be a multiple of block_elements(type) (32, or 256 for the K-quants and IQ4_XS).
+// scale: each element is multiplied by it after decoding, as LlamaModel::embed does with the
+// family's embedding scale (Gemma's √n_embd); 1 leaves the rows as decoded.
 // Asynchronous on `stream`. Throws std::invalid_argument for an unknown type or a bad shape,
 // std::runtime_error if the launch fails.
 void launch_embedding(int type, const void* table, const int32_t* tokens, float* y,
-                      int64_t n_tokens, int64_t n_embd, cudaStream_t stream);
+                      int64_t n_tokens, int64_t n_embd, cudaStream_t stream, float scale = 1.0f);
 
 }  // namespace tokenfab::kernels

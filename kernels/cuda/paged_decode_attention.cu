@@ -84,6 +84,10 @@ __device__ float dot8(const float* q, uint4 raw, float dot) {
 //   3. Σ p·v: head_dim / 8 threads per key, each 8 elements of a V row, the block's threads
 //      spread over the keys, then summed over the key groups through shared memory.
 // vec: head_dim is a multiple of 8 and both pools 16-byte aligned (else one element at a time).
+// kLimits: the layer's window and soft-cap (CudaPagedKv) apply: a row's keys start at the first
+// its window shows, and its splits count from there; false compiles the kernel of the last GPU
+// run, which reads neither.
+template <bool kLimits>
 __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* rows,
                                           const int32_t* paths, const float* q, int64_t q_stride,
                                           float* out, uint16_t* out16, int64_t out_stride,
@@ -101,7 +105,9 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
   const int head = blockIdx.y;
   const int split = blockIdx.x;
   const int32_t n_keys = row.n_ctx + row.path_len;
-  const int32_t key0 = split * kPagedDecodeSplitKeys;
+  // The row stands at position n_keys − 1 of its chain (CudaPagedRow): its window's first key.
+  const int32_t first = kLimits && kv.window > 0 ? max(0, n_keys - kv.window) : 0;
+  const int32_t key0 = first + split * kPagedDecodeSplitKeys;
   if (key0 >= n_keys) {  // a shorter row than the longest: the combine skips this split
     overlap_wait();
     return;
@@ -152,6 +158,9 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
       for (int d = 0; d < head_dim; ++d)
         dot = fmaf(q_s[d], __half2float(__ushort_as_half(kr[d])), dot);
     }
+    if constexpr (kLimits) {
+      if (kv.softcap > 0.0f) dot = kv.softcap * tanhf(dot / kv.softcap);
+    }
     p_s[i] = dot;
     local_max = fmaxf(local_max, dot);
   }
@@ -166,7 +175,7 @@ __global__ void paged_decode_split_kernel(CudaPagedKv kv, const CudaPagedRow* ro
 
   // A row with one split is finished here: out = Σ p·v / l. Otherwise the split's partial goes
   // to the workspace, and the row's last split to finish combines them all.
-  const int n_row_splits = (n_keys + kPagedDecodeSplitKeys - 1) / kPagedDecodeSplitKeys;
+  const int n_row_splits = (n_keys - first + kPagedDecodeSplitKeys - 1) / kPagedDecodeSplitKeys;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * n_head + head;
   const int64_t slot = pair * part.n_splits + split;
   const int64_t out_at = row.q_row * out_stride + static_cast<int64_t>(head) * head_dim;
@@ -270,6 +279,9 @@ void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* 
                                 std::to_string(kv.n_kv_head) + " (at most 65535)");
   if (kv.block_size <= 0)
     throw std::invalid_argument(w + "block_size " + std::to_string(kv.block_size));
+  if (kv.window < 0 || !(kv.softcap >= 0.0f))
+    throw std::invalid_argument(w + "window " + std::to_string(kv.window) + " and soft-cap " +
+                                std::to_string(kv.softcap) + " must not be negative");
 }
 
 int64_t paged_decode_workspace_floats(int64_t n_rows, int n_head, int head_dim, int32_t max_keys) {
@@ -303,8 +315,10 @@ void launch_paged_decode_attention(const CudaPagedKv& kv, const CudaPagedRow* ro
                         static_cast<unsigned>(n_rows));
   const bool vec = kv.head_dim % kVec == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  launch_kernel(paged_decode_split_kernel, split_grid, dim3(kSplitThreads), stream, overlap, kv,
-                rows, paths, q, q_stride, out, out_bf16, out_stride, n_head, scale, part, vec);
+  const auto kernel = kv.window > 0 || kv.softcap > 0.0f ? paged_decode_split_kernel<true>
+                                                         : paged_decode_split_kernel<false>;
+  launch_kernel(kernel, split_grid, dim3(kSplitThreads), stream, overlap, kv, rows, paths, q,
+                q_stride, out, out_bf16, out_stride, n_head, scale, part, vec);
 }
 
 }  // namespace tokenfab::kernels

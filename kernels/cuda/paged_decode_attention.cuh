@@ -20,18 +20,26 @@ inline constexpr int kPagedDecodeSplitKeys = 256;  // keys per split (one partia
 inline constexpr int kPagedDecodeMaxHeadDim = 256;
 
 // One layer of a device's KV pool: fp16 bits, layout (n_blocks, n_kv_head, block_size, head_dim)
-// for k and v, device memory (kernels::PagedKv's layout).
+// for k and v, device memory (kernels::PagedKv's layout), and how the layer's queries attend, as
+// kernels::PagedKv says: a sliding window (> 0: a row at position p sees only the keys at
+// (p − window, p]) and a score soft-cap (> 0: each score s becomes softcap · tanh(s / softcap)).
+// Both 0 (plain causal attention, the Llama layers) launch the kernels that ran on the last GPU
+// run; either set launches their variant that applies them (not yet run on a GPU).
 struct CudaPagedKv {
   const uint16_t* k;
   const uint16_t* v;
   int block_size;
   int n_kv_head;
   int head_dim;
+  int32_t window = 0;
+  float softcap = 0.0f;
 };
 
 // One query row, device memory. Its keys are positions [0, n_ctx) followed by
 // paths[path_begin, path_begin + path_len) (a draft-tree row's ancestors and itself, root first;
-// path_len 0 for causal rows, whose n_ctx is pos0 + t + 1).
+// path_len 0 for causal rows, whose n_ctx is pos0 + t + 1). Key i stands at position i of the
+// row's chain (a tree row's path entry j at n_ctx + j, its depth), so a window keeps the keys
+// [n_ctx + path_len − window, n_ctx + path_len), as the CPU keeps a tree row's.
 struct CudaPagedRow {
   const int32_t* blocks;  // the sequence's block table, device memory
   int64_t q_row;          // row of q and out
@@ -43,7 +51,8 @@ struct CudaPagedRow {
 
 // The checks both paged attention launchers make of the pool and the heads: throws
 // std::invalid_argument, prefixed with `where`, for head_dim outside 1..kPagedDecodeMaxHeadDim,
-// n_head not a positive multiple of n_kv_head (or above 65535), or a block_size below 1.
+// n_head not a positive multiple of n_kv_head (or above 65535), a block_size below 1, or a
+// negative window or soft-cap.
 void check_paged_attention_shape(const CudaPagedKv& kv, int n_head, const char* where);
 
 // Floats of partial results a call needs: (n_rows, n_head, n_splits) maxima and sums plus

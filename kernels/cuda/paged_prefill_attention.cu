@@ -240,8 +240,12 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 // the weighted V of head elements lane + 32·j (j < kPerLane) of each of its warp's rows; for each
 // key of a tile the warp sums the lanes' products into the row's score and moves the row's online
 // softmax on by that one key.
+// kLimits: the layer's window and soft-cap (CudaPagedKv) apply: each row's keys start at the
+// first its window shows (the block's tiles at its first row's), and each score is soft-capped;
+// false compiles the kernel of the last GPU run, which reads neither.
 constexpr int kPerLane = kPagedDecodeMaxHeadDim / kWarp;
 
+template <bool kLimits>
 __global__ void paged_prefill_key_by_key_kernel(CudaPagedKv kv, const CudaPrefillChunk* chunks,
                                                 const float* q, int64_t q_stride, float* out,
                                                 uint16_t* out16, int64_t out_stride, int n_head,
@@ -282,7 +286,13 @@ __global__ void paged_prefill_key_by_key_kernel(CudaPagedKv kv, const CudaPrefil
   // Keys up to the tile's last row's position.
   const int32_t t_end = min(chunk.n_tokens, t0 + kPrefillQueryTile);
   const int32_t n_keys = chunk.pos0 + t_end;
-  for (int32_t key0 = 0; key0 < n_keys; key0 += kPrefillKeyTile) {
+  // A window: the first key a row at position p sees, p − window + 1 (0 for the first ones);
+  // the block's first row (the lowest position) sees the earliest.
+  const auto first_key = [&](int32_t pos) {
+    return kLimits && kv.window > 0 ? max(0, pos - kv.window + 1) : 0;
+  };
+  const int32_t block_first = first_key(chunk.pos0 + t0);
+  for (int32_t key0 = block_first; key0 < n_keys; key0 += kPrefillKeyTile) {
     const int32_t tile_keys = min(kPrefillKeyTile, n_keys - key0);
     __syncthreads();  // the previous tile has been read
     for (int e = threadIdx.x; e < tile_keys * head_dim; e += blockDim.x) {
@@ -296,7 +306,9 @@ __global__ void paged_prefill_key_by_key_kernel(CudaPagedKv kv, const CudaPrefil
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int32_t keys = min(tile_keys, last_key[i] - key0 + 1);  // causal: up to the row itself
-      for (int32_t kk = 0; kk < keys; ++kk) {
+      // The row's window: keys before its first are skipped (the same for every lane).
+      const int32_t skip = kLimits && last_key[i] >= 0 ? max(0, first_key(last_key[i]) - key0) : 0;
+      for (int32_t kk = skip; kk < keys; ++kk) {
         const __half* kr = k_tile + kk * head_dim;
         const __half* vr = v_tile + kk * head_dim;
         float dot = 0.0f;
@@ -305,7 +317,10 @@ __global__ void paged_prefill_key_by_key_kernel(CudaPagedKv kv, const CudaPrefil
           const int d = lane + kWarp * j;
           if (d < head_dim) dot = fmaf(qv[i][j], __half2float(kr[d]), dot);
         }
-        const float score = warp_sum(dot) * scale;
+        float score = warp_sum(dot) * scale;
+        if constexpr (kLimits) {
+          if (kv.softcap > 0.0f) score = kv.softcap * tanhf(score / kv.softcap);
+        }
         const float m_new = fmaxf(m[i], score);
         const float correction = expf(m[i] - m_new);  // 0 for the first key (m = −inf)
         const float p = expf(score - m_new);
@@ -365,9 +380,12 @@ void launch_paged_prefill_attention(const CudaPagedKv& kv, const CudaPrefillChun
   if (n_chunks == 0 || max_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>((max_tokens + kPrefillQueryTile - 1) / kPrefillQueryTile),
                   static_cast<unsigned>(n_head), static_cast<unsigned>(n_chunks));
-  if (kernel == PrefillAttentionKernel::kKeyByKey) {
-    launch_kernel(paged_prefill_key_by_key_kernel, grid, dim3(kWarps * kWarp), stream, overlap, kv,
-                  chunks, q, q_stride, out, out_bf16, out_stride, n_head, scale);
+  const bool limits = kv.window > 0 || kv.softcap > 0.0f;  // the tiled kernel declines them
+  if (kernel == PrefillAttentionKernel::kKeyByKey || limits) {
+    const auto key_by_key =
+        limits ? paged_prefill_key_by_key_kernel<true> : paged_prefill_key_by_key_kernel<false>;
+    launch_kernel(key_by_key, grid, dim3(kWarps * kWarp), stream, overlap, kv, chunks, q, q_stride,
+                  out, out_bf16, out_stride, n_head, scale);
     return;
   }
   const bool vec = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&

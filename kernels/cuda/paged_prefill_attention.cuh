@@ -9,7 +9,10 @@
 // warp score one key at a time (a lane per head element, a warp sum per key) and moves each row's
 // softmax on by that key. Either way a lane accumulates head elements lane, lane + 32, … of the
 // rows' weighted V. Both mirror kernels::paged_attention (kernels/cpu/paged_attention.h) for
-// causal rows, to f32 rounding. Decode rows, verified chains and draft trees go to
+// causal rows, to f32 rounding. A layer with a sliding window or a score soft-cap
+// (CudaPagedKv::window, softcap) always takes the key-by-key kernel, in its variant that applies
+// them (each row's keys from the first its window shows; not yet run on a GPU): the tiled one
+// declines them. Decode rows, verified chains and draft trees go to
 // paged_decode_attention.cuh.
 // `overlap`: the launch may start while the previous kernel of the stream finishes, and waits
 // for it before reading anything (launch_overlap.cuh; compute capability 9.0 or later).
@@ -49,7 +52,7 @@ struct CudaPrefillChunk {
 // multiple of n_kv_head, more than 65535 chunks or heads), std::runtime_error if the launch fails.
 // With out_bf16 the output goes there instead, as bf16 bits (kernels::fp32_to_bf16's rounding of
 // what out would hold), same layout and out_stride, and out is not written. `kernel` picks the
-// kernel (PrefillAttentionKernel).
+// kernel (PrefillAttentionKernel), but for a layer with a window or a soft-cap (kKeyByKey).
 void launch_paged_prefill_attention(
     const CudaPagedKv& kv, const CudaPrefillChunk* chunks, int64_t n_chunks, int32_t max_tokens,
     const float* q, int64_t q_stride, float* out, int64_t out_stride, int n_head, float scale,

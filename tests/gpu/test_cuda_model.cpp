@@ -5,7 +5,11 @@
 // two partitions, held to the exact forward pass (tests/model/reference_forward.cpp) within a
 // near-tie; the real model's logits and greedy tokens, when its file is present, against the
 // exact forward pass, and CPU prefill → GPU decode; and each logit row's sampling candidates
-// against the reference filter (label gpu; skipped without a CUDA device).
+// against the reference filter (label gpu; skipped without a CUDA device). The families other
+// than plain Llama (CudaOptions::families, --cuda-families on): each tiny synthetic family model's
+// logits and hidden states against the CPU's over prompt chunks, decode steps and a draft tree,
+// with greedy tokens chosen on the GPU, held to the same bounds as the Llama shape; such a model
+// refused with the switch off; and the switch changing nothing for a plain Llama model.
 //
 // Tolerance against the CPU (synthetic model). The two backends round differently on purpose: the
 // CPU multiplies the file's quantized blocks by activations quantized to 8 bits per block of 32
@@ -498,6 +502,10 @@ class TestCudaModel : public QObject {
   void partition_streams_split_the_sms();
   void synthetic_models_of_the_newer_types_match_cpu_data();
   void synthetic_models_of_the_newer_types_match_cpu();
+  void family_models_match_cpu_with_cuda_families_on_data();
+  void family_models_match_cpu_with_cuda_families_on();
+  void family_models_are_refused_without_cuda_families();
+  void cuda_families_changes_nothing_for_plain_llama();
 
  private:
   QTemporaryDir dir_;
@@ -1632,6 +1640,161 @@ void TestCudaModel::synthetic_models_of_the_newer_types_match_cpu() {
         kernels::weight_type_name(wtype), logits_check.worst_rel, hidden_check.worst_rel);
   QVERIFY2(logits_check.failure.isEmpty(), qPrintable(logits_check.failure));
   QVERIFY2(hidden_check.failure.isEmpty(), qPrintable(hidden_check.failure));
+}
+
+namespace {
+
+// The tiny synthetic model of `family` (SyntheticShape::family_tiny) in `dir`, Q8_0 matrices.
+std::unique_ptr<LlamaModel> family_model(const QTemporaryDir& dir, const QString& family) {
+  const std::filesystem::path path = dir.filePath(family + "-tiny.gguf").toStdString();
+  if (!std::filesystem::exists(path))
+    write_synthetic_llama(path, SyntheticShape::family_tiny(family.toStdString()),
+                          kernels::WeightType::Q8_0, 7);
+  return LlamaModel::load(path);
+}
+
+constexpr const char* kTinyFamilies[] = {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+
+}  // namespace
+
+void TestCudaModel::family_models_match_cpu_with_cuda_families_on_data() {
+  QTest::addColumn<QString>("family");
+  for (const char* f : kTinyFamilies) QTest::newRow(f) << QString(f);
+}
+
+// With CudaOptions::families, each family's tiny model (its RoPE style and variants, biases, Q/K
+// norms, post-norms, GELU, embedding and attention scales, soft-caps, sliding windows of 8
+// positions, fused matrices) on the GPU against the CPU device on the same steps: a prompt chunk
+// with every row's logits and a short one (the prompt kernel), then a decode row beside a
+// second chunk after the first (mixed), ten decode-only steps (CUDA graphs from the second on),
+// and a draft tree. Each step's next tokens are the GPU's greedy choices, so both devices hold the
+// same sequences; compare_rows holds every logit row and final hidden state to kRowRel and the
+// GPU's greedy token to the CPU's wherever the CPU's lead is no near-tie.
+void TestCudaModel::family_models_match_cpu_with_cuda_families_on() {
+  QFETCH(QString, family);
+  const std::unique_ptr<LlamaModel> model = family_model(dir_, family);
+  const HParams& hp = model->hparams();
+  QVERIFY(!differences_from_llama(hp.arch).empty());
+  CpuDevice cpu({DeviceKind::kCpu, 0}, *model, 2, kBlocks, kBlockSize);
+  CudaOptions options;
+  options.families = true;
+  const std::unique_ptr<Device> gpu =
+      make_cuda_device({DeviceKind::kCuda, 0}, *model, 1, kBlocks, kBlockSize, options);
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int32_t> token(3, static_cast<int32_t>(hp.n_vocab) - 1);
+  std::vector<int32_t> a(21), b(20);
+  for (int32_t& t : a) t = token(rng);
+  for (int32_t& t : b) t = token(rng);
+  const std::vector<int32_t> table_a = identity_table(0, 8), table_b = identity_table(8, 8);
+  RowCheck logits_check, hidden_check;
+  int greedy_same = 0, greedy_rows = 0;
+  // Runs one step on both devices and compares; returns the GPU's greedy token of each logit row.
+  const auto step = [&](const std::vector<BatchSequence>& batch, const QString& what) {
+    std::vector<float> cpu_logits, gpu_logits, cpu_hidden, gpu_hidden;
+    cpu.run(batch, cpu_logits, &cpu_hidden);
+    gpu->run(batch, gpu_logits, &gpu_hidden);
+    compare_rows(gpu_logits, cpu_logits, hp.n_vocab, what + QStringLiteral(" logits"),
+                 logits_check);
+    compare_rows(gpu_hidden, cpu_hidden, hp.n_embd, what + QStringLiteral(" hidden"), hidden_check);
+    std::vector<int32_t> chosen;
+    for (size_t r = 0; r * static_cast<size_t>(hp.n_vocab) < gpu_logits.size(); ++r) {
+      const float* g = gpu_logits.data() + r * static_cast<size_t>(hp.n_vocab);
+      const float* c = cpu_logits.data() + r * static_cast<size_t>(hp.n_vocab);
+      const auto best = static_cast<int32_t>(std::max_element(g, g + hp.n_vocab) - g);
+      greedy_same += best == std::max_element(c, c + hp.n_vocab) - c;
+      ++greedy_rows;
+      chosen.push_back(best);
+    }
+    return chosen;
+  };
+  // 1. Prompts: a's 21 tokens, every row's logits (rows past the window of 8 included); b's 6.
+  const std::span<const int32_t> sb(b);
+  std::vector<int32_t> chosen = step({{std::span<const int32_t>(a), 0, table_a, false, true},
+                                      {sb.subspan(0, 6), 0, table_b, true}},
+                                     QStringLiteral("prompts"));
+  a.push_back(chosen[20]);  // a's last row (b's row, 21, continues with b's prompt)
+  // 2. a's first decode row beside b's next 14 prompt tokens (a chunk after context).
+  chosen = step({{std::span<const int32_t>(a).subspan(21, 1), 21, table_a, true},
+                 {sb.subspan(6, 14), 6, table_b, true}},
+                QStringLiteral("mixed step"));
+  a.push_back(chosen[0]);
+  b.push_back(chosen[1]);
+  // 3. Decode-only steps of both sequences, greedy on the GPU's logits.
+  for (int i = 0; i < 10; ++i) {
+    const auto pa = static_cast<int64_t>(a.size()) - 1, pb = static_cast<int64_t>(b.size()) - 1;
+    chosen =
+        step({{std::span<const int32_t>(a).subspan(static_cast<size_t>(pa), 1), pa, table_a, true},
+              {std::span<const int32_t>(b).subspan(static_cast<size_t>(pb), 1), pb, table_b, true}},
+             QStringLiteral("decode step %1").arg(i + 1));
+    a.push_back(chosen[0]);
+    b.push_back(chosen[1]);
+  }
+  // 4. A draft tree from a's last token (not computed yet) on: its rows attend the context and
+  // their paths (each within its window).
+  const std::vector<int32_t> tree = {a.back(), token(rng), token(rng), token(rng)};
+  const std::vector<int32_t> parents = {-1, 0, 0, 1};
+  BatchSequence t{tree, static_cast<int64_t>(a.size()) - 1, table_a, false, true};
+  t.tree_parent = parents;
+  step({t}, QStringLiteral("draft tree"));
+  qInfo(
+      "%s: worst relative L2 distance: logits %.5f, final hidden states %.5f; %d of %d greedy "
+      "tokens the CPU's",
+      qPrintable(family), logits_check.worst_rel, hidden_check.worst_rel, greedy_same, greedy_rows);
+  QVERIFY2(logits_check.failure.isEmpty(), qPrintable(logits_check.failure));
+  QVERIFY2(hidden_check.failure.isEmpty(), qPrintable(hidden_check.failure));
+}
+
+// Without CudaOptions::families a model whose layers differ from plain Llama's is refused, the
+// message naming the switch and the CPU devices.
+void TestCudaModel::family_models_are_refused_without_cuda_families() {
+  for (const char* f : kTinyFamilies) {
+    const std::unique_ptr<LlamaModel> model = family_model(dir_, f);
+    QString message;
+    try {
+      make_cuda_device({DeviceKind::kCuda, 0}, *model, 1, kBlocks, kBlockSize, CudaOptions{});
+    } catch (const Error& e) {
+      message = QString::fromUtf8(e.what());
+    }
+    QVERIFY2(message.contains(QStringLiteral("--cuda-families on")) &&
+                 message.contains(QStringLiteral("not yet verified on a GPU")) &&
+                 message.contains(QStringLiteral("cpu:0")),
+             qPrintable(QStringLiteral("%1: %2").arg(f, message.isEmpty() ? "accepted" : message)));
+  }
+}
+
+// CudaOptions::families is a no-op for a plain Llama model: the same logits, bit for bit, on a
+// mixed step (prompt chunks and decode rows) and on decode-only steps.
+void TestCudaModel::cuda_families_changes_nothing_for_plain_llama() {
+  const LlamaModel& model = *synthetic_;
+  QVERIFY(differences_from_llama(model.hparams().arch).empty());
+  CudaOptions on;
+  on.families = true;
+  const std::unique_ptr<Device> plain =
+      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, CudaOptions{});
+  const std::unique_ptr<Device> with_switch =
+      make_cuda_device({DeviceKind::kCuda, 0}, model, 1, kBlocks, kBlockSize, on);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> token(3,
+                                               static_cast<int32_t>(model.hparams().n_vocab) - 1);
+  std::vector<int32_t> a(40), b(12);
+  for (int32_t& t : a) t = token(rng);
+  for (int32_t& t : b) t = token(rng);
+  const std::vector<int32_t> table_a = identity_table(0, 8), table_b = identity_table(8, 8);
+  const std::span<const int32_t> sa(a), sb(b);
+  const std::vector<std::vector<BatchSequence>> steps = {
+      {{sa.subspan(0, 30), 0, table_a, true}, {sb.subspan(0, 10), 0, table_b, true}},
+      {{sa.subspan(30, 1), 30, table_a, true}, {sb.subspan(10, 1), 10, table_b, true}},
+      {{sa.subspan(31, 1), 31, table_a, true}, {sb.subspan(11, 1), 11, table_b, true}},
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::vector<float> want, got;
+    plain->run(steps[i], want);
+    with_switch->run(steps[i], got);
+    const int64_t bad = kernels::testing::first_bit_mismatch(got, want);
+    QVERIFY2(bad < 0, kernels::testing::mismatch_message("with --cuda-families on", bad,
+                                                         model.hparams().n_vocab, got, want)
+                          .constData());
+  }
 }
 
 QTEST_GUILESS_MAIN(TestCudaModel)

@@ -33,12 +33,15 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/f32_to_bf16.cuh"
 #include "kernels/cuda/gather_rows.cuh"
+#include "kernels/cuda/glu_rows.cuh"
 #include "kernels/cuda/kv_blocks_pack.cuh"
 #include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/prepare_qk.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/row_logsumexp.cuh"
 #include "kernels/cuda/silu_mul.cuh"
+#include "kernels/cuda/softcap.cuh"
 #include "tests/gpu/cuda_test_support.h"
 
 namespace {
@@ -213,6 +216,12 @@ class TestCudaOps : public QObject {
   void kv_store_after_rope_equals_the_rope_launch_store();
   void bf16_outputs_equal_the_f32_ops_rounded_data() { add_shape_rows(); }
   void bf16_outputs_equal_the_f32_ops_rounded();
+  void prepare_qk_matches_cpu_data();
+  void prepare_qk_matches_cpu();
+  void glu_rows_match_cpu_data();
+  void glu_rows_match_cpu();
+  void softcap_matches_cpu_data() { add_shape_rows(); }
+  void softcap_matches_cpu();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -389,6 +398,19 @@ void TestCudaOps::embedding_matches_cpu_exactly() {
   const std::vector<float> got = dy.download();
   const int64_t bad = first_bit_mismatch(got, want);
   QVERIFY2(bad < 0, mismatch_message("embedding", bad, n_embd, got, want).constData());
+
+  // With a family's embedding scale (Gemma's √n_embd): each decoded value times the scale, the
+  // f32 product LlamaModel::embed forms, bit for bit.
+  const float scale = std::sqrt(static_cast<float>(n_embd));
+  std::vector<float> scaled = want;
+  for (float& v : scaled) v *= scale;
+  launch_embedding(type, dtable.get(), dtokens.get(), dy.get(), n_tokens, n_embd, stream_, scale);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got_scaled = dy.download();
+  const int64_t bad_scaled = first_bit_mismatch(got_scaled, scaled);
+  QVERIFY2(
+      bad_scaled < 0,
+      mismatch_message("scaled embedding", bad_scaled, n_embd, got_scaled, scaled).constData());
 }
 
 void TestCudaOps::rope_matches_cpu_data() {
@@ -1215,6 +1237,233 @@ void TestCudaOps::bf16_outputs_equal_the_f32_ops_rounded() {
   TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   bad = first_unrounded(dgate.download(), dout.download());
   QVERIFY2(bad < 0, qPrintable(QStringLiteral("silu_mul_rows_bf16 element %1").arg(bad)));
+}
+
+void TestCudaOps::prepare_qk_matches_cpu_data() {
+  QTest::addColumn<int>("n_head");
+  QTest::addColumn<int>("n_kv_head");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<int>("rot_dim");
+  QTest::addColumn<bool>("halves");
+  QTest::addColumn<bool>("bias");
+  QTest::addColumn<bool>("norm");
+  QTest::addColumn<bool>("factors");
+  QTest::addColumn<qint64>("rows");
+  // The families' Q/K preparations (TransformerPass::prepare_qk): Llama 3 (adjacent pairs, its
+  // frequency factors), Qwen 2 (biases, halves), Qwen 3 (Q/K norms, a head of 96), Gemma 3
+  // (norms, heads of 256), Phi-3 (halves, LongRoPE factors and an attention factor), a partial
+  // rotation.
+  QTest::newRow("llama3 factors") << 8 << 2 << 64 << 64 << false << false << false << true
+                                  << qint64{5};
+  QTest::newRow("qwen2 biases") << 7 << 1 << 64 << 64 << true << true << false << false
+                                << qint64{9};
+  QTest::newRow("qwen3 norms") << 4 << 2 << 96 << 96 << true << false << true << false << qint64{1};
+  QTest::newRow("gemma3 head 256")
+      << 2 << 1 << 256 << 256 << true << false << true << false << qint64{17};
+  QTest::newRow("phi3 longrope") << 4 << 4 << 96 << 96 << true << false << false << true
+                                 << qint64{3};
+  QTest::newRow("partial rotation, all")
+      << 3 << 1 << 128 << 64 << true << true << true << true << qint64{6};
+}
+
+// launch_prepare_qk against the CPU's own steps (add_inplace of the biases, rms_norm of each q
+// and k head, rope_table_scaled and rope / rope_halves): rows within a few ulp of the CPU's
+// (relative to the largest value of the head), and the pool's K and V rows exactly the fp16 of
+// the launch's own rows (kernels::fp32_to_fp16_row), nothing else of the pool touched.
+void TestCudaOps::prepare_qk_matches_cpu() {
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, rot_dim);
+  QFETCH(bool, halves);
+  QFETCH(bool, bias);
+  QFETCH(bool, norm);
+  QFETCH(bool, factors);
+  QFETCH(qint64, rows);
+  std::mt19937 rng(static_cast<uint32_t>(n_head * 13 + head_dim * 7 + rot_dim + rows));
+  const int64_t q_dim = int64_t{n_head} * head_dim, kv_dim = int64_t{n_kv_head} * head_dim;
+  const int64_t width = q_dim + 2 * kv_dim;
+  const int64_t stride = width + 4;  // and padding, which must stay as it is
+  const std::vector<float> qkv =
+      random_floats(rng, static_cast<size_t>(rows * stride), -3.0f, 3.0f);
+  const std::vector<float> b = random_floats(rng, static_cast<size_t>(width), -0.5f, 0.5f);
+  const std::vector<float> q_norm = random_floats(rng, static_cast<size_t>(head_dim), 0.5f, 1.5f);
+  const std::vector<float> k_norm = random_floats(rng, static_cast<size_t>(head_dim), 0.5f, 1.5f);
+  const std::vector<float> freq = random_floats(rng, static_cast<size_t>(rot_dim / 2), 1.0f, 8.0f);
+  const float base = 500000.0f, pos_scale = factors ? 0.5f : 1.0f;
+  const float attn_factor = factors ? 1.19f : 1.0f;
+  std::uniform_int_distribution<int32_t> pos(0, 30000);
+  std::vector<int32_t> positions(static_cast<size_t>(rows));
+  for (int32_t& p : positions) p = pos(rng);
+  positions.front() = 0;
+  const int block_size = 16;
+  const int32_t n_blocks = static_cast<int32_t>((rows + block_size - 1) / block_size) * 2 + 1;
+  std::vector<int32_t> slot_of(static_cast<size_t>(n_blocks) * block_size);
+  std::iota(slot_of.begin(), slot_of.end(), 0);
+  std::shuffle(slot_of.begin(), slot_of.end(), rng);
+  slot_of.resize(static_cast<size_t>(rows));
+  const size_t pool_halves = static_cast<size_t>(n_blocks) * kv_dim * block_size;
+
+  // The CPU: row by row as TransformerPass::prepare_qk does, and the table the device reads.
+  std::vector<float> want = qkv;
+  std::vector<float> table(static_cast<size_t>(rows * rot_dim));  // (rows, rot_dim): cos, sin
+  const int half = rot_dim / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = want.data() + r * stride;
+    if (bias) add_inplace(row, b.data(), width);
+    if (norm) {
+      for (int h = 0; h < n_head + n_kv_head; ++h) {
+        float* x = row + int64_t{h} * head_dim;
+        rms_norm(x, h < n_head ? q_norm.data() : k_norm.data(), x, head_dim, kEps);
+      }
+    }
+    float* c = table.data() + r * rot_dim;
+    rope_table_scaled(positions[static_cast<size_t>(r)], rot_dim, base, pos_scale,
+                      factors ? freq.data() : nullptr, attn_factor, c, c + half);
+    for (float* x : {row, row + q_dim}) {
+      const int heads = x == row ? n_head : n_kv_head;
+      if (halves) {
+        rope_halves(x, heads, head_dim, rot_dim, c, c + half);
+      } else {
+        rope(x, heads, head_dim, rot_dim, c, c + half);
+      }
+    }
+  }
+
+  DeviceBuffer<float> dqkv(qkv.size()), db(b.size()), dqn(q_norm.size()), dkn(k_norm.size());
+  DeviceBuffer<float> dtable(table.size());
+  DeviceBuffer<int32_t> dslots(slot_of.size());
+  DeviceBuffer<uint16_t> dk(pool_halves), dv(pool_halves);
+  dqkv.upload(qkv);
+  db.upload(b);
+  dqn.upload(q_norm);
+  dkn.upload(k_norm);
+  dtable.upload(table);
+  dslots.upload(slot_of);
+  dk.upload(std::vector<uint16_t>(pool_halves, 0x7e00));  // slots no row takes keep this NaN
+  dv.upload(std::vector<uint16_t>(pool_halves, 0x7e00));
+  PrepareQkArgs a;
+  a.qkv = dqkv.get();
+  a.rows = rows;
+  a.row_stride = stride;
+  a.n_head = n_head;
+  a.n_kv_head = n_kv_head;
+  a.head_dim = head_dim;
+  a.rot_dim = rot_dim;
+  a.halves = halves;
+  a.bias = bias ? db.get() : nullptr;
+  a.q_norm = norm ? dqn.get() : nullptr;
+  a.k_norm = norm ? dkn.get() : nullptr;
+  a.eps = kEps;
+  a.rope = dtable.get();
+  a.kv_slots = dslots.get();
+  a.block_size = block_size;
+  a.k_pool = dk.get();
+  a.v_pool = dv.get();
+  launch_prepare_qk(a, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dqkv.download();
+  // Each head within 1e-5 of its largest magnitude (the norm's scale moves a few ulp as in
+  // rms_norm_matches_cpu, the rotation as in rope_matches_cpu); padding untouched.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < stride; ++c) {
+      const int64_t i = r * stride + c;
+      if (c >= width) {
+        QCOMPARE(got[i], qkv[i]);
+        continue;
+      }
+      const int64_t head0 = r * stride + c / head_dim * head_dim;
+      float largest = 0.0f;
+      for (int d = 0; d < head_dim; ++d) largest = std::max(largest, std::fabs(want[head0 + d]));
+      QVERIFY2(std::fabs(got[i] - want[i]) <= 1e-5f * largest,
+               mismatch_message("prepare_qk", i, stride, got, want).constData());
+    }
+  }
+  std::vector<uint16_t> want_k(pool_halves, 0x7e00), want_v(pool_halves, 0x7e00);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t slot = slot_of[static_cast<size_t>(r)];
+    for (int g = 0; g < n_kv_head; ++g) {
+      const int64_t dst = ((static_cast<int64_t>(slot / block_size) * n_kv_head + g) * block_size +
+                           slot % block_size) *
+                          head_dim;
+      fp32_to_fp16_row(got.data() + r * stride + q_dim + g * head_dim, want_k.data() + dst,
+                       head_dim);
+      fp32_to_fp16_row(got.data() + r * stride + q_dim + kv_dim + g * head_dim, want_v.data() + dst,
+                       head_dim);
+    }
+  }
+  QVERIFY2(dk.download() == want_k, "K pool differs from the fp16 of the launch's k rows");
+  QVERIFY2(dv.download() == want_v, "V pool differs from the fp16 of the launch's v rows");
+  PrepareQkArgs odd = a;
+  odd.rot_dim = rot_dim - 1;
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, launch_prepare_qk(odd, stream_));
+}
+
+void TestCudaOps::glu_rows_match_cpu_data() {
+  QTest::addColumn<qint64>("rows");
+  QTest::addColumn<qint64>("n");
+  QTest::addColumn<bool>("gelu");
+  const qint64 shapes[][2] = {{1, 32}, {7, 576}, {33, 1536}, {3, 4096}};
+  for (const bool gelu : {false, true})
+    for (const auto& sh : shapes)
+      QTest::addRow("%s %lldx%lld", gelu ? "gelu-tanh" : "silu", static_cast<long long>(sh[0]),
+                    static_cast<long long>(sh[1]))
+          << sh[0] << sh[1] << gelu;
+}
+
+// launch_glu_rows against kernels::gelu_tanh_mul and silu_mul_scalar on the rows' gate and up
+// halves. SiLU: as silu_mul_matches_cpu. GELU: tanhf and std::tanh each within 2 ulp, so
+// 1 + tanh(·) is within a few ulp of 1 of the CPU's: allowed 1e-5·|want| + 1e-6·|gate·up| (the
+// second term where 1 + tanh is small, for gates below about −3).
+void TestCudaOps::glu_rows_match_cpu() {
+  QFETCH(qint64, rows);
+  QFETCH(qint64, n);
+  QFETCH(bool, gelu);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 31 + n + gelu));
+  const std::vector<float> gu = random_floats(rng, static_cast<size_t>(rows * 2 * n), -6.0f, 6.0f);
+  std::vector<float> gate(static_cast<size_t>(rows * n)), up(gate.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      gate[r * n + i] = gu[r * 2 * n + i];
+      up[r * n + i] = gu[r * 2 * n + n + i];
+    }
+  std::vector<float> want = gate;
+  if (gelu) {
+    gelu_tanh_mul(want.data(), up.data(), rows * n);
+  } else {
+    silu_mul_scalar(want.data(), up.data(), rows * n);
+  }
+  DeviceBuffer<float> dgu(gu.size()), dout(want.size());
+  dgu.upload(gu);
+  launch_glu_rows(dgu.get(), rows, n, gelu ? GluActivation::kGeluTanh : GluActivation::kSilu,
+                  dout.get(), stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dout.download();
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float bound = 1e-5f * std::fabs(want[i]) + 1e-6f * std::fabs(gate[i] * up[i]);
+    QVERIFY2(std::fabs(got[i] - want[i]) <= bound,
+             mismatch_message("glu_rows", static_cast<int64_t>(i), n, got, want).constData());
+  }
+}
+
+// launch_softcap against kernels::softcap (cap 30, Gemma 2's final one), values from well inside
+// the cap to far past it: tanhf and std::tanh within 2 ulp each, so 1e-6 relative.
+void TestCudaOps::softcap_matches_cpu() {
+  QFETCH(qint64, rows);
+  QFETCH(qint64, n);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 17 + n));
+  const float cap = 30.0f;
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(rows * n), -200.0f, 200.0f);
+  std::vector<float> want = x;
+  softcap(want.data(), rows * n, cap);
+  DeviceBuffer<float> dx(x.size());
+  dx.upload(x);
+  launch_softcap(dx.get(), rows * n, cap, stream_);
+  TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<float> got = dx.download();
+  const int64_t bad = first_relative_mismatch(got, want, 1e-6f);
+  QVERIFY2(bad < 0, mismatch_message("softcap", bad, n, got, want).constData());
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, launch_softcap(dx.get(), 1, 0.0f, stream_));
 }
 
 QTEST_APPLESS_MAIN(TestCudaOps)

@@ -14,6 +14,9 @@
 // summed in order, so their sums are within the same n·2^-24), and so to twice that of each
 // other (tiled_prefill_attention_matches_the_key_by_key_kernel: the tiled kernel, not yet run on
 // a GPU, against the one that was).
+// A layer's sliding window and score soft-cap (the families' layers; windowed_and_capped_…) are
+// held to the same bound: the soft-cap's tanh (CUDA's tanhf and the CPU's std::tanh, each within
+// a few ulp) moves a score by about 1e-6 of the cap, far below it after the exponential.
 
 #include <QtTest/QtTest>
 
@@ -25,6 +28,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/paged_attention.h"
@@ -130,9 +134,11 @@ std::vector<uint16_t> rounded_to_bf16(const std::vector<float>& values, int64_t 
   return out;
 }
 
-// kernels::paged_attention over the batch's pool: the reference output, (n_rows, stride).
+// kernels::paged_attention over the batch's pool: the reference output, (n_rows, stride); with a
+// sliding window and a score soft-cap when they are > 0.
 std::vector<float> cpu_attention(const RandomBatch& b, const std::vector<SequenceShape>& shapes,
-                                 int n_head, int n_kv_head, int head_dim, int block_size) {
+                                 int n_head, int n_kv_head, int head_dim, int block_size,
+                                 int32_t window = 0, float softcap = 0.0f) {
   std::vector<PagedSequence> seqs;
   int64_t block0 = 0, q_row = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -143,7 +149,7 @@ std::vector<float> cpu_attention(const RandomBatch& b, const std::vector<Sequenc
     q_row += s.n_tokens;
   }
   std::vector<float> want(b.q.size(), 0.0f);
-  const PagedKv kv{b.k.data(), b.v.data(), block_size, n_kv_head, head_dim};
+  const PagedKv kv{b.k.data(), b.v.data(), block_size, n_kv_head, head_dim, window, softcap};
   ThreadPool pool(1);
   PagedAttentionScratch scratch;
   paged_attention(kv, seqs, b.q.data(), b.stride, want.data(), b.stride, n_head,
@@ -180,13 +186,14 @@ std::vector<SequenceShape> prefill_shapes() {
 // One prompt-attention call over a random batch of prefill_shapes(): its chunks on the device, the
 // CPU's output, and launch(), which runs a kernel into an f32 or a bf16 output.
 struct PrefillBatch {
-  PrefillBatch(int n_head_, int n_kv_head, int head_dim, int block_size, std::mt19937& rng)
+  PrefillBatch(int n_head_, int n_kv_head, int head_dim, int block_size, std::mt19937& rng,
+               int32_t window = 0, float softcap = 0.0f)
       : shapes(prefill_shapes()),
         b(random_batch(shapes, n_head_, n_kv_head, head_dim, block_size, rng)),
         d(b),
         dq(b.q.size()),
         dchunks(shapes.size()),
-        kv{d.k.get(), d.v.get(), block_size, n_kv_head, head_dim},
+        kv{d.k.get(), d.v.get(), block_size, n_kv_head, head_dim, window, softcap},
         n_head(n_head_),
         scale(1.0f / std::sqrt(static_cast<float>(head_dim))) {
     std::vector<CudaPrefillChunk> chunks;
@@ -202,7 +209,7 @@ struct PrefillBatch {
     }
     dchunks.upload(chunks);
     dq.upload(b.q);
-    want = cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size);
+    want = cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size, window, softcap);
   }
   // The kernel's output, (n_rows, stride), columns past the heads 0; with `out16` the same call
   // into that bf16 buffer instead.
@@ -252,6 +259,8 @@ class TestCudaPagedAttention : public QObject {
     decode_attention_matches_cpu_data();
   }
   void tiled_prefill_attention_matches_the_key_by_key_kernel();
+  void windowed_and_capped_attention_matches_cpu_data();
+  void windowed_and_capped_attention_matches_cpu();
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -481,6 +490,112 @@ void TestCudaPagedAttention::tiled_prefill_attention_matches_the_key_by_key_kern
   const std::vector<uint16_t> t16 = tiled16.download(), k16 = by_key16.download();
   for (size_t i = 0; i < t16.size(); ++i)
     if (std::memcmp(&tiled[i], &by_key[i], sizeof(float)) == 0) QCOMPARE(t16[i], k16[i]);
+}
+
+// Gemma's layers: a sliding window (a row at position p sees (p − window, p]) and a score
+// soft-cap (c·tanh(s / c)), each alone and together, on two head shapes (Gemma 3's head of 256
+// among them).
+void TestCudaPagedAttention::windowed_and_capped_attention_matches_cpu_data() {
+  add_head_shape_columns();
+  QTest::addColumn<int>("window");
+  QTest::addColumn<float>("softcap");
+  const HeadShape shapes[] = {{"9/3 x64 bs16", 9, 3, 64, 16}, {"4/1 x256 bs16", 4, 1, 256, 16}};
+  // Windows shorter than a block, than a split, and longer than a split (several splits kept);
+  // soft-caps below the largest scores (|q·k|/√d reaches several units here).
+  const std::pair<int, float> limits[] = {{8, 0.0f}, {0, 2.0f}, {100, 3.0f}, {300, 0.0f}};
+  for (const HeadShape& h : shapes)
+    for (const auto& [window, softcap] : limits)
+      QTest::addRow("%s, window %d, soft-cap %g", h.name, window, static_cast<double>(softcap))
+          << h.n_head << h.n_kv_head << h.head_dim << h.block_size << window << softcap;
+}
+
+// The decode kernel on batch_shapes() (decode rows, a chunk's rows, a draft tree) and both prompt
+// kernels on prefill_shapes() (the tiled one declines windows and soft-caps: the key-by-key
+// kernel runs) against the CPU with the same window and soft-cap.
+void TestCudaPagedAttention::windowed_and_capped_attention_matches_cpu() {
+  QFETCH(int, n_head);
+  QFETCH(int, n_kv_head);
+  QFETCH(int, head_dim);
+  QFETCH(int, block_size);
+  QFETCH(int, window);
+  QFETCH(float, softcap);
+  std::mt19937 rng(
+      static_cast<uint32_t>(n_head * 31 + head_dim + window * 7 + static_cast<int>(softcap * 10)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  {  // decode rows
+    const std::vector<SequenceShape> shapes = batch_shapes();
+    const RandomBatch b = random_batch(shapes, n_head, n_kv_head, head_dim, block_size, rng);
+    const DeviceBatch d(b);
+    std::vector<PagedSequence> gpu_seqs;
+    int64_t block0 = 0, q_row = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const SequenceShape& s = shapes[i];
+      const int32_t* parent = s.parent.empty() ? nullptr : s.parent.data();
+      gpu_seqs.push_back({d.tables.get() + block0, s.n_tokens, s.pos0, q_row, parent});
+      block0 += b.n_seq_blocks[i];
+      q_row += s.n_tokens;
+    }
+    const std::vector<float> want =
+        cpu_attention(b, shapes, n_head, n_kv_head, head_dim, block_size, window, softcap);
+    const CudaPagedRows rows = flatten_paged_rows(gpu_seqs);
+    DeviceBuffer<CudaPagedRow> drows(rows.rows.size());
+    DeviceBuffer<int32_t> dpaths(rows.paths.size());
+    drows.upload(rows.rows);
+    dpaths.upload(rows.paths);
+    DeviceBuffer<float> dq(b.q.size()), dout(b.q.size());
+    dq.upload(b.q);
+    TOKENFAB_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
+    const Workspace ws(paged_decode_workspace_floats(b.n_rows, n_head, head_dim, rows.max_keys),
+                       b.n_rows * n_head);
+    const CudaPagedKv kv{d.k.get(), d.v.get(), block_size, n_kv_head, head_dim, window, softcap};
+    launch_paged_decode_attention(kv, drows.get(), b.n_rows, dpaths.get(), rows.max_keys, dq.get(),
+                                  b.stride, dout.get(), b.stride, n_head, scale, ws.view(),
+                                  stream_);
+    TOKENFAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<float> got = dout.download();
+    for (int64_t r = 0; r < b.n_rows; ++r) {
+      const CudaPagedRow& row = rows.rows[static_cast<size_t>(r)];
+      const double bound = kAttentionAbs + (row.n_ctx + row.path_len) * std::ldexp(1.0, -24);
+      for (int64_t c = 0; c < b.stride; ++c) {
+        const int64_t i = row.q_row * b.stride + c;
+        QVERIFY2(std::fabs(double{got[i]} - want[i]) <= bound,
+                 qPrintable(QStringLiteral("decode row %1 (%2 keys) col %3: gpu %4, cpu %5")
+                                .arg(r)
+                                .arg(row.n_ctx + row.path_len)
+                                .arg(c)
+                                .arg(static_cast<double>(got[i]), 0, 'g', 9)
+                                .arg(static_cast<double>(want[i]), 0, 'g', 9)));
+      }
+    }
+  }
+  // Prompt chunks, through either kernel choice.
+  const PrefillBatch p(n_head, n_kv_head, head_dim, block_size, rng, window, softcap);
+  for (const PrefillAttentionKernel kernel :
+       {PrefillAttentionKernel::kKeyByKey, PrefillAttentionKernel::kTiled}) {
+    const std::vector<float> got = p.launch(kernel, stream_);
+    for (size_t si = 0; si < p.shapes.size(); ++si) {
+      for (int64_t t = 0; t < p.shapes[si].n_tokens; ++t) {
+        const int64_t row = p.q_row0[si] + t;
+        for (int64_t c = 0; c < p.b.stride; ++c) {
+          const int64_t i = row * p.b.stride + c;
+          QVERIFY2(
+              std::fabs(double{got[i]} - p.want[i]) <= p.bound(si, t),
+              qPrintable(QStringLiteral("%1 kernel: chunk %2 token %3 col %4: gpu %5, cpu %6")
+                             .arg(kernel == PrefillAttentionKernel::kTiled ? "tiled" : "key-by-key")
+                             .arg(si)
+                             .arg(t)
+                             .arg(c)
+                             .arg(static_cast<double>(got[i]), 0, 'g', 9)
+                             .arg(static_cast<double>(p.want[i]), 0, 'g', 9)));
+        }
+      }
+    }
+  }
+  const CudaPagedKv negative{nullptr, nullptr, 16, 1, 64, -1, 0.0f};
+  const PagedDecodeWorkspace none;
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           launch_paged_decode_attention(negative, nullptr, 1, nullptr, 1, nullptr,
+                                                         0, nullptr, 0, 1, 1.0f, none, stream_));
 }
 
 QTEST_APPLESS_MAIN(TestCudaPagedAttention)
