@@ -15,6 +15,7 @@ packages=(
   libcpp-httplib-dev
   python3 python3-pip python3-venv
   xvfb xauth
+  help2man lintian desktop-file-utils appstream shared-mime-info
 )
 
 missing=()

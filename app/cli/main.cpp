@@ -48,6 +48,7 @@ std::string missing_command_message(CLI::App& app) {
 int main(int argc, char** argv) {
   CLI::App app{"tokenfab-cli: a token factory on one workstation (headless front end)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tokenfab-cli ") + TOKENFAB_VERSION);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));

@@ -1,11 +1,13 @@
 // tokenfab: the desktop application. A main window with the pages (Chat, Models, Live, KV
 // inspector, Draft heads, Devices, Demo, History) over the engine bridge; settings (window, last
 // page, device roles, default head) persist in the user data directory; a first run without the
-// default model offers to download it. `--screenshot FILE --view VIEW` renders one page after a
+// default model offers to download it. A GGUF file named on the command line (as a file manager
+// passes it) is opened as --model. `--screenshot FILE --view VIEW` renders one page after a
 // short real workload and exits (for docs and review).
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QIcon>
 #include <QMessageBox>
 #include <cstdio>
 #include <cstring>
@@ -46,6 +48,14 @@ bool has_argument(int argc, char** argv, const char* name) {
   return false;
 }
 
+// The window icon at each size drawn (resources/icons, compiled in).
+QIcon app_icon() {
+  QIcon icon;
+  for (int size : {16, 24, 32, 48, 64, 128, 256})
+    icon.addFile(QStringLiteral(":/icons/tokenfab-%1.png").arg(size), QSize(size, size));
+  return icon;
+}
+
 // Shows `message` as a dialog, or on stderr for --screenshot (no one is there to click).
 void report_error(bool headless, const QString& title, const QString& message) {
   if (headless)
@@ -57,16 +67,24 @@ void report_error(bool headless, const QString& title, const QString& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A screenshot needs no screen: render offscreen unless the caller chose a platform.
-  if (has_argument(argc, argv, "--screenshot") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+  // A screenshot, --help and --version need no screen: offscreen unless the caller chose a
+  // platform.
+  const bool screenless = has_argument(argc, argv, "--screenshot") ||
+                          has_argument(argc, argv, "--help") || has_argument(argc, argv, "-h") ||
+                          has_argument(argc, argv, "--version") || has_argument(argc, argv, "-v");
+  if (screenless && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
     qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("tokenfab"));
   QApplication::setApplicationDisplayName(QStringLiteral("Tokenfab"));
+  QApplication::setApplicationVersion(QStringLiteral(TOKENFAB_VERSION));
+  QApplication::setDesktopFileName(QStringLiteral(TOKENFAB_APP_ID));
+  QApplication::setWindowIcon(app_icon());
 
   QCommandLineParser parser;
   parser.setApplicationDescription(QStringLiteral("Tokenfab: a token factory on one workstation"));
   parser.addHelpOption();
+  parser.addVersionOption();
   const QCommandLineOption model_option(
       "model", "GGUF model file (default: the embedded SmolLM2-135M-Instruct).", "PATH");
   const QCommandLineOption threads_option("threads", "CPU threads (default: all).", "N");
@@ -81,6 +99,8 @@ int main(int argc, char** argv) {
       "chat");
   parser.addOptions({model_option, threads_option, devices_option, prefill_option, decode_option,
                      screenshot_option, view_option});
+  parser.addPositionalArgument("file", "GGUF model file to open (the same as --model FILE).",
+                               "[file]");
   parser.process(app);
 
   const bool headless = parser.isSet(screenshot_option);
@@ -93,6 +113,12 @@ int main(int argc, char** argv) {
         qPrintable(view));
     return 2;
   }
+  const QStringList files = parser.positionalArguments();
+  if (files.size() > 1 || (files.size() == 1 && parser.isSet(model_option))) {
+    std::fprintf(stderr, "tokenfab: expected one model file, as FILE or as --model FILE\n");
+    return 2;
+  }
+  const QString model = files.isEmpty() ? parser.value(model_option) : files.front();
   EngineConfig config;
   if (parser.isSet(threads_option)) {
     bool ok = false;
@@ -145,7 +171,6 @@ int main(int argc, char** argv) {
   }
   window.show();
 
-  const QString model = parser.value(model_option);
   const QString missing =
       QStringLiteral("The default model is not installed (expected %1).\n\nRun "
                      "`tokenfab-cli fetch` to download it once, or start Tokenfab with "
