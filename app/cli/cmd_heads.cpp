@@ -5,7 +5,8 @@
 //               [--self-prompts N] [--heads K] [--steps N]
 //   heads eval --head ID|NAME|PATH (--prompt-set NAME | --prompts FILE) [--max-tokens N]
 //              [--lookup N] [--adaptive]   (--head none --lookup N: the context lookup alone)
-//   heads list | show ID|NAME | delete ID|NAME | export ID|NAME --out PATH
+//   heads list | show ID|NAME | delete ID|NAME
+//   heads export ID|NAME --out PATH [--format gguf|medusa-hf] [--model PATH] [--force]
 //
 // Training data: a built-in domain's train split (the target's own continuations of its prompts),
 // "all" for every domain's train split, any built-in prompt set, or the user's files and folders
@@ -28,8 +29,10 @@
 #include "cli_common.h"
 #include "core/common/error.h"
 #include "core/common/sha256.h"
+#include "core/model/model_library.h"
 #include "core/serving/engine.h"
 #include "core/serving/prompt_sets.h"
+#include "core/speculative/medusa_export.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
 #include "core/training/generation_eval.h"
@@ -319,6 +322,50 @@ HeadRecord find_or_throw(Registry& registry, const std::string& id_or_name) {
   return *h;
 }
 
+struct ExportCommand {
+  std::string head, out;
+  std::string format = "gguf";
+  std::optional<std::string> model;
+  bool force = false;
+};
+
+// medusa-hf: the target's file — --model, else the registered model of the head's sha256 while
+// its file is still there, else the embedded default. Either way it must be the head's model.
+std::unique_ptr<LlamaModel> export_target(const ExportCommand& c, Registry& registry,
+                                          const DraftHead& head) {
+  std::optional<std::string> requested = c.model;
+  if (!requested)
+    if (const auto m = registry.find_model(head.info.base_model_sha256); m && fs::exists(m->path))
+      requested = m->path;
+  // Only the LM head is read: no repacking.
+  auto model = LlamaModel::load(resolve_model_path(requested), false);
+  const HParams& hp = model->hparams();
+  check_head_matches(head.info, model_file_sha256(*model), hp.n_embd, hp.n_vocab,
+                     fs::path(model->file().name()).filename().string());
+  return model;
+}
+
+void run_export(const ExportCommand& c) {
+  const auto db = Database::open_default();
+  Registry registry(*db);
+  const HeadRecord h = find_or_throw(registry, c.head);
+  const DraftHead head = load_draft_head(registry.head_file(h));  // validated before writing
+  if (c.format == "gguf") {
+    if (c.model || c.force) throw Error("--model and --force go with --format medusa-hf");
+    save_draft_head(head, c.out);
+    std::cerr << "exported head " << h.id << " (" << h.name << ") to " << c.out << std::endl;
+    return;
+  }
+  check_medusa_exportable(head.info);  // before the model loads
+  const std::unique_ptr<LlamaModel> model = export_target(c, registry, head);
+  const MedusaExport e = export_medusa_hf(head, *model, c.out, c.force);
+  std::cerr << "exported head " << h.id << " (" << h.name << ", " << head.n_heads()
+            << " medusa heads, LM head " << safetensors_dtype_name(e.lm_head_dtype) << ", "
+            << e.weights_bytes / (1 << 20) << " MiB) to " << c.out
+            << "\nvLLM: --speculative-config '{\"method\": \"medusa\", \"model\": \"" << c.out
+            << "\", \"num_speculative_tokens\": " << head.n_heads() << "}'" << std::endl;
+}
+
 }  // namespace
 
 void register_heads(CLI::App& app) {
@@ -417,7 +464,6 @@ void register_heads(CLI::App& app) {
   });
 
   auto target = std::make_shared<std::string>();
-  auto out_path = std::make_shared<std::string>();
   auto* show = heads->add_subcommand("show", "one head with its evaluations");
   show->add_option("head", *target, "ID or NAME")->required();
   show->add_flag("--json", *json, "one JSON object on stdout");
@@ -455,17 +501,22 @@ void register_heads(CLI::App& app) {
     std::cerr << "deleted head " << h.id << " (" << h.name << ")" << std::endl;
   });
 
-  auto* exp = heads->add_subcommand("export", "copy a head's GGUF file");
-  exp->add_option("head", *target, "ID or NAME")->required();
-  exp->add_option("--out", *out_path, "destination file")->required();
-  exp->callback([target, out_path] {
-    const auto db = Database::open_default();
-    Registry registry(*db);
-    const HeadRecord h = find_or_throw(registry, *target);
-    const DraftHead head = load_draft_head(registry.head_file(h));  // validated before copying
-    save_draft_head(head, *out_path);
-    std::cerr << "exported head " << h.id << " (" << h.name << ") to " << *out_path << std::endl;
-  });
+  auto x = std::make_shared<ExportCommand>();
+  auto* exp = heads->add_subcommand(
+      "export", "write a head's GGUF file, or a medusa head as a vLLM Medusa checkpoint");
+  exp->add_option("head", x->head, "ID or NAME")->required();
+  exp->add_option("--out", x->out, "destination: a file (gguf), a directory (medusa-hf)")
+      ->required();
+  exp->add_option("--format", x->format,
+                  "gguf: the head's own file; medusa-hf: config.json and model.safetensors as "
+                  "vLLM's Medusa drafter loads them, the target's LM head included (medusa heads)")
+      ->check(CLI::IsMember({"gguf", "medusa-hf"}))
+      ->capture_default_str();
+  exp->add_option("--model", x->model,
+                  "medusa-hf: the target GGUF whose LM head goes with the head (default: the "
+                  "registered file the head was trained on, else the embedded model)");
+  exp->add_flag("--force", x->force, "medusa-hf: replace an earlier export in --out");
+  exp->callback([x] { run_export(*x); });
 }
 
 }  // namespace tokenfab::cli
