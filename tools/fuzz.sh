@@ -6,14 +6,14 @@
 # tests/fuzz/regressions/<target>/ and the script exits 1: fix the fault, and commit the input, so
 # that test_fuzz_replay keeps it fixed in every build.
 # Usage: tools/fuzz.sh [SECONDS] [TARGET…]   (targets: gguf_file model_file head_file tokenizer_text
-#   sampler_rows database_file quant_blocks chat_template)
+#   sampler_rows database_file quant_blocks chat_template openai_request)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-300}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_file model_file head_file tokenizer_text sampler_rows database_file
-  quant_blocks chat_template)
+  quant_blocks chat_template openai_request)
 build="$root/build-fuzz"
 jobs="$(nproc)"
 

@@ -56,37 +56,56 @@ void run_serve(ServeCommand& c) {
   const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  LoadedModel m = load_model(c.common);
-  EngineConfig config = c.engine;
-  config.threads = c.common.threads;
-  config.max_context = std::min(c.ctx, m.model->hparams().n_ctx_train);
-  Engine engine(*m.model, config,
-                [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
-  api::ApiServerConfig server_config = c.server;
-  server_config.context = config.context_limit(m.model->hparams());
-  const std::string model_id = std::filesystem::path(m.model->file().name()).stem().string();
-  api::ApiServer server(engine, *m.model, *m.tokenizer, model_id, server_config);
+  // The port answers at once: /health says 503 (loading) until the model and engine are ready.
+  LoadedModel m;
+  std::unique_ptr<Engine> engine;  // outlives the server's use of it (detach() below)
+  api::ApiServer server(c.server);
   const int port = server.bind();
-  const std::string& host = server_config.host;
+  const std::string& host = c.server.host;
   const bool v6 = host.find(':') != std::string::npos;
-  std::cerr << "listening on http://" << (v6 ? "[" + host + "]" : host) << ":" << port << " (model "
-            << model_id << ", " << config.devices_text() << ")" << std::endl;
-
+  std::cerr << "listening on http://" << (v6 ? "[" + host + "]" : host) << ":" << port
+            << " (loading the model)" << std::endl;
+  std::exception_ptr serve_error;
+  std::thread serving([&] {
+    try {
+      server.serve();
+    } catch (...) {
+      serve_error = std::current_exception();
+    }
+  });
   std::thread waiter([&server, signals] {
     int sig = 0;
     sigwait(&signals, &sig);
     server.stop();
   });
-  try {
-    server.serve();
-  } catch (...) {
-    pthread_kill(waiter.native_handle(), SIGTERM);
+  auto shut_down = [&] {
+    server.stop();
+    serving.join();
+    server.detach();                                // before the engine goes
+    pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if no signal came
     waiter.join();
+  };
+  try {
+    m = load_model(c.common);
+    EngineConfig config = c.engine;
+    config.threads = c.common.threads;
+    config.max_context = std::min(c.ctx, m.model->hparams().n_ctx_train);
+    engine = std::make_unique<Engine>(
+        *m.model, config, [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
+    const std::string model_id = std::filesystem::path(m.model->file().name()).stem().string();
+    server.attach(*engine, *m.model, *m.tokenizer, model_id,
+                  config.context_limit(m.model->hparams()));
+    std::cerr << "ready: model " << model_id << ", " << config.devices_text() << std::endl;
+  } catch (...) {
+    shut_down();
     throw;
   }
-  // Stopped by a signal, or the listener ended by itself: wake the waiter either way.
+  serving.join();  // until a signal stops the server, or the listener ends by itself
+  server.stop();
+  server.detach();
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
+  if (serve_error) std::rethrow_exception(serve_error);
   std::cerr << "stopped" << std::endl;
 }
 
@@ -125,6 +144,9 @@ void register_serve(CLI::App& app) {
                   "seconds a response write may block")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--cors-origin", c->server.cors_origins,
+                  "let browser pages from this origin call the API (repeatable; * for any); "
+                  "default: none");
   add_engine_options(*cmd, c->engine);
   add_head_options(*cmd, c->server.head);
   cmd->callback([c] { run_serve(*c); });

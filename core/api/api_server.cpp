@@ -4,10 +4,13 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <thread>
 
 #include "core/api/openai_response.h"
+#include "core/api/prometheus_metrics.h"
 #include "core/api/server_state.h"
 #include "core/common/log.h"
 
@@ -25,6 +28,10 @@ void ApiServerConfig::validate() const {
   if (max_body_bytes < 1024) throw Error("--max-body-bytes: expected at least 1024");
   if (max_in_flight < 1) throw Error("--max-queued: expected at least 1");
   if (read_timeout_s < 1 || write_timeout_s < 1) throw Error("timeouts: expected at least 1 s");
+  for (const std::string& o : cors_origins)
+    if (o != "*" && o.find("://") == std::string::npos)
+      throw Error("--cors-origin " + o +
+                  ": expected an origin such as http://localhost:3000, or * for any");
   head.validate();
 }
 
@@ -35,6 +42,24 @@ bool is_loopback_host(const std::string& host) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   return false;
+}
+
+std::shared_ptr<Backend> ServerState::backend_or_null() const {
+  std::lock_guard lock(mutex_);
+  return backend_;
+}
+
+std::shared_ptr<Backend> ServerState::backend() const {
+  std::shared_ptr<Backend> b = backend_or_null();
+  if (!b || b->detaching)
+    throw ApiError(503, "The model is loading; retry in a moment (GET /health says when).", "",
+                   "server_error", "model_loading");
+  return b;
+}
+
+void ServerState::set_backend(std::shared_ptr<Backend> b) {
+  std::lock_guard lock(mutex_);
+  backend_ = std::move(b);
 }
 
 InFlightSlot::InFlightSlot(ServerState& state) : state_(state) {
@@ -92,6 +117,7 @@ json body_object(const httplib::Request& req) {
 // POST /tokenize {"content", "add_special"?} → {"tokens"} (llama-server's shape).
 void handle_tokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
   const json j = body_object(req);
+  const std::shared_ptr<Backend> b = state.backend();
   std::string content;
   bool add_special = false, has_content = false;
   for (const auto& [key, v] : j.items()) {
@@ -108,20 +134,21 @@ void handle_tokenize(ServerState& state, const httplib::Request& req, httplib::R
   }
   if (!has_content) throw ApiError(400, "content: missing", "content");
   const auto tokens =
-      state.tokenizer.encode(content, add_special && state.tokenizer.add_bos_token(), false);
+      b->tokenizer.encode(content, add_special && b->tokenizer.add_bos_token(), false);
   send_json(res, 200, {{"tokens", tokens}});
 }
 
 // POST /detokenize {"tokens"} → {"content"}.
 void handle_detokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
   const json j = body_object(req);
+  const std::shared_ptr<Backend> b = state.backend();
   for (const auto& [key, v] : j.items())
     if (key != "tokens") throw ApiError(400, key + ": unknown field (tokens)", key);
   const auto it = j.find("tokens");
   if (it == j.end()) throw ApiError(400, "tokens: missing", "tokens");
   if (!it->is_array()) throw ApiError(400, "tokens: expected an array of token ids", "tokens");
   std::vector<TokenId> ids;
-  const int32_t n_vocab = state.tokenizer.n_vocab();
+  const int32_t n_vocab = b->tokenizer.n_vocab();
   for (size_t i = 0; i < it->size(); ++i) {
     const json& t = (*it)[i];
     const std::string field = "tokens[" + std::to_string(i) + "]";
@@ -134,7 +161,43 @@ void handle_detokenize(ServerState& state, const httplib::Request& req, httplib:
                      field);
     ids.push_back(static_cast<TokenId>(id));
   }
-  send_json(res, 200, {{"content", state.tokenizer.decode(ids, false)}});
+  send_json(res, 200, {{"content", b->tokenizer.decode(ids, false)}});
+}
+
+// GET /health: 200 {"status":"ok"} with an engine attached, 503 {"status":"loading"} without.
+void handle_health(ServerState& state, httplib::Response& res) {
+  const std::shared_ptr<Backend> b = state.backend_or_null();
+  if (b && !b->detaching)
+    send_json(res, 200, {{"status", "ok"}});
+  else
+    send_json(res, 503, {{"status", "loading"}});
+}
+
+// GET /metrics: Prometheus text from the engine's snapshot and counters.
+void handle_metrics(ServerState& state, httplib::Response& res) {
+  const std::shared_ptr<Backend> b = state.backend_or_null();
+  MetricsInput in;
+  in.api_in_flight = state.in_flight.load();
+  std::optional<EngineSnapshot> snapshot;
+  std::optional<LiveCounters> counters;
+  if (b && !b->detaching) {
+    in.model_name = b->model_id;
+    snapshot = b->engine.snapshot();
+    counters = b->engine.live_counters();
+    in.snapshot = &*snapshot;
+    in.counters = &*counters;
+  }
+  res.status = 200;
+  res.set_content(prometheus_text(in), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+// The Access-Control-Allow-Origin value for a request from `origin`, or empty when that origin
+// is not allowed (or CORS is off).
+std::string allowed_origin(const ApiServerConfig& c, const std::string& origin) {
+  if (origin.empty()) return {};
+  for (const std::string& o : c.cors_origins)
+    if (o == "*" || o == origin) return o == "*" ? "*" : origin;
+  return {};
 }
 
 // Every handler's ApiError (and any other exception, as a 500) becomes an OpenAI error response.
@@ -159,11 +222,12 @@ struct ApiServer::Impl {
   httplib::Server http;
   bool bound = false;
   int port = 0;
+  std::mutex attach_mutex;  // attach() and detach(), one at a time
 
-  Impl(Engine& e, const LlamaModel& m, const Tokenizer& t, std::string id, ApiServerConfig c)
-      : state(e, m, t, std::move(id), std::move(c)) {}
+  explicit Impl(ApiServerConfig c) : state(std::move(c)) {}
   void install_limits();
   void install_auth();
+  void install_cors();
   void install_routes();
 };
 
@@ -200,7 +264,9 @@ void ApiServer::Impl::install_limits() {
 void ApiServer::Impl::install_auth() {
   if (state.config.api_key.empty()) return;
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health" || key_matches(presented_key(req), state.config.api_key))
+    // A browser's CORS preflight carries no credentials; it only learns what it may send.
+    if (req.path == "/health" || req.method == "OPTIONS" ||
+        key_matches(presented_key(req), state.config.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, ApiError(401,
                              "Incorrect or missing API key: give it as `Authorization: Bearer "
@@ -210,13 +276,34 @@ void ApiServer::Impl::install_auth() {
   });
 }
 
+void ApiServer::Impl::install_cors() {
+  if (state.config.cors_origins.empty()) return;
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = allowed_origin(state.config, req.get_header_value("Origin"));
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    if (origin != "*") res.set_header("Vary", "Origin");
+  });
+  http.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = allowed_origin(state.config, req.get_header_value("Origin"));
+    res.status = 204;
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    res.set_header("Access-Control-Max-Age", "600");
+  });
+}
+
 void ApiServer::Impl::install_routes() {
   ServerState& s = state;
-  http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
-             send_json(res, 200, {{"status", "ok"}});
+  http.Get("/health", guarded([&s](const httplib::Request&, httplib::Response& res) {
+             handle_health(s, res);
+           }));
+  http.Get("/metrics", guarded([&s](const httplib::Request&, httplib::Response& res) {
+             handle_metrics(s, res);
            }));
   http.Get("/v1/models", guarded([&s](const httplib::Request&, httplib::Response& res) {
-             send_json(res, 200, models_json(s.model_id, s.started));
+             send_json(res, 200, models_json(s.backend()->model_id, s.started));
            }));
   http.Post("/v1/chat/completions",
             guarded([&s](const httplib::Request& req, httplib::Response& res) {
@@ -233,21 +320,59 @@ void ApiServer::Impl::install_routes() {
             }));
 }
 
-ApiServer::ApiServer(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
-                     std::string model_id, ApiServerConfig config) {
+ApiServer::ApiServer(ApiServerConfig config) {
   config.validate();
-  impl_ = std::make_unique<Impl>(engine, model, tokenizer, std::move(model_id), std::move(config));
+  impl_ = std::make_unique<Impl>(std::move(config));
   impl_->state.started = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-  // The server's own --head is resolved now, so that a bad one fails at start, not at a request.
-  const std::string& head = impl_->state.config.head.head;
-  if (head != "none")
-    impl_->state.heads.emplace(
-        head, std::make_unique<HeadChooser>(impl_->state.config.head, model, tokenizer));
   impl_->install_limits();
   impl_->install_auth();
+  impl_->install_cors();
   impl_->install_routes();
+}
+
+ApiServer::ApiServer(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
+                     std::string model_id, int64_t context, ApiServerConfig config)
+    : ApiServer(std::move(config)) {
+  attach(engine, model, tokenizer, std::move(model_id), context);
+}
+
+void ApiServer::attach(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
+                       std::string model_id, int64_t context) {
+  std::lock_guard lock(impl_->attach_mutex);
+  auto b = std::make_shared<Backend>(engine, model, tokenizer, std::move(model_id), context);
+  // The server's own --head is resolved now, so that a bad one fails here, not at a request.
+  const HeadOptions& head = impl_->state.config.head;
+  if (head.head != "none")  // the key completions.cpp's choose_head looks up
+    b->heads.emplace(head.head + "\n" + head.spec,
+                     std::make_unique<HeadChooser>(head, model, tokenizer));
+  std::shared_ptr<Backend> old = impl_->state.backend_or_null();
+  if (old) {
+    old->detaching = true;
+    impl_->state.set_backend(nullptr);
+    while (old.use_count() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  logger("api")->info("serving model {}", b->model_id);
+  impl_->state.set_backend(std::move(b));
+}
+
+void ApiServer::detach() {
+  std::lock_guard lock(impl_->attach_mutex);
+  std::shared_ptr<Backend> old = impl_->state.backend_or_null();
+  if (!old) return;
+  old->detaching = true;  // generations in flight cancel their requests and end
+  impl_->state.set_backend(nullptr);
+  while (old.use_count() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  logger("api")->info("model {} detached", old->model_id);
+}
+
+bool ApiServer::attached() const {
+  return impl_->state.backend_or_null() != nullptr;
+}
+
+int ApiServer::port() const {
+  return impl_->port;
 }
 
 ApiServer::~ApiServer() {
@@ -274,8 +399,7 @@ int ApiServer::bind() {
 
 void ApiServer::serve() {
   if (!impl_->bound) throw Error("ApiServer::serve: bind() first");
-  logger("api")->info("serving {} on {}:{}", impl_->state.model_id, impl_->state.config.host,
-                      impl_->port);
+  logger("api")->info("listening on {}:{}", impl_->state.config.host, impl_->port);
   impl_->http.listen_after_bind();
   logger("api")->info("stopped");
 }

@@ -2,11 +2,14 @@
 // ApiServer: a local OpenAI-compatible HTTP server (cpp-httplib) on an Engine — what
 // `tokenfab-cli serve` runs. Routes: GET /health, GET /v1/models, POST /v1/chat/completions,
 // POST /v1/completions (both streamed as server-sent events when asked), POST /tokenize,
-// POST /detokenize. Errors in OpenAI's shape {"error":{"message","type","param","code"}}.
+// POST /detokenize, GET /metrics (Prometheus, prometheus_metrics.h). /health answers 503 while no
+// engine is attached (the model loads). Errors in OpenAI's shape
+// {"error":{"message","type","param","code"}}.
 //
 // Safety: loopback by default; any other address needs an API key (checked in constant time
 // from `Authorization: Bearer KEY` or `X-Api-Key`; /health is open). Limits: body size (413),
-// generation requests in flight (429 beyond), read and write timeouts.
+// generation requests in flight (429 beyond), read and write timeouts. CORS only for the origins
+// given.
 //
 // Threads: httplib's pool runs the handlers; a generation request holds its handler thread until
 // it ends (a stream writes from it), so the pool has max_in_flight threads and a few more for
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/model/llama_model.h"
 #include "core/serving/engine.h"
@@ -32,8 +36,9 @@ struct ApiServerConfig {
   int max_in_flight = 64;  // generation requests running or queued in the engine; more get 429
   int read_timeout_s = 30;
   int write_timeout_s = 30;
-  // prompt + max_tokens limit (the engine's context_limit); 0: none.
-  int64_t context = 0;
+  // Origins a browser page may call from (CORS: Access-Control-Allow-Origin, preflight OPTIONS);
+  // empty: none (no CORS headers at all); "*": any.
+  std::vector<std::string> cors_origins;
   HeadOptions head;  // the default head (a request's tokenfab.head overrides head.head)
 
   // Throws Error naming the flag: a non-loopback host without a key, a limit out of range.
@@ -44,19 +49,32 @@ bool is_loopback_host(const std::string& host);
 
 class ApiServer {
  public:
-  // `engine`, `model` and `tokenizer` outlive the server; `model_id` is the id /v1/models lists
-  // and requests may name.
+  // A server with no model yet: /health answers 503 and generation requests 503 until attach().
+  explicit ApiServer(ApiServerConfig config);
+  // The same, attached at once.
   ApiServer(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
-            std::string model_id, ApiServerConfig config);
+            std::string model_id, int64_t context, ApiServerConfig config);
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
+
+  // Serves `engine` (with `model` and `tokenizer`, which outlive it) from now on; `model_id` is the
+  // id /v1/models lists and requests may name, `context` the prompt + max_tokens limit (the
+  // engine's context_limit; 0: none). Throws Error when the server's --head cannot be resolved
+  // for this model. Detaches the engine before, if any.
+  void attach(Engine& engine, const LlamaModel& model, const Tokenizer& tokenizer,
+              std::string model_id, int64_t context);
+  // Stops serving the attached engine: its generations in flight are cancelled, and this returns
+  // once no handler uses it (the engine may then be destroyed). Thread-safe; no-op when none.
+  void detach();
+  bool attached() const;
 
   // Binds the listening socket; returns the port. Throws Error when it cannot.
   int bind();
   // Serves until stop() (from another thread). Throws Error when bind() was not called.
   void serve();
   void stop();
+  int port() const;  // after bind()
 
  private:
   struct Impl;

@@ -17,29 +17,12 @@ using nlohmann::json;
 
 // Fields OpenAI defines that the engine cannot do. A value that asks for nothing (false, 0, 1
 // where 1 is the default) is accepted; see unsupported_value().
-const std::set<std::string> kUnsupported = {"tools",
-                                            "tool_choice",
-                                            "functions",
-                                            "function_call",
-                                            "response_format",
-                                            "logit_bias",
-                                            "logprobs",
-                                            "top_logprobs",
-                                            "n",
-                                            "presence_penalty",
-                                            "frequency_penalty",
-                                            "parallel_tool_calls",
-                                            "audio",
-                                            "modalities",
-                                            "prediction",
-                                            "reasoning_effort",
-                                            "web_search_options",
-                                            "best_of",
-                                            "echo",
-                                            "suffix",
-                                            "service_tier",
-                                            "store",
-                                            "metadata"};
+const std::set<std::string> kUnsupported = {
+    "tools",      "tool_choice", "functions",        "function_call",     "response_format",
+    "logit_bias", "n",           "presence_penalty", "frequency_penalty", "parallel_tool_calls",
+    "audio",      "modalities",  "prediction",       "reasoning_effort",  "web_search_options",
+    "best_of",    "echo",        "suffix",           "service_tier",      "store",
+    "metadata"};
 
 const char* type_name(const json& v) {
   switch (v.type()) {
@@ -70,7 +53,7 @@ const char* type_name(const json& v) {
 bool asks_nothing(const std::string& key, const json& v) {
   if (v.is_null()) return true;
   if (key == "n" || key == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
-  if (key == "logprobs" || key == "echo" || key == "store" || key == "parallel_tool_calls")
+  if (key == "echo" || key == "store" || key == "parallel_tool_calls")
     return v.is_boolean() && !v.get<bool>();
   if (key == "presence_penalty" || key == "frequency_penalty")
     return v.is_number() && v.get<double>() == 0.0;
@@ -181,8 +164,21 @@ void tokenfab_extension(const json& v, OpenAiRequest& r) {
     if (key == "head") {
       r.head = string("tokenfab.head", value);
       if (r.head->empty()) bad("tokenfab.head", "expected auto, none or a head's id, name or path");
+    } else if (key == "spec") {
+      r.spec = string("tokenfab.spec", value);
+      if (*r.spec != "chain" && *r.spec != "tree") bad("tokenfab.spec", "expected chain or tree");
+    } else if (key == "lookup") {
+      const int64_t n = integer("tokenfab.lookup", value);
+      if (n < 0 || n > OpenAiRequest::kMaxLookup)
+        bad("tokenfab.lookup",
+            "expected 0 (off) to " + std::to_string(OpenAiRequest::kMaxLookup) + " tokens");
+      r.lookup = static_cast<int32_t>(n);
+    } else if (key == "draft_len") {
+      const int64_t n = integer("tokenfab.draft_len", value);
+      if (n < 1 || n > 16) bad("tokenfab.draft_len", "expected 1 to 16");
+      r.draft_len = static_cast<int32_t>(n);
     } else {
-      bad("tokenfab." + key, "unknown field (the extension takes: head)");
+      bad("tokenfab." + key, "unknown field (the extension takes: head, spec, lookup, draft_len)");
     }
   }
 }
@@ -230,6 +226,7 @@ OpenAiRequest parse_openai_request(const std::string& body, Endpoint endpoint) {
   const bool chat = endpoint == Endpoint::kChat;
   bool has_input = false, has_seed = false;
   std::optional<int64_t> max_tokens;
+  std::optional<int32_t> top_logprobs;
   for (const auto& [key, v] : j.items()) {
     if (kUnsupported.contains(key)) {
       if (asks_nothing(key, v)) continue;
@@ -262,6 +259,20 @@ OpenAiRequest parse_openai_request(const std::string& body, Endpoint endpoint) {
         if (k != "include_usage") bad("stream_options." + k, "unknown field");
         if (!o.is_null()) r.include_usage = boolean("stream_options.include_usage", o);
       }
+    } else if (key == "logprobs") {
+      if (chat) {
+        if (boolean(key, v)) r.logprobs = std::max(r.logprobs.value_or(0), 0);
+      } else {
+        const int64_t n = integer(key, v);
+        if (n < 0 || n > OpenAiRequest::kMaxTopLogprobs)
+          bad(key, "expected 0 to " + std::to_string(OpenAiRequest::kMaxTopLogprobs));
+        r.logprobs = static_cast<int32_t>(n);
+      }
+    } else if (chat && key == "top_logprobs") {
+      const int64_t n = integer(key, v);
+      if (n < 0 || n > OpenAiRequest::kMaxTopLogprobs)
+        bad(key, "expected 0 to " + std::to_string(OpenAiRequest::kMaxTopLogprobs));
+      top_logprobs = static_cast<int32_t>(n);
     } else if (key == "user") {
       string(key, v);  // an end-user id for abuse monitoring: accepted, not used
     } else if (key == "tokenfab") {
@@ -276,6 +287,10 @@ OpenAiRequest parse_openai_request(const std::string& body, Endpoint endpoint) {
   }
   if (j.contains("stream_options") && !j["stream_options"].is_null() && !r.stream)
     bad("stream_options", "only allowed when stream is true");
+  if (top_logprobs) {
+    if (!r.logprobs) bad("top_logprobs", "only allowed when logprobs is true");
+    r.logprobs = *top_logprobs;
+  }
   if (max_tokens) r.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, 1 << 30));
   if (!has_seed)
     r.sampling.seed = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);

@@ -1,7 +1,8 @@
 #pragma once
 // An OpenAI request body (/v1/chat/completions, /v1/completions) read and checked: every field
 // the engine honours is taken, every field OpenAI defines that it cannot do (tools, n > 1,
-// logprobs, …) and every unknown field is refused with a 400 naming it — never silently ignored.
+// response_format, …) and every unknown field is refused with a 400 naming it — never silently
+// ignored.
 
 #include <cstdint>
 #include <optional>
@@ -26,10 +27,19 @@ struct OpenAiRequest {
   SamplingParams sampling{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
   std::vector<std::string> stop;  // non-empty strings, at most kMaxStop
   bool stream = false;
-  bool include_usage = false;       // stream_options.include_usage
-  std::optional<std::string> head;  // tokenfab.head: auto | none | NAME; unset: the server's
+  bool include_usage = false;  // stream_options.include_usage
+  // Log-probabilities of the output tokens, with this many alternatives each (chat: logprobs true
+  // and top_logprobs; completions: logprobs N); unset: none.
+  std::optional<int32_t> logprobs;
+  // The Tokenfab extension (`tokenfab`); unset: the server's own settings.
+  std::optional<std::string> head;  // auto | none | NAME
+  std::optional<std::string> spec;  // chain | tree
+  std::optional<int32_t> lookup;    // context lookup drafts: 0 off, else up to kMaxLookup tokens
+  std::optional<int32_t> draft_len;
 
   static constexpr size_t kMaxStop = 4;
+  static constexpr int32_t kMaxTopLogprobs = 20;
+  static constexpr int32_t kMaxLookup = 8;
 };
 
 // Parses `body` for `endpoint`. Throws ApiError (400) naming the field: malformed JSON, a wrong

@@ -31,10 +31,58 @@ json usage_json(const Usage& u) {
 }
 
 json figures_json(const TokenfabFigures& f) {
+  json switches = json::array();
+  for (const TokenfabFigures::Switch& s : f.switches)
+    switches.push_back({{"at_token", s.at_token}, {"from", s.from}, {"to", s.to}});
   return {{"ttft_ms", f.ttft_ms},
           {"decode_tok_s", f.decode_tok_s},
           {"accept_per_step", f.accept_per_step ? json(*f.accept_per_step) : json()},
-          {"head", f.head.empty() ? json() : json(f.head)}};
+          {"head", f.head.empty() ? json() : json(f.head)},
+          {"head_switches", switches}};
+}
+
+namespace {
+
+json bytes_of(const std::string& s) {
+  json out = json::array();
+  for (const char c : s) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+}  // namespace
+
+json logprobs_json(Endpoint endpoint, bool asked, std::span<const LogprobEntry> entries,
+                   size_t text_offset) {
+  if (!asked) return nullptr;
+  if (endpoint == Endpoint::kChat) {
+    json content = json::array();
+    for (const LogprobEntry& e : entries) {
+      json top = json::array();
+      for (const auto& [token, logprob] : e.top)
+        top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", bytes_of(token)}});
+      content.push_back({{"token", e.token},
+                         {"logprob", e.logprob},
+                         {"bytes", bytes_of(e.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = text_offset;
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(e.token);
+    token_logprobs.push_back(e.logprob);
+    json alternatives = json::object();
+    for (const auto& [token, logprob] : e.top) alternatives[token] = logprob;
+    top.push_back(alternatives);
+    offsets.push_back(offset);
+    offset += e.token.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
 }
 
 namespace {
@@ -51,10 +99,10 @@ json head_of(const ResponseIdentity& who, const char* object) {
 
 json completion_json(const ResponseIdentity& who, const std::string& text,
                      const std::string& finish_reason, const Usage& usage,
-                     const TokenfabFigures& figures) {
+                     const TokenfabFigures& figures, const json& logprobs) {
   const bool chat = who.endpoint == Endpoint::kChat;
   json j = head_of(who, chat ? "chat.completion" : "text_completion");
-  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
+  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", logprobs}};
   if (chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
@@ -66,10 +114,10 @@ json completion_json(const ResponseIdentity& who, const std::string& text,
 }
 
 json chunk_json(const ResponseIdentity& who, const std::string& text, bool role,
-                const std::string& finish_reason) {
+                const std::string& finish_reason, const json& logprobs) {
   const bool chat = who.endpoint == Endpoint::kChat;
   json j = head_of(who, chat ? "chat.completion.chunk" : "text_completion");
-  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
+  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", logprobs}};
   if (chat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";

@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,7 +26,19 @@ struct TokenfabFigures {
   double ttft_ms = 0.0;                   // submitted → first token
   double decode_tok_s = 0.0;              // 1 / TPOT; 0 with fewer than two tokens
   std::optional<double> accept_per_step;  // with a head or lookup
-  std::string head;                       // the draft head's name; empty: none
+  std::string head;                       // the draft head's name (the last, after switches)
+  struct Switch {
+    int32_t at_token = 0;  // output tokens before it
+    std::string from, to;
+  };
+  std::vector<Switch> switches;  // mid-generation head switches (tokenfab.head auto)
+};
+
+// One output token's log-probability and its most probable alternatives, as bytes.
+struct LogprobEntry {
+  std::string token;  // the token's bytes
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
 };
 
 // What every object of one response shares.
@@ -39,14 +54,21 @@ ResponseIdentity new_identity(Endpoint endpoint, const std::string& model);
 
 nlohmann::json usage_json(const Usage& usage);
 nlohmann::json figures_json(const TokenfabFigures& figures);
+// A choice's `logprobs`: chat {"content":[{"token","logprob","bytes","top_logprobs"}]},
+// completions {"tokens","token_logprobs","top_logprobs","text_offset"} (offsets counted from
+// `text_offset` bytes). Null when `asked` is false.
+nlohmann::json logprobs_json(Endpoint endpoint, bool asked, std::span<const LogprobEntry> entries,
+                             size_t text_offset = 0);
 // The whole (non-streamed) response.
 nlohmann::json completion_json(const ResponseIdentity& who, const std::string& text,
                                const std::string& finish_reason, const Usage& usage,
-                               const TokenfabFigures& figures);
+                               const TokenfabFigures& figures,
+                               const nlohmann::json& logprobs = nullptr);
 // One streamed chunk: text (or, for chat, the opening role delta when `role`), and the
 // finish_reason on the last one (empty: null).
 nlohmann::json chunk_json(const ResponseIdentity& who, const std::string& text, bool role,
-                          const std::string& finish_reason);
+                          const std::string& finish_reason,
+                          const nlohmann::json& logprobs = nullptr);
 // The usage chunk (choices empty), with the Tokenfab figures.
 nlohmann::json usage_chunk_json(const ResponseIdentity& who, const Usage& usage,
                                 const TokenfabFigures& figures);

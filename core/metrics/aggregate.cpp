@@ -74,13 +74,15 @@ nlohmann::json to_json(const Goodput& g) {
 ServingMetrics::ServingMetrics(MetricsTime start, size_t series_capacity)
     : start_(start), emissions_(series_capacity, start) {}
 
-void ServingMetrics::on_submitted() {
+void ServingMetrics::on_submitted(int64_t prompt_tokens) {
   std::lock_guard lock(mutex_);
   ++submitted_;
+  live_.prompt_tokens += prompt_tokens;
 }
 
 void ServingMetrics::on_emission(MetricsTime t, int32_t n_tokens) {
   emissions_.append(t, static_cast<double>(n_tokens));
+  generation_tokens_.fetch_add(n_tokens, std::memory_order_relaxed);
 }
 
 // Adds `from` into `into` element-wise, growing `into` as needed.
@@ -113,6 +115,11 @@ void ServingMetrics::on_completed(const RequestMetrics& r, std::span<const int64
 void ServingMetrics::on_failed() {
   std::lock_guard lock(mutex_);
   ++failed_;
+}
+
+void ServingMetrics::on_request_ended(const EndedRequest& request) {
+  std::lock_guard lock(mutex_);
+  live_.on_ended(request);
 }
 
 void ServingMetrics::on_preemption() {
@@ -210,6 +217,13 @@ Goodput ServingMetrics::goodput(const Slo& slo, MetricsTime end) const {
 
 WindowRate ServingMetrics::output_rate(MetricsTime now, std::chrono::nanoseconds window) const {
   return emissions_.rate(now, window);
+}
+
+LiveCounters ServingMetrics::live_counters() const {
+  std::lock_guard lock(mutex_);
+  LiveCounters c = live_;
+  c.generation_tokens = generation_tokens_.load(std::memory_order_relaxed);
+  return c;
 }
 
 LogHistogram ServingMetrics::itl_histogram() const {

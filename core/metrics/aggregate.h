@@ -13,6 +13,7 @@
 // Thread-safe: every method takes one mutex, so workers on several threads may report.
 // Memory grows with the work recorded (one double per output token for ITLs, a few per request).
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/metrics/live_counters.h"
 #include "core/metrics/percentiles.h"
 #include "core/metrics/request_metrics.h"
 #include "core/metrics/time_series.h"
@@ -103,13 +105,15 @@ class ServingMetrics {
   // `start` is when the workload (or engine) began; durations and rates count from it.
   explicit ServingMetrics(MetricsTime start, size_t series_capacity = kDefaultSeriesCapacity);
 
-  void on_submitted();
+  void on_submitted(int64_t prompt_tokens = 0);
   // Live view: n_tokens emitted for some request at time t (feeds the tokens/s series).
   void on_emission(MetricsTime t, int32_t n_tokens);
   // `proposed_at` / `accepted_at`: the request's per-draft-position counts (empty without a head).
   void on_completed(const RequestMetrics& request, std::span<const int64_t> proposed_at = {},
                     std::span<const int64_t> accepted_at = {}, const DraftTime& draft_time = {});
   void on_failed();
+  // Every ended request (completed, cancelled or failed), for the live counters.
+  void on_request_ended(const EndedRequest& request);
   void on_preemption();
   // Prefix-cache lookups and hits, in the caller's unit (blocks); hits <= lookups.
   void on_prefix_lookup(int64_t lookups, int64_t hits);
@@ -126,6 +130,8 @@ class ServingMetrics {
   std::vector<TimeSample> emission_snapshot() const { return emissions_.snapshot(); }
   // Live ITL distribution in seconds (1 us .. 100 s, 10 buckets per decade), as a copy.
   LogHistogram itl_histogram() const;
+  // The cumulative counters and histograms (GET /metrics), as a copy.
+  LiveCounters live_counters() const;
 
  private:
   struct Finished {  // what goodput and percentiles need of one completed request, seconds
@@ -146,6 +152,8 @@ class ServingMetrics {
   int64_t submitted_ = 0, failed_ = 0, preemptions_ = 0;
   int64_t prefix_lookups_ = 0, prefix_hits_ = 0;
   TransferTotals transfer_;
+  LiveCounters live_;                          // but its generation_tokens: the atomic below
+  std::atomic<int64_t> generation_tokens_{0};  // on_emission takes no lock
 };
 
 }  // namespace tokenfab

@@ -242,6 +242,9 @@ RequestId Engine::submit(GenerationRequest request) {
     throw Error("request: max_tokens is " + std::to_string(request.max_tokens) +
                 " (expected at least 1)");
   request.sampling.validate();
+  if (request.logprobs < -1 || request.logprobs > GenerationRequest::kMaxLogprobs)
+    throw Error("request: logprobs " + std::to_string(request.logprobs) +
+                " is outside -1 (none).." + std::to_string(GenerationRequest::kMaxLogprobs));
   if (request.lookup < 0 || request.lookup > GenerationRequest::kMaxLookup)
     throw Error("request: context lookup of " + std::to_string(request.lookup) +
                 " tokens is outside 0.." + std::to_string(GenerationRequest::kMaxLookup));
@@ -307,7 +310,7 @@ RequestId Engine::submit(GenerationRequest request) {
     requests_.emplace(id, record);
     if (n_active_++ == 0) busy_since_ = now;
   }
-  metrics_.on_submitted();
+  metrics_.on_submitted(static_cast<int64_t>(record->request.prompt.size()));
   Worker& worker = router_->route_prompt(record->request.prompt);
   record->prefill_worker = &worker;
   if (worker.role() == WorkerRole::kDecode) record->decode_worker = &worker;
@@ -315,11 +318,12 @@ RequestId Engine::submit(GenerationRequest request) {
   return record->id;
 }
 
-bool Engine::cancel(RequestId id) {
+bool Engine::cancel(RequestId id, CancelReason reason) {
   {
     std::lock_guard lock(mutex_);
     const auto it = requests_.find(id);
     if (it == requests_.end() || request_ended(it->second->state())) return false;
+    if (reason == CancelReason::kStopText) it->second->stopped_by_caller = true;
     it->second->cancelled = true;
   }
   for (auto& w : workers_) w->wake();

@@ -49,6 +49,7 @@
 #include "core/metrics/request_metrics.h"
 #include "core/model/llama_model.h"
 #include "core/runtime/sampler.h"
+#include "core/runtime/token_logprobs.h"
 #include "core/serving/request.h"
 #include "core/speculative/draft_head.h"
 #include "core/speculative/head_switch.h"
@@ -160,6 +161,11 @@ struct GenerationRequest {
   // Greedy only (temperature 0).
   int32_t lookup = 0;
   static constexpr int32_t kMaxLookup = 8;
+  // >= 0: every emitted token's log-probability under the model's raw distribution, with this
+  // many most probable alternatives (TokenEvent::logprobs); −1: none. A step with such a request
+  // brings its logits rows to the host (no argmax or filter on the device).
+  int32_t logprobs = -1;
+  static constexpr int32_t kMaxLogprobs = 20;
 };
 
 // Speculation figures of one request (per draft position: proposed and accepted counts).
@@ -181,9 +187,10 @@ struct SpeculationStats {
 
 struct TokenEvent {
   RequestId id = 0;
-  std::vector<TokenId> tokens;  // emitted by one step (empty on the final event of a request
-                                // that ended without new tokens: cancelled or failed)
-  std::vector<bool> drafted;    // per token: proposed by the draft head and accepted
+  std::vector<TokenId> tokens;         // emitted by one step (empty on the final event of a request
+                                       // that ended without new tokens: cancelled or failed)
+  std::vector<bool> drafted;           // per token: proposed by the draft head and accepted
+  std::vector<TokenLogprob> logprobs;  // per token, when the request asked (logprobs >= 0)
   // A step that verified drafts of this request: the time spent proposing them (0 for context
   // lookup drafts alone) and this step's time from its start to this emission — the forward pass
   // over the drafts, sampling and acceptance. Both 0 for a plain step.
@@ -280,8 +287,14 @@ class Engine {
   // Throws Error for an empty prompt, a token outside the vocabulary, max_tokens < 1, bad
   // sampling values, or prompt + max_tokens beyond the context limit.
   RequestId submit(GenerationRequest request);
+  // Why a caller cancels: it gave up on the request (the client went away, the user pressed
+  // stop), or the caller found a stop string in its text — the request then counts as finished
+  // with reason "stop" in the live counters (its state is kCancelled either way).
+  enum class CancelReason { kAbort, kStopText };
   // False when the id is unknown or the request has already ended.
-  bool cancel(RequestId id);
+  bool cancel(RequestId id, CancelReason reason = CancelReason::kAbort);
+  // The cumulative counters (GET /metrics): ServingMetrics::live_counters.
+  LiveCounters live_counters() const { return metrics_.live_counters(); }
   int64_t subscribe(TokenCallback callback);
   void unsubscribe(int64_t subscription);
 

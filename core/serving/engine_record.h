@@ -35,6 +35,7 @@ struct Engine::Record {
   const RequestId id;
   const GenerationRequest request;
   std::atomic<bool> cancelled{false};
+  std::atomic<bool> stopped_by_caller{false};  // cancel(kStopText): finish reason "stop"
 
   // Worker-side (see above).
   Sampler sampler;

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "core/kvcache/kv_manager.h"
+#include "core/runtime/token_logprobs.h"
 #include "core/serving/request.h"
 
 namespace tokenfab {
@@ -84,6 +85,7 @@ struct ScheduledChunk {
 struct ChunkResult {
   std::vector<TokenId> tokens;
   std::vector<int32_t> path;
+  std::vector<TokenLogprob> logprobs;  // per token, when its request asked (else empty)
 };
 
 struct StepPlan {

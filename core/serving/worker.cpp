@@ -507,6 +507,11 @@ bool Worker::step() {
       std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const auto& c) {
         return !c.wants_logits || requests_.at(c.seq)->sampler.params().temperature == 0.0f;
       });
+  // Log-probabilities are read from whole logits rows on the host.
+  const bool wants_logprobs = std::any_of(
+      plan.chunks.begin(), plan.chunks.end(),
+      [&](const auto& c) { return c.wants_logits && requests_.at(c.seq)->request.logprobs >= 0; });
+  if (wants_logprobs) greedy_step_ = false;
   // Prefill role: a prompt whose last chunk this step computes keeps its blocks for the transfer
   // under a hold (released by the decode worker), and is handed to its decode worker now —
   // streamed — so that its KV transfer copies each layer as soon as this pass has written it.
@@ -527,7 +532,7 @@ bool Worker::step() {
     device_->set_layer_progress(layers_ready.get());
   }
   // Otherwise such a device reduces each logit row to the tokens its request's filters can keep.
-  filtered_step_ = !greedy_step_ && device_->filters_on_device();
+  filtered_step_ = !greedy_step_ && !wants_logprobs && device_->filters_on_device();
   if (filtered_step_) {
     filters_.clear();
     for (const ScheduledChunk& chunk : plan.chunks) {
@@ -561,8 +566,16 @@ bool Worker::step() {
   const MetricsTime t = MetricsClock::now();
   // Tokens per request, in order (a verification step emits several).
   std::unordered_map<RequestId, TokenEvent> events;
+  std::unordered_map<RequestId, const ChunkResult*> result_of;  // requests with log-probabilities
+  for (size_t i = 0, next = 0; i < plan.chunks.size(); ++i) {
+    if (!plan.chunks[i].wants_logits) continue;
+    const ChunkResult& r = results[next++];
+    if (!r.logprobs.empty()) result_of[plan.chunks[i].seq] = &r;
+  }
   for (const EmittedToken& e : emitted) {
     TokenEvent& ev = events[e.id];
+    if (const auto it = result_of.find(e.id); it != result_of.end())
+      ev.logprobs.push_back(it->second->logprobs[ev.tokens.size()]);  // emitted: a prefix
     ev.tokens.push_back(e.token);
     ev.drafted.push_back(e.drafted);
   }
@@ -784,6 +797,19 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
     }
     if (j == chunk.n_draft) result.tokens.push_back(choose(j));
   };
+  // Token k of a chunk's result was chosen from logits row 0 (k = 0) or path[k − 1].
+  auto add_logprobs = [&](int64_t i) {
+    const Job& job = jobs[static_cast<size_t>(i)];
+    const int32_t top_n = job.record->request.logprobs;
+    if (top_n < 0) return;
+    ChunkResult& result = results[static_cast<size_t>(i)];
+    for (size_t k = 0; k < result.tokens.size(); ++k) {
+      const int64_t r = k == 0 ? 0 : result.path[k - 1];
+      const std::span<const float> row(logits_.data() + (job.row + r) * n_vocab,
+                                       static_cast<size_t>(n_vocab));
+      result.logprobs.push_back(token_logprob(row, result.tokens[k], top_n));
+    }
+  };
   // One sampler per request, so the chunks are sampled in parallel. A greedy step on a device
   // that took the argmax only looks its rows' choices up: waking the device's threads for that
   // would cost more than the lookups.
@@ -792,6 +818,7 @@ std::vector<ChunkResult> Worker::sample(const StepPlan& plan) {
   } else {
     device_->parallel_for(static_cast<int64_t>(jobs.size()), sample_job);
   }
+  for (int64_t i = 0; i < static_cast<int64_t>(jobs.size()); ++i) add_logprobs(i);
   // Per-depth acceptance statistics: proposed at depth d when the drafts reached it, accepted
   // when the accepted path did.
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -1152,6 +1179,24 @@ void Worker::handle_finished() {
   }
 }
 
+namespace {
+
+// The live counters' finish reason of a request ending in `state`.
+const char* finish_reason(const Engine::Record& record, RequestState state) {
+  switch (state) {
+    case RequestState::kFinished:
+      return static_cast<int32_t>(record.generated.size()) >= record.request.max_tokens
+                 ? kFinishLength
+                 : kFinishStop;
+    case RequestState::kCancelled:
+      return record.stopped_by_caller.load() ? kFinishStop : kFinishAbort;
+    default:
+      return kFinishError;
+  }
+}
+
+}  // namespace
+
 void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState state,
                  std::string error, TokenEvent last, int64_t step, MetricsTime t) {
   queued_prefill_tokens_ -= record->prefill_tokens_left;
@@ -1159,6 +1204,7 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
   std::optional<RequestMetrics> metrics;
   if (record->timeline.output_tokens() > 0) metrics = record->timeline.compute();
   SpeculationStats speculation;
+  std::string head;
   {
     std::lock_guard lock(record->mutex);
     record->info.state = state;
@@ -1166,6 +1212,7 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
     record->info.error = error;
     record->info.metrics = metrics;
     speculation = record->info.speculation;
+    head = record->info.head;
   }
   if (state == RequestState::kFinished && metrics) {
     engine_.metrics().on_completed(
@@ -1173,6 +1220,18 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
         {speculation.verify_steps, speculation.draft_s, speculation.verify_s});
   }
   if (state == RequestState::kFailed) engine_.metrics().on_failed();
+  EndedRequest ended;
+  ended.finish_reason = finish_reason(*record, state);
+  if (metrics) {
+    ended.ttft_s = metrics->ttft_s;
+    ended.e2e_s = metrics->e2e_s;
+    ended.itl_s = metrics->itl_s;
+  }
+  ended.head = head;
+  ended.verify_steps = speculation.verify_steps;
+  ended.proposed_at = speculation.proposed_at;
+  ended.accepted_at = speculation.accepted_at;
+  engine_.metrics().on_request_ended(ended);
   last.id = record->id;
   last.time = t;
   last.step = step;

@@ -1,13 +1,24 @@
 // core/api without a model: the OpenAI request parser (what it takes, what it refuses and the
-// field it names), stop strings cut across pieces, and the response shapes.
+// field it names), stop strings cut across pieces, the response shapes, log-probabilities, the
+// Prometheus text, and a server with no engine attached yet.
 
 #include <QtTest>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include "core/api/api_error.h"
 #include "core/api/api_server.h"
 #include "core/api/openai_request.h"
 #include "core/api/openai_response.h"
+#include "core/api/prometheus_metrics.h"
 #include "core/api/stop_text.h"
+#include "core/metrics/live_counters.h"
+#include "core/runtime/token_logprobs.h"
 
 using namespace tokenfab;
 using namespace tokenfab::api;
@@ -44,6 +55,11 @@ class TestApiRequest : public QObject {
   void chunks_share_id_and_created();
   void loopback_hosts();
   void non_loopback_needs_a_key();
+  void logprobs_and_the_extension_are_read();
+  void token_logprob_is_the_log_softmax();
+  void logprobs_json_shapes();
+  void prometheus_text_escapes_and_counts();
+  void unattached_server_says_loading();
 };
 
 void TestApiRequest::chat_fields_are_taken() {
@@ -92,7 +108,7 @@ void TestApiRequest::defaults_are_openais() {
 }
 
 void TestApiRequest::unsupported_fields_are_refused_by_name() {
-  for (const char* field : {R"("tools":[{"type":"function"}])", R"("n":2)", R"("logprobs":true)",
+  for (const char* field : {R"("tools":[{"type":"function"}])", R"("n":2)",
                             R"("response_format":{"type":"json_object"})",
                             R"("logit_bias":{"1":5})", R"("frequency_penalty":0.5)"}) {
     const ApiError e = refusal("{" + kMessages + "," + field + "}");
@@ -103,8 +119,98 @@ void TestApiRequest::unsupported_fields_are_refused_by_name() {
   }
   const ApiError unknown = refusal("{" + kMessages + R"(,"frobnicate":1})");
   QCOMPARE(unknown.param, std::string("frobnicate"));
-  QCOMPARE(refusal("{" + kMessages + R"(,"tokenfab":{"spec":"tree"}})").param,
+  QCOMPARE(refusal("{" + kMessages + R"(,"tokenfab":{"spec":"wide"}})").param,
            std::string("tokenfab.spec"));
+  QCOMPARE(refusal("{" + kMessages + R"(,"tokenfab":{"lookup":99}})").param,
+           std::string("tokenfab.lookup"));
+  QCOMPARE(refusal("{" + kMessages + R"(,"tokenfab":{"mode":1}})").param,
+           std::string("tokenfab.mode"));
+}
+
+void TestApiRequest::logprobs_and_the_extension_are_read() {
+  const OpenAiRequest chat = parse_openai_request(
+      "{" + kMessages +
+          R"(,"logprobs":true,"top_logprobs":5,"tokenfab":{"head":"auto","spec":"tree","lookup":3,"draft_len":6}})",
+      Endpoint::kChat);
+  QCOMPARE(chat.logprobs.value_or(-1), 5);
+  QCOMPARE(chat.head.value_or(""), std::string("auto"));
+  QCOMPARE(chat.spec.value_or(""), std::string("tree"));
+  QCOMPARE(chat.lookup.value_or(-1), 3);
+  QCOMPARE(chat.draft_len.value_or(-1), 6);
+  // logprobs true alone: the token's own log-probability, no alternatives.
+  QCOMPARE(parse_openai_request("{" + kMessages + R"(,"logprobs":true})", Endpoint::kChat)
+               .logprobs.value_or(-1),
+           0);
+  QVERIFY(
+      !parse_openai_request("{" + kMessages + R"(,"logprobs":false})", Endpoint::kChat).logprobs);
+  // top_logprobs needs logprobs; at most 20.
+  QCOMPARE(refusal("{" + kMessages + R"(,"top_logprobs":2})").param, std::string("top_logprobs"));
+  QCOMPARE(refusal("{" + kMessages + R"(,"logprobs":true,"top_logprobs":21})").param,
+           std::string("top_logprobs"));
+  // Completions: logprobs is the number of alternatives.
+  QCOMPARE(parse_openai_request(R"({"prompt":"x","logprobs":3})", Endpoint::kCompletion)
+               .logprobs.value_or(-1),
+           3);
+}
+
+void TestApiRequest::token_logprob_is_the_log_softmax() {
+  // A row whose softmax is known: logits log(1), log(2), log(3), log(4) → p = 0.1 … 0.4.
+  const std::vector<float> logits = {std::log(1.0f), std::log(2.0f), std::log(3.0f),
+                                     std::log(4.0f)};
+  const TokenLogprob lp = token_logprob(logits, 1, 2);
+  QVERIFY(std::abs(lp.logprob - std::log(0.2f)) < 1e-6f);
+  QCOMPARE(lp.top.size(), size_t{2});
+  QCOMPARE(lp.top[0].first, 3);
+  QCOMPARE(lp.top[1].first, 2);
+  QVERIFY(std::abs(lp.top[0].second - std::log(0.4f)) < 1e-6f);
+  // Huge logits do not overflow: the maximum is taken out first.
+  const std::vector<float> big = {1000.0f, 1000.0f};
+  QVERIFY(std::abs(token_logprob(big, 0, 0).logprob - std::log(0.5f)) < 1e-6f);
+  QVERIFY(token_logprob(big, 0, 0).top.empty());
+}
+
+void TestApiRequest::logprobs_json_shapes() {
+  const std::vector<LogprobEntry> entries = {{"He", -0.5f, {{"He", -0.5f}, {"A", -1.5f}}},
+                                             {"llo", -0.25f, {{"llo", -0.25f}, {"y", -2.0f}}}};
+  const nlohmann::json chat = logprobs_json(Endpoint::kChat, true, entries);
+  QCOMPARE(chat["content"].size(), size_t{2});
+  QCOMPARE(chat["content"][0]["token"].get<std::string>(), std::string("He"));
+  QCOMPARE(chat["content"][0]["bytes"], nlohmann::json({72, 101}));
+  QCOMPARE(chat["content"][1]["top_logprobs"][1]["token"].get<std::string>(), std::string("y"));
+  const nlohmann::json text = logprobs_json(Endpoint::kCompletion, true, entries, 10);
+  QCOMPARE(text["tokens"], nlohmann::json({"He", "llo"}));
+  QCOMPARE(text["text_offset"], nlohmann::json({10, 12}));
+  QCOMPARE(text["top_logprobs"][0]["A"].get<double>(), -1.5);
+  QVERIFY(logprobs_json(Endpoint::kChat, false, entries).is_null());
+}
+
+void TestApiRequest::prometheus_text_escapes_and_counts() {
+  QCOMPARE(escape_label_value("a\"b\\c\nd"), std::string("a\\\"b\\\\c\\nd"));
+  BucketHistogram h({0.1, 1.0});
+  h.add(0.05);
+  h.add(0.1);  // "less than or equal": the 0.1 bucket
+  h.add(5.0);
+  QCOMPARE(h.cumulative(), (std::vector<int64_t>{2, 2, 3}));
+  QCOMPARE(h.count(), int64_t{3});
+  LiveCounters c;
+  const std::vector<double> gaps = {0.002, 0.003};
+  const std::vector<int64_t> proposed = {4, 3}, accepted = {3, 1};
+  c.on_ended({kFinishLength, 0.05, 0.2, gaps, "code", 4, proposed, accepted});
+  c.on_ended({kFinishAbort, std::nullopt, std::nullopt, {}, "", 0, {}, {}});
+  QCOMPARE(c.ended_by_reason.at(kFinishLength), int64_t{1});
+  QCOMPARE(c.ended_by_reason.at(kFinishAbort), int64_t{1});
+  QCOMPARE(c.itl_s.count(), int64_t{2});
+  QCOMPARE(c.ttft_s.count(), int64_t{1});
+  const SpeculationCounters& s = c.speculation_by_head.at("code");
+  QCOMPARE(s.drafts, int64_t{4});
+  QCOMPARE(s.draft_tokens, int64_t{7});
+  QCOMPARE(s.accepted_tokens, int64_t{4});
+  QCOMPARE(s.accepted_per_position, (std::vector<int64_t>{3, 1}));
+  // Without an engine (the model loads) only the server's own gauge is there.
+  const std::string loading = prometheus_text({"m", nullptr, nullptr, 2});
+  QVERIFY(loading.find("tokenfab:api_requests_in_flight{model_name=\"m\"} 2\n") !=
+          std::string::npos);
+  QVERIFY(loading.find("tokenfab:prompt_tokens") == std::string::npos);
 }
 
 void TestApiRequest::fields_that_ask_nothing_are_accepted() {
@@ -205,6 +311,42 @@ void TestApiRequest::non_loopback_needs_a_key() {
   QVERIFY_THROWS_EXCEPTION(Error, c.validate());
   c.api_key = "a-key-of-some-length";
   c.validate();
+}
+
+// A server with no engine yet (the model loads): /health and generation say 503, /metrics has
+// the server's own gauge only.
+void TestApiRequest::unattached_server_says_loading() {
+  ApiServerConfig c;
+  c.port = 0;
+  ApiServer server(c);
+  const int port = server.bind();
+  std::thread serving([&] { server.serve(); });
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5, 0);
+  auto get_health = [&] {  // until the listener runs
+    for (int i = 0; i < 100; ++i) {
+      if (httplib::Result r = client.Get("/health")) return r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return client.Get("/health");
+  };
+  const httplib::Result health = get_health();
+  QVERIFY(health);
+  QCOMPARE(health->status, 503);
+  QCOMPARE(nlohmann::json::parse(health->body)["status"].get<std::string>(),
+           std::string("loading"));
+  const auto chat = client.Post("/v1/chat/completions", "{" + kMessages + "}", "application/json");
+  QVERIFY(chat);
+  QCOMPARE(chat->status, 503);
+  QCOMPARE(nlohmann::json::parse(chat->body)["error"]["code"].get<std::string>(),
+           std::string("model_loading"));
+  const auto metrics = client.Get("/metrics");
+  QVERIFY(metrics);
+  QCOMPARE(metrics->status, 200);
+  QVERIFY(metrics->body.find("tokenfab:api_requests_in_flight") != std::string::npos);
+  QVERIFY(!server.attached());
+  server.stop();
+  serving.join();
 }
 
 QTEST_GUILESS_MAIN(TestApiRequest)

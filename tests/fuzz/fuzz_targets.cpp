@@ -17,6 +17,9 @@
 #include <typeinfo>
 #include <vector>
 
+#include "core/api/api_error.h"
+#include "core/api/openai_request.h"
+#include "core/api/openai_response.h"
 #include "core/common/error.h"
 #include "core/gguf/gguf_reader.h"
 #include "core/model/llama_model.h"
@@ -312,10 +315,60 @@ void chat_template(std::span<const uint8_t> bytes) {
   });
 }
 
+void openai_request(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return;
+  const api::Endpoint endpoint =
+      bytes[0] % 2 == 0 ? api::Endpoint::kChat : api::Endpoint::kCompletion;
+  const std::string body(bytes.begin() + 1, bytes.end());
+  api::OpenAiRequest r;
+  try {
+    r = api::parse_openai_request(body, endpoint);
+  } catch (const api::ApiError& e) {
+    if (e.status != 400) finding("a refusal with status " + std::to_string(e.status));
+    if (std::string(e.what()).empty()) finding("a refusal without a message");
+    return;
+  }
+  try {
+    r.sampling.validate();
+  } catch (const Error& e) {
+    finding(std::string("an accepted request whose sampling does not validate: ") + e.what());
+  }
+  if (r.stop.size() > api::OpenAiRequest::kMaxStop) finding("more stop strings than allowed");
+  for (const std::string& stop : r.stop)
+    if (stop.empty()) finding("an empty stop string was kept");
+  if (r.logprobs && (*r.logprobs < 0 || *r.logprobs > api::OpenAiRequest::kMaxTopLogprobs))
+    finding("logprobs out of range");
+  if (r.max_tokens && *r.max_tokens < 1) finding("max_tokens below 1");
+  if (endpoint == api::Endpoint::kChat ? r.messages.empty() : r.prompt.empty())
+    finding("an accepted request without input");
+  // The response shapes over what came in (the prompt as the text: any bytes).
+  const api::ResponseIdentity who = api::new_identity(endpoint, r.model);
+  const std::vector<api::LogprobEntry> entries = {{r.prompt, -0.5f, {{r.model, -1.0f}}}};
+  (void)api::sse_event(
+      api::chunk_json(who, r.prompt, true, "", api::logprobs_json(endpoint, true, entries)));
+  (void)api::dump(api::completion_json(who, r.prompt, "stop", {1, 2}, {}));
+}
+
 void write_seeds(const fs::path& dir) {
-  for (const char* target : {"gguf_file", "model_file", "head_file", "tokenizer_text",
-                             "sampler_rows", "database_file", "quant_blocks", "chat_template"})
+  for (const char* target :
+       {"gguf_file", "model_file", "head_file", "tokenizer_text", "sampler_rows", "database_file",
+        "quant_blocks", "chat_template", "openai_request"})
     fs::create_directories(dir / target);
+  {
+    const std::pair<const char*, std::string> bodies[] = {
+        {"chat_full",
+         std::string(1, '\0') +
+             R"({"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":7,"stop":["\n\n","END"],"stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":5,"n":1,"user":"u","tokenfab":{"head":"auto","spec":"tree","lookup":3,"draft_len":4}})"},
+        {"completion_full",
+         std::string(1, '\1') +
+             R"({"model":"m","prompt":"Once upon a time","max_tokens":8,"logprobs":2,"stop":"\n","seed":1,"echo":false})"},
+        {"chat_refused", std::string(1, '\0') + R"({"messages":[],"tools":[{"type":"function"}]})"},
+    };
+    for (const auto& [name, body] : bodies) {
+      std::ofstream out(dir / "openai_request" / name, std::ios::binary);
+      out << body;
+    }
+  }
   // Templates we wrote in each family's style (tests/data/jinja_*.jinja).
   for (const fs::directory_entry& e :
        fs::directory_iterator(fs::path(TOKENFAB_SOURCE_DIR) / "tests" / "data")) {
@@ -496,6 +549,7 @@ Target target_named(std::string_view name) {
   if (name == "database_file") return database_file;
   if (name == "quant_blocks") return quant_blocks;
   if (name == "chat_template") return chat_template;
+  if (name == "openai_request") return openai_request;
   return nullptr;
 }
 

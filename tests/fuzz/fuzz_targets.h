@@ -49,6 +49,12 @@ void quant_blocks(std::span<const uint8_t> bytes);
 // apply() renders a longer one with and without the generation prompt; each accepts or refuses
 // with one Error, within the renderer's limits on output, loops and depth.
 void chat_template(std::span<const uint8_t> bytes);
+// The bytes as an HTTP request body of the API server: byte 0 picks the endpoint (chat or
+// completions), the rest is parsed by parse_openai_request, which accepts it or refuses it with
+// one ApiError of status 400 naming a field or the body; an accepted request holds only values in
+// range (sampling parameters that validate, at most 4 non-empty stop strings, 0–20 alternatives).
+// Then the response shapes are built from it and serialised (invalid UTF-8 in the text replaced).
+void openai_request(std::span<const uint8_t> bytes);
 // Whether tokenizer_text has the embedded model's tokenizer to work on.
 bool embedded_tokenizer_available();
 
@@ -57,12 +63,13 @@ bool embedded_tokenizer_available();
 // that model's shape (head_file), a few prompts with chat markup (tokenizer_text), rows of logits
 // with the default and the greedy parameters (sampler_rows), a database holding a row of every
 // table (database_file), and rows of every weight type, two of them with a NaN or infinite scale
-// (quant_blocks), and the chat templates of tests/data/jinja_*.jinja (chat_template). Throws Error
-// on failure.
+// (quant_blocks), the chat templates of tests/data/jinja_*.jinja (chat_template), and request
+// bodies of both endpoints with every field (openai_request). Throws Error on failure.
 void write_seeds(const std::filesystem::path& dir);
 
 // The targets by name ("gguf_file", "model_file", "head_file", "tokenizer_text",
-// "sampler_rows", "database_file", "quant_blocks", "chat_template"); null for any other name.
+// "sampler_rows", "database_file", "quant_blocks", "chat_template", "openai_request"); null for any
+// other name.
 using Target = void (*)(std::span<const uint8_t>);
 Target target_named(std::string_view name);
 

@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const kTargets[] = {"gguf_file",    "model_file",    "head_file",   "tokenizer_text",
-                                "sampler_rows", "database_file", "quant_blocks", "chat_template"};
+                                "sampler_rows", "database_file", "quant_blocks", "chat_template",
+                                "openai_request"};
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
