@@ -17,6 +17,7 @@
 #include "core/model/model_files.h"
 #include "model_fetch.h"
 #include "screenshot.h"
+#include "ui/bridge/api_server_bridge.h"
 #include "ui/bridge/engine_bridge.h"
 #include "ui/views/app_settings.h"
 #include "ui/views/chat_page.h"
@@ -134,12 +135,18 @@ int main(int argc, char** argv) {
   config.decode = parser.value(decode_option).toStdString();
   // Without device flags, the roles last applied on the Devices page (a screenshot always uses
   // the flags or the defaults, so it does not depend on this machine's settings).
-  const bool device_flags = parser.isSet(devices_option) || parser.isSet(prefill_option) ||
-                            parser.isSet(decode_option);
+  const bool device_flags =
+      parser.isSet(devices_option) || parser.isSet(prefill_option) || parser.isSet(decode_option);
   if (!headless && !device_flags) ui::load_device_roles(config);
 
   ui::EngineBridge bridge;  // outlives the window: pages cancel their requests through it
+  // The local OpenAI-compatible server on the bridge's engine (the status bar's switch); it runs
+  // from the start when it ran at the last exit (not for a screenshot).
+  ui::ApiServerBridge api_server(&bridge);
   ui::MainWindow window(&bridge);
+  window.set_api_server(&api_server);
+  if (!headless && ui::ApiServerSettings::load().enabled)
+    api_server.start(ui::ApiServerSettings::load());
   window.add_page(new ui::ChatPage);
   auto* models_page = new ui::ModelsPage;
   window.add_page(models_page);
@@ -171,11 +178,11 @@ int main(int argc, char** argv) {
   }
   window.show();
 
-  const QString missing =
-      QStringLiteral("The default model is not installed (expected %1).\n\nRun "
-                     "`tokenfab-cli fetch` to download it once, or start Tokenfab with "
-                     "--model PATH to use a GGUF file you have.")
-          .arg(QString::fromStdString(default_model_path().string()));
+  const QString missing = QStringLiteral(
+                              "The default model is not installed (expected %1).\n\nRun "
+                              "`tokenfab-cli fetch` to download it once, or start Tokenfab with "
+                              "--model PATH to use a GGUF file you have.")
+                              .arg(QString::fromStdString(default_model_path().string()));
   app::ModelFetch fetch(&window);
   // The Models page's download buttons: `tokenfab-cli fetch NAME` (a license asked for first where
   // one must be accepted); the page rescans when a download succeeds.
@@ -200,8 +207,7 @@ int main(int argc, char** argv) {
                                               message + QStringLiteral("\n\n") + missing);
                        }
                      });
-    if (!fetch.ask_and_start())
-      report_error(false, QStringLiteral("Tokenfab: no model"), missing);
+    if (!fetch.ask_and_start()) report_error(false, QStringLiteral("Tokenfab: no model"), missing);
   } else {
     bridge.load(model, config);
   }

@@ -139,10 +139,12 @@ void EngineBridge::start_engine(std::unique_ptr<Engine> engine) {
   stream_timer_.start();
   snapshot_timer_.start();
   take_snapshot();
+  emit engineStarted();
 }
 
 void EngineBridge::stop_engine() {
   if (!engine_) return;
+  emit engineStopping();
   stream_timer_.stop();
   snapshot_timer_.stop();
   for (const RequestInfo& r : engine_->snapshot().requests) engine_->cancel(r.id);

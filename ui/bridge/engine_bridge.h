@@ -89,6 +89,10 @@ class EngineBridge : public QObject {
   void loaded();
   void failed(const QString& message);
   void loadCancelled();  // cancel_load(): no model is loaded
+  // An engine started (after a load or a reconfiguration; engine() is it), and one is about to be
+  // destroyed (its requests not yet cancelled). Emitted synchronously on the GUI thread.
+  void engineStarted();
+  void engineStopping();
   void streamed(const QVector<tokenfab::ui::StreamUpdate>& updates);  // ~30 Hz, GUI thread
   void snapshotTaken(const tokenfab::ui::SnapshotPtr& snapshot);      // ~10 Hz, GUI thread
 

@@ -9,6 +9,7 @@
 #include <QStackedWidget>
 #include <QStatusBar>
 
+#include "ui/views/api_server_control.h"
 #include "ui/views/app_settings.h"
 #include "ui/views/page.h"
 
@@ -86,6 +87,12 @@ void MainWindow::add_page(Page* page) {
   sidebar_->addItem(page->title());
   if (bridge_) page->attach(bridge_);
   if (sidebar_->currentRow() < 0) sidebar_->setCurrentRow(0);
+}
+
+void MainWindow::set_api_server(ApiServerBridge* server) {
+  if (api_control_ != nullptr || server == nullptr) return;
+  api_control_ = new ApiServerControl(server);
+  statusBar()->insertPermanentWidget(0, api_control_);
 }
 
 bool MainWindow::show_page(const QString& title) {

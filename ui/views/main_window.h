@@ -1,7 +1,7 @@
 #pragma once
 // MainWindow: a sidebar of pages (Chat, Live, KV inspector, ...) over a stack of them, and a
 // status bar with the model, the engine's mode, each device's role and the live output tok/s
-// (from the bridge's snapshots).
+// (from the bridge's snapshots), and the switch of the local OpenAI-compatible server.
 
 #include <QMainWindow>
 #include <QPointer>
@@ -18,6 +18,8 @@ class QStackedWidget;
 
 namespace tokenfab::ui {
 
+class ApiServerBridge;
+class ApiServerControl;
 class Page;
 
 class MainWindow : public QMainWindow {
@@ -31,6 +33,9 @@ class MainWindow : public QMainWindow {
   // False when no page has that title.
   bool show_page(const QString& title);
   Page* page(const QString& title) const;  // nullptr when absent
+  // Shows the API server's switch and address in the status bar.
+  void set_api_server(ApiServerBridge* server);
+  ApiServerControl* api_control() const { return api_control_; }
 
  protected:
   // Saves the window geometry and the page shown (AppSettings); the constructor restores the
@@ -55,6 +60,7 @@ class MainWindow : public QMainWindow {
   QLabel* rate_label_ = nullptr;
   QProgressBar* load_progress_ = nullptr;
   QPushButton* load_cancel_ = nullptr;
+  ApiServerControl* api_control_ = nullptr;
 };
 
 }  // namespace tokenfab::ui
