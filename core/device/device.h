@@ -21,6 +21,7 @@
 #include "core/runtime/kv_storage.h"
 #include "core/runtime/model_runner.h"
 #include "core/runtime/sampler.h"
+#include "core/speculative/draft_device.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tokenfab {
@@ -63,35 +64,14 @@ int32_t kv_blocks_for_budget(const HParams& hp, int32_t block_size, int64_t kv_m
 // Throws Error unless `prefill` and `decode` are the prefill and decode partitions of one device.
 void check_partition_specs(const DeviceSpec& prefill, const DeviceSpec& decode);
 
-// One request's Medusa proposal: its head (type medusa), the hidden state its drafts start
-// from (n_embd floats in host memory), and how many of the head's levels it drafts.
-struct MedusaProposal {
-  std::shared_ptr<const DraftHead> head;
-  const float* hidden = nullptr;
-  int32_t levels = 0;
-};
-
-// One request's mtp drafts: its head (type mtp), the hidden state of its last token's row
-// (n_embd floats in host memory), that token, and the tree to draft: every node of depth l gets
-// its widths[l] best tokens as children (all 1: a chain), at most max_nodes nodes in level order
-// (DraftHead::mtp_propose); with best_first, the max_nodes nodes of that tree with the highest
-// path probability instead (DraftHead::mtp_propose_best_first).
-struct MtpProposal {
-  std::shared_ptr<const DraftHead> head;
-  const float* hidden = nullptr;
-  int32_t last = 0;
-  std::vector<int32_t> widths;
-  int32_t max_nodes = 0;
-  bool best_first = false;
-};
-
-class Device {
+// A device is also what the proposer drafts on (core/speculative/draft_device.h).
+class Device : public DraftDevice {
  public:
   virtual ~Device() = default;
   virtual const DeviceSpec& spec() const = 0;
   std::string name() const { return spec().name(); }
-  virtual int threads() const = 0;
-  virtual const LlamaModel& model() const = 0;
+  int threads() const override = 0;
+  const LlamaModel& model() const override = 0;
   virtual KvPool& kv_storage() = 0;
   // Runs one planned batch (see ModelRunner::run). Call from the device's worker thread only.
   virtual void run(std::span<const BatchSequence> batch, std::vector<float>& logits,
@@ -131,20 +111,20 @@ class Device {
   // (DraftHead::residual), and best[i] = lm_head_top's wanted[i] tokens of z_i. The default runs
   // the residual blocks on the host and then lm_head_top; a GPU runs both there, the heads'
   // weights kept on the device while it is used. Worker thread.
-  virtual void medusa_top(std::span<const MedusaProposal> proposals,
-                          std::span<const int32_t> wanted, std::vector<std::vector<int32_t>>& best);
+  void medusa_top(std::span<const MedusaProposal> proposals, std::span<const int32_t> wanted,
+                  std::vector<std::vector<int32_t>>& best) override;
   // Whether mtp_propose drafts on the device (a GPU); false: the worker drafts mtp heads on its
   // host threads, where it can also split one request's steps over them.
-  virtual bool mtp_on_device() const { return false; }
+  bool mtp_on_device() const override { return false; }
   // mtp heads' chains and trees: drafts[i] and parents[i] as DraftHead::mtp_propose (or
   // mtp_propose_best_first) gives them for proposal i (parent −1: the last token), each node's
   // children the best tokens of the head's draft vocabulary (ties to the lower id). A GPU computes
   // in BF16 where the host reads the LM head's stored type, so a draft may differ where two logits
   // nearly tie (drafts only propose: the output is the same). The default drafts on the calling
   // thread. Worker thread.
-  virtual void mtp_propose(std::span<const MtpProposal> proposals,
-                           std::vector<std::vector<int32_t>>& drafts,
-                           std::vector<std::vector<int32_t>>& parents);
+  void mtp_propose(std::span<const MtpProposal> proposals,
+                   std::vector<std::vector<int32_t>>& drafts,
+                   std::vector<std::vector<int32_t>>& parents) override;
   // Draft heads' proposals: best[r] = the wanted[r] tokens with the largest logits of the LM
   // head over z's row r (z: (n, n_embd)), best first, ties to the lower id (kernels::argmax's
   // choice for one; top_tokens). The default runs lm_head and picks on the host threads; a GPU
@@ -153,7 +133,7 @@ class Device {
                            std::vector<std::vector<int32_t>>& best);
   // Calls fn(i) for i in [0, n) on the device's host threads (sampling a batch's rows); fn must
   // be safe to run concurrently for different i. From the worker thread only.
-  virtual void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) = 0;
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override = 0;
   // Streamed KV hand-off: during later runs, store into *counter (release order) how many layers'
   // KV are written to the pool for every row of the batch, as each layer completes; nullptr: off.
   // A device that cannot tell before its run returns (a GPU computing asynchronously) ignores it:

@@ -52,6 +52,7 @@
 #include "core/runtime/token_logprobs.h"
 #include "core/serving/request.h"
 #include "core/speculative/draft_head.h"
+#include "core/speculative/draft_tree.h"
 #include "core/speculative/head_switch.h"
 #include "core/transfer/kv_connector.h"
 
@@ -153,7 +154,7 @@ struct GenerationRequest {
   // (DraftHead::mtp_propose_best_first), instead of the whole static tree; 0: the static tree. A
   // Medusa head, whose candidates do not depend on their parents, always drafts the static tree.
   int32_t tree_nodes = 0;
-  static constexpr int32_t kMaxTreeNodes = 64;
+  static constexpr int32_t kMaxTreeNodes = kMaxDraftTreeNodes;
   // > 0: context lookup drafts (context_lookup.h) — the tokens that followed the latest earlier
   // occurrence of the context's last 1..lookup tokens. With a head they are one more branch of
   // its proposal, as long as its chain or as deep as its tree (a chain becomes a tree where they

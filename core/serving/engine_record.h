@@ -14,7 +14,7 @@
 #include "core/metrics/request_metrics.h"
 #include "core/runtime/sampler.h"
 #include "core/serving/engine.h"
-#include "core/speculative/draft_length.h"
+#include "core/speculative/proposer.h"
 
 namespace tokenfab {
 
@@ -27,9 +27,11 @@ struct Engine::Record {
     info.n_prompt = static_cast<int32_t>(request.prompt.size());
     info.entered[static_cast<size_t>(RequestState::kQueued)] = submitted;
     if (request.head) info.head = request.head->info.name;
-    for (size_t i = 0; i < request.head_candidates.size(); ++i)
-      if (request.head && request.head_candidates[i].head == request.head)
-        head_policy.emplace(request.head_candidates.size(), i);
+  }
+
+  static DraftRequest draft_request(const GenerationRequest& r) {
+    return {r.head,       r.head_candidates, r.draft_len, r.adaptive_draft,
+            r.tree_shape, r.tree_nodes,      r.lookup};
   }
 
   const RequestId id;
@@ -52,43 +54,8 @@ struct Engine::Record {
   bool streamed = false;
   std::shared_ptr<std::atomic<int32_t>> layers_ready;
   int64_t prefill_tokens_left = 0;  // counted in the prefill worker's queued-token load
-  std::vector<float> draft_hidden;  // hidden state the next drafts are proposed from
-  double proposal_s = 0.0;          // time spent proposing the drafts the next step verifies
-  // The draft head proposing now: request.head until the switching policy (set when the request
-  // has candidates, head_switch.h) picks another.
-  std::shared_ptr<const DraftHead> head = request.head;
-  std::optional<HeadSwitchPolicy> head_policy;
-  // Adaptive chains (request.adaptive_draft, draft_length.h): the policy, made at the first
-  // proposal (again when a head switch changes the longest chain), and the length it chose for
-  // the next step.
-  std::optional<DraftLengthPolicy> length_policy;
-  int32_t chosen_draft_len = 0;
-  // Adaptive chains of an mtp head drafted on the host stop by confidence (ChainStopRule): the
-  // path probabilities of the head drafts the next step verifies, and over the current head's
-  // earlier such chains its drafts accepted and the sum of their probabilities (the rule's
-  // calibration).
-  std::vector<double> chain_probabilities;
-  int64_t confident_accepted = 0;
-  double confident_predicted = 0.0;
-  int32_t max_draft_len() const {
-    if (head) return std::min(request.draft_len, head->n_heads());
-    return request.lookup > 0 ? request.draft_len : 0;  // context lookup alone: a chain
-  }
-  int32_t draft_len() const {
-    return length_policy ? std::min(chosen_draft_len, max_draft_len()) : max_draft_len();
-  }
-  // Most nodes of the head's own tree: room is kept for a context lookup branch (as deep as the
-  // tree), which is merged in afterwards (Worker::set_draft).
-  int32_t head_tree_nodes() const {
-    return GenerationRequest::kMaxTreeNodes - (request.lookup > 0 ? draft_levels() : 0);
-  }
-  // Head rows a proposal needs: the chain's draft length, or the tree's depth; without a head,
-  // the length of the context lookup chain (0 without lookup).
-  int32_t draft_levels() const {
-    if (!head) return draft_len();
-    return request.tree_shape.empty() ? draft_len()
-                                      : static_cast<int32_t>(request.tree_shape.size());
-  }
+  // Speculative decoding: the request's drafting state from step to step (proposer.h).
+  DraftState draft{draft_request(request)};
 
   mutable std::mutex mutex;  // guards info
   RequestInfo info;

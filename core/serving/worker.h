@@ -32,16 +32,9 @@
 #include "core/serving/chunk_sizer.h"
 #include "core/serving/engine.h"
 #include "core/serving/scheduler.h"
-#include "core/speculative/draft_length.h"
+#include "core/speculative/proposer.h"
 
 namespace tokenfab {
-
-// A static draft tree from each level's tokens (level d: head d's top tokens): every node of level
-// d − 1 gets level d's tokens as children, breadth first, at most max_nodes nodes. parent[i]: the
-// node draft[i] follows (−1: the last token).
-void build_draft_tree(std::span<const std::vector<TokenId>> level_tokens,
-                      std::vector<TokenId>& draft, std::vector<int32_t>& parent,
-                      int32_t max_nodes = GenerationRequest::kMaxTreeNodes);
 
 enum class WorkerRole : uint8_t { kColocated, kPrefill, kLongPrefill, kDecode };
 const char* worker_role_name(WorkerRole role);
@@ -102,11 +95,38 @@ class Worker {
     std::optional<std::string> error;
   };
 
+  // What one step carries from stage to stage (worker_step.cpp).
+  struct StepRun {
+    MetricsTime start{}, end{};  // end: when its tokens were accepted
+    StepPlan plan;
+    int32_t prompt_tokens = 0;  // of the step's rows, prompt tokens (the rest decode and verify)
+    double compute_s = 0.0;     // inside the device's pass
+    double propose_s = 0.0;     // proposing the next drafts
+    std::vector<ChunkResult> results;
+    std::vector<EmittedToken> emitted;
+    std::unordered_map<RequestId, TokenEvent> events;  // each request's tokens of this step
+    std::vector<SequenceState> finished;
+  };
+
   void loop();
   void drain_inbox();
   void handle_cancellations();
   void handle_incoming();
-  bool step();  // false when there was nothing to run
+  // One scheduler step: plan → lay_out_batch → run_batch → verify_and_accept → publish_tokens →
+  // propose_drafts → end_or_hand_off → record_step. False when there was nothing to run.
+  bool step();
+  void lay_out_batch(StepRun& run);      // block copies, the batch's rows, prefill progress
+  void run_batch(StepRun& run);          // the pass on the device (greedy, filtered or whole)
+  void verify_and_accept(StepRun& run);  // sample / verify each request, complete the step
+  void publish_tokens(StepRun& run);     // token events, timelines, request info
+  void end_or_hand_off(StepRun& run);    // finished requests: end, or to their decode worker
+  void record_step(const StepRun& run);  // preemptions, prefix cache, step costs, samples
+  // Prefill role: holds for this step's finished prompts, the streamed ones handed off now; the
+  // counter of layers written that their transfers follow (null when none is streamed).
+  std::shared_ptr<std::atomic<int32_t>> hand_off_streamed(const StepPlan& plan);
+  // A verification's acceptance per draft position, and the confidence rule's calibration.
+  void record_verification(Engine::Record& record, const ScheduledChunk& chunk,
+                           const ChunkResult& result);
   void admit(const std::shared_ptr<Engine::Record>& record);
   void handle_finished();
   void end(const std::shared_ptr<Engine::Record>& record, RequestState state, std::string error,
@@ -116,26 +136,11 @@ class Worker {
   std::vector<ChunkResult> sample(const StepPlan& plan);
   // Draft trees: the accepted path's KV rows are copied onto the positions after the last token.
   void move_accepted_tree_rows(const StepPlan& plan, const std::vector<ChunkResult>& results);
-  // Keeps the hidden state that produced each speculating request's newest token and, on
-  // decoding workers, proposes the next drafts from it (one batched LM-head pass).
-  // After a verifying step of `record` that emitted `tokens`: applies the head-switching policy
-  // (head_switch.h) when the request has candidates.
-  void consider_head_switch(Engine::Record& record, int32_t tokens);
-  // Whether the record's chain stops by confidence (an adaptive chain of an mtp head that the
-  // host drafts: ChainStopRule).
-  bool stops_by_confidence(const Engine::Record& record) const;
-  // Adaptive chains: sets record.chosen_draft_len for the next step (draft_length.h) and counts
-  // it; false when the request proposes nothing this time (a plain step, or no draft at all).
-  bool choose_draft_length(Engine::Record& record, int32_t other_rows);
+  // Keeps the hidden row each speculating request's next drafts start from and, on decoding
+  // workers, asks the proposer for every decoding request's drafts (worker_drafts.cpp).
   void propose_drafts(const StepPlan& plan, const std::vector<ChunkResult>& results);
-  // mtp drafts by the device itself (Device::mtp_on_device), in one call.
-  void propose_on_device(const std::vector<Engine::Record*>& records);
-  // mtp heads: each request's drafts by its head's sequential steps (one request per thread).
-  void propose_sequential(const std::vector<Engine::Record*>& records);
-  // Hands `record`'s proposal to the scheduler, with its context lookup branch of `length`
-  // tokens merged in when the request asks for one (context_lookup.h).
-  void set_draft(const Engine::Record& record, int32_t length, std::vector<TokenId> draft,
-                 std::vector<int32_t> parent);
+  // After a verifying step of `record` that emitted `tokens`: the proposer's head switch, if any.
+  void consider_head_switch(Engine::Record& record, int32_t tokens);
   void release_hold(SequenceId hold);
   // After a step threw (a device error: a CUDA call that failed, an injected fault): every
   // request this worker owns ends as failed with `error`, giving back its blocks, holds and
@@ -151,6 +156,8 @@ class Worker {
   // side's hold, unless a failure already gave it back) without ending the request.
   void give_back(Incoming& in);
   void publish(bool force);
+  // The sequence that keeps a prefilled prompt's blocks for its transfer (prefill role).
+  static SequenceId hold_id(RequestId id) { return -id; }
   bool prefill_role() const {
     return role_ == WorkerRole::kPrefill || role_ == WorkerRole::kLongPrefill;
   }
@@ -178,12 +185,9 @@ class Worker {
   std::vector<kernels::CandidateFilter> filters_;
   FilteredRows filtered_;
   bool filtered_step_ = false;
-  std::vector<float> hidden_;           // final-norm hidden states of the logit rows
-  std::vector<MedusaProposal> medusa_;  // this step's Medusa proposals (hidden: draft_hidden)
-
-  // Adaptive drafting: decode-only steps' forward pass and sampling by rows, and one request's
-  // proposal by draft length.
-  StepCostTable step_costs_, proposal_costs_;
+  std::vector<float> hidden_;  // final-norm hidden states of the logit rows (draft features)
+  // Drafts for the next steps, and the step and proposal costs that adaptive lengths weigh.
+  Proposer proposer_;
   // Colocated, chunked, with a step target: sizes prompt chunks while decodes run.
   std::optional<ChunkSizer> chunk_sizer_;
 

@@ -25,6 +25,7 @@
 #include "core/serving/engine.h"
 #include "core/serving/scheduler.h"
 #include "core/serving/worker.h"
+#include "core/speculative/draft_tree.h"
 #include "core/speculative/draft_head.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/cpu/ops.h"
