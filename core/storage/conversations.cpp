@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/storage/live_writer.h"
+
 namespace tokenfab {
 
 namespace {
@@ -21,6 +23,23 @@ std::string json_or_empty_object(std::string_view text, const std::string& what)
   if (text.empty()) return "{}";
   if (!nlohmann::json::accept(text)) throw Error(what + " is not valid JSON");
   return std::string(text);
+}
+
+// This process as the writer of a reply still streaming (stats state "generating"); NULL (the
+// empty optional) for a final one.
+std::optional<std::string> writer_for(std::string_view stats_json) {
+  const nlohmann::json stats = nlohmann::json::parse(stats_json, nullptr, false);
+  const auto state = stats.is_object() ? stats.find("state") : stats.end();
+  if (stats.is_object() && state != stats.end() && *state == Conversations::kGenerating)
+    return this_writer();
+  return std::nullopt;
+}
+
+void bind_writer(sqlite::Statement& statement, int index, std::string_view stats_json) {
+  if (const auto writer = writer_for(stats_json))
+    statement.bind(index, *writer);
+  else
+    statement.bind_null(index);
 }
 
 ConversationRecord read_conversation(const sqlite::Statement& row) {
@@ -113,9 +132,10 @@ int64_t Conversations::add_message(const MessageRecord& message) {
     throw Error("no conversation with id " + std::to_string(message.conversation_id));
   sqlite::Statement insert(db_.connection(),
                            "INSERT INTO messages (conversation_id, role, content, created_unix, "
-                           "stats_json) VALUES (?1, ?2, ?3, ?4, ?5)");
+                           "stats_json, writer) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   insert.bind(1, message.conversation_id).bind(2, message.role).bind(3, message.content);
   insert.bind(4, created).bind(5, stats);
+  bind_writer(insert, 6, stats);
   insert.run();
   const int64_t id = db_.connection().last_insert_rowid();
   transaction.commit();
@@ -127,8 +147,10 @@ bool Conversations::update_message(int64_t id, std::string_view content,
   const std::string stats = json_or_empty_object(stats_json, "message stats");
   sqlite::Transaction transaction(db_.connection());
   sqlite::Statement update(db_.connection(),
-                           "UPDATE messages SET content = ?2, stats_json = ?3 WHERE id = ?1");
+                           "UPDATE messages SET content = ?2, stats_json = ?3, writer = ?4 "
+                           "WHERE id = ?1");
   update.bind(1, id).bind(2, content).bind(3, stats);
+  bind_writer(update, 4, stats);
   update.run();
   if (db_.connection().changes() == 0) return false;
   sqlite::Statement touch(db_.connection(),

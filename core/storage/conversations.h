@@ -32,6 +32,13 @@ struct MessageRecord {
 
 class Conversations {
  public:
+  // An assistant message's stats_json "state" while the reply streams: such a row is saved with
+  // this process as its writer, and when the process ends before a final state is written (a
+  // crash, a kill) the next Database::open sets the state to kInterrupted, keeping the text so
+  // far (core/storage/recovery.h). Any other state ("finished", "cancelled", ...) is final.
+  static constexpr const char* kGenerating = "generating";
+  static constexpr const char* kInterrupted = "interrupted";
+
   explicit Conversations(Database& db) : db_(db) {}
 
   // Returns the new id. Throws Error for settings that are not JSON.

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include "core/common/log.h"
+#include "core/storage/recovery.h"
 #include "core/storage/schema.h"
 
 namespace tokenfab {
@@ -65,6 +66,7 @@ std::unique_ptr<Database> Database::open(const fs::path& file) {
   db->check_is_tokenfab_database();
   db->enable_wal_and_foreign_keys();
   db->migrate();
+  db->recover();
   return db;
 }
 
@@ -134,6 +136,21 @@ void Database::migrate() {
     transaction.commit();
     logger("storage")->info("database {}: migrated to schema version {}", path().string(),
                             migration.version);
+  }
+}
+
+void Database::recover() {
+  try {
+    const Recovered r = mark_interrupted_work(*this);
+    if (r.replies > 0 || r.training_runs > 0)
+      logger("storage")->info(
+          "database {}: marked what a crash or kill left unfinished: {} replies interrupted, {} "
+          "training runs cancelled",
+          path().string(), r.replies, r.training_runs);
+  } catch (const sqlite::SqliteError& e) {
+    // Busy past the timeout, say: the rows stay as they are until the next open.
+    logger("storage")->warn("database {}: cannot mark unfinished work yet: {}", path().string(),
+                            e.what());
   }
 }
 

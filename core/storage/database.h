@@ -16,10 +16,11 @@ std::filesystem::path user_data_dir();
 
 class Database {
  public:
-  // Opens `file`, creating it (and its directory) if missing, and migrates it to the latest schema
-  // version, one transaction per migration. A file that is not SQLite, a SQLite file that is not
-  // Tokenfab's, or one whose schema is newer than this build knows throws Error and is left
-  // untouched.
+  // Opens `file`, creating it (and its directory) if missing, migrates it to the latest schema
+  // version, one transaction per migration, and marks what a crash or a kill of another process
+  // left unfinished (core/storage/recovery.h: interrupted replies, cancelled training runs). A file
+  // that is not SQLite, a SQLite file that is not Tokenfab's, or one whose schema is newer than
+  // this build knows throws Error and is left untouched.
   static std::unique_ptr<Database> open(const std::filesystem::path& file);
   // user_data_dir() / "tokenfab.db".
   static std::unique_ptr<Database> open_default();
@@ -38,6 +39,7 @@ class Database {
   void check_is_tokenfab_database();
   void enable_wal_and_foreign_keys();
   void migrate();
+  void recover();
 
   mutable sqlite::Connection connection_;
 };

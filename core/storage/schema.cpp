@@ -110,8 +110,42 @@ constexpr const char* kVersion5 = R"sql(
 ALTER TABLE evaluations ADD COLUMN devices TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 6: work that a crash can interrupt names the live process doing it (writer: an identity
+// from core/storage/live_writer.h; NULL once the row is final), so that the next open can mark
+// what a crash or a kill left unfinished (core/storage/recovery.h). A reply saved as it streams
+// (stats_json's "state" "generating") has a writer; a training run has a row from its start.
+// Replies left "generating" by builds before this one are marked "interrupted" here.
+constexpr const char* kVersion6 = R"sql(
+ALTER TABLE messages ADD COLUMN writer TEXT;
+CREATE INDEX messages_by_writer ON messages (writer) WHERE writer IS NOT NULL;
+UPDATE messages SET stats_json = json_set(stats_json, '$.state', 'interrupted')
+  WHERE json_valid(stats_json) AND json_extract(stats_json, '$.state') = 'generating';
+
+-- A draft-head training run from its start: state 'running' while it trains, then 'finished'
+-- (head_id names the head it saved), 'failed' or 'cancelled' (note says why: the error, the
+-- user's cancel, or the process ending mid-run). step: the last training step recorded.
+CREATE TABLE training_runs (
+  id INTEGER PRIMARY KEY,
+  head_name TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  type TEXT NOT NULL,
+  base_model_sha256 TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('running', 'finished', 'failed', 'cancelled')),
+  note TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  steps INTEGER NOT NULL,
+  head_id INTEGER REFERENCES heads (id) ON DELETE SET NULL,
+  started_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  writer TEXT
+);
+CREATE INDEX training_runs_by_started ON training_runs (started_ms);
+CREATE INDEX training_runs_by_writer ON training_runs (writer) WHERE writer IS NOT NULL;
+)sql";
+
 constexpr Migration kMigrations[] = {
-    {1, kVersion1}, {2, kVersion2}, {3, kVersion3}, {4, kVersion4}, {5, kVersion5},
+    {1, kVersion1}, {2, kVersion2}, {3, kVersion3}, {4, kVersion4}, {5, kVersion5}, {6, kVersion6},
 };
 
 static_assert(kApplicationId == 1416316514, "migration 1 writes kApplicationId in decimal");

@@ -10,12 +10,14 @@
 
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
+#include "core/common/log.h"
 #include "core/common/sha256.h"
 #include "core/model/transformer_pass.h"
 #include "core/serving/prompt_sets.h"
 #include "core/speculative/draft_head.h"
 #include "core/storage/database.h"
 #include "core/storage/registry.h"
+#include "core/storage/training_runs.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/training/prompt_writer.h"
 #include "core/training/trace_recorder.h"
@@ -352,7 +354,8 @@ Traces trace_data(const LlamaModel& model, const Tokenizer& tokenizer, const Hea
 // Writes the head to a fresh file under the heads folder and registers it; on a registry error
 // the file is removed again.
 int64_t save_and_register(const LlamaModel& model, const DraftHead& head,
-                          const HeadTrainingRequest& r, const std::string& sha, fs::path& file) {
+                          const HeadTrainingRequest& r, const std::string& sha, int64_t run_id,
+                          int32_t steps_run, fs::path& file) {
   file = user_data_dir() / "heads" / (r.name + ".gguf");
   for (int i = 2; fs::exists(file); ++i)
     file = user_data_dir() / "heads" / (r.name + "-" + std::to_string(i) + ".gguf");
@@ -369,10 +372,18 @@ int64_t save_and_register(const LlamaModel& model, const DraftHead& head,
   try {
     const auto db = Database::open_default();
     Registry registry(*db);
+    // The head's row and its run's end commit together: a kill leaves the run running (then
+    // cancelled by the next open) with no head, or finished with its head.
+    sqlite::Transaction transaction(db->connection());
     registry.add_model(
         {0, sha, fs::path(model.file().name()).filename().string(), model.file().name(), 0});
     registry.add_domain({0, r.domain, "", "user"});
-    return registry.add_head(record);
+    const int64_t head_id = registry.add_head(record);
+    TrainingRuns runs(*db);
+    runs.set_step(run_id, steps_run);
+    runs.end(run_id, "finished", "", head_id);
+    transaction.commit();
+    return head_id;
   } catch (...) {
     std::error_code ec;
     fs::remove(file, ec);  // not registered: leave nothing behind
@@ -418,19 +429,65 @@ std::vector<std::string> named_prompts(const std::string& name, const std::strin
   return out;
 }
 
-HeadTrainingResult run_head_training(
-    const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
-    const std::function<bool(const HeadTrainingProgress&)>& progress) {
-  validate_head_training(r);
-  const HParams& hp = model.hparams();
-  const std::string sha = model_file_sha256(model);
-  {
-    const auto db = Database::open_default();
-    Registry registry(*db);
-    if (const auto taken = registry.find_head(r.name))
-      throw Error("a head named '" + r.name + "' already exists (id " + std::to_string(taken->id) +
-                  "); pick another --name or delete it first");
+namespace {
+
+// The run's row from begin to end: its step every few seconds while it trains, and how it ended
+// when it did not finish (finishing commits with the head's row, in save_and_register).
+class RunRow {
+ public:
+  RunRow(const HeadTrainingRequest& r, const std::string& sha)
+      : db_(Database::open_default()), runs_(*db_) {
+    TrainingRunRecord run;
+    run.head_name = r.name;
+    run.domain = r.domain;
+    run.type = r.type;
+    run.base_model_sha256 = sha;
+    run.config_json = nlohmann::json{
+        {"steps", r.steps},
+        {"heads", r.heads},
+        {"batch", r.batch},
+        {"lr", r.lr},
+        {"continuation", r.continuation},
+        {"max_prompts", r.max_prompts},
+        {"prompt_set", r.prompt_set.value_or("")},
+        {"corpus", r.corpus},
+        {"seed", r.seed}}.dump();
+    run.steps = r.steps;
+    id_ = runs_.begin(run);
   }
+  int64_t id() const { return id_; }
+
+  void progress(const HeadTrainingProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.phase != "training" || now - saved_ < std::chrono::seconds(kSaveEverySeconds)) return;
+    saved_ = now;
+    try {
+      runs_.set_step(id_, p.step);
+    } catch (const std::exception& e) {  // a busy database must not stop the training
+      logger("training")->warn("training run {}: cannot record step {}: {}", id_, p.step, e.what());
+    }
+  }
+  void end(const char* state, const std::string& note) noexcept {
+    try {
+      runs_.end(id_, state, note);
+    } catch (const std::exception& e) {  // the next open marks it cancelled
+      logger("training")->warn("training run {}: cannot record its end: {}", id_, e.what());
+    }
+  }
+
+ private:
+  static constexpr int kSaveEverySeconds = 2;
+  std::unique_ptr<Database> db_;
+  TrainingRuns runs_;
+  int64_t id_ = 0;
+  std::chrono::steady_clock::time_point saved_{};
+};
+
+HeadTrainingResult train_and_save(
+    const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
+    const std::string& sha, int64_t run_id,
+    const std::function<bool(const HeadTrainingProgress&)>& progress) {
+  const HParams& hp = model.hparams();
   const Traces traces = trace_data(model, tokenizer, r, sha, progress);
 
   DraftHeadInfo info;
@@ -522,7 +579,7 @@ HeadTrainingResult run_head_training(
   head.info.summary_json = summary.dump();
   fs::path file;
   HeadTrainingResult result;
-  result.head_id = save_and_register(model, head, r, sha, file);
+  result.head_id = save_and_register(model, head, r, sha, run_id, t.steps_run, file);
   result.file = file.string();
   result.report = summary;
   result.report["head_id"] = result.head_id;
@@ -542,6 +599,34 @@ HeadTrainingResult run_head_training(
   done.message = "saved head " + std::to_string(result.head_id) + " to " + result.file;
   progress(done);
   return result;
+}
+
+}  // namespace
+
+HeadTrainingResult run_head_training(
+    const LlamaModel& model, const Tokenizer& tokenizer, const HeadTrainingRequest& r,
+    const std::function<bool(const HeadTrainingProgress&)>& progress) {
+  validate_head_training(r);
+  const std::string sha = model_file_sha256(model);
+  {
+    const auto db = Database::open_default();
+    Registry registry(*db);
+    if (const auto taken = registry.find_head(r.name))
+      throw Error("a head named '" + r.name + "' already exists (id " + std::to_string(taken->id) +
+                  "); pick another --name or delete it first");
+  }
+  RunRow row(r, sha);
+  bool cancelled = false;
+  try {
+    return train_and_save(model, tokenizer, r, sha, row.id(), [&](const HeadTrainingProgress& p) {
+      row.progress(p);
+      cancelled = !progress(p);
+      return !cancelled;
+    });
+  } catch (const std::exception& e) {
+    row.end(cancelled ? "cancelled" : "failed", e.what());
+    throw;
+  }
 }
 
 nlohmann::json TrainingCurve::to_json() const {

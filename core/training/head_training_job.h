@@ -1,7 +1,9 @@
 #pragma once
 // One draft-head training run, shared by `tokenfab-cli heads train` and the desktop app's Draft
 // heads page: training data → traces (cached in the user data directory) → train_head → the
-// head's GGUF file → a row in the registry. A cancelled or failed run leaves no file and no row.
+// head's GGUF file → a row in the registry. A cancelled or failed run leaves no head file and no
+// head row; its row in training_runs (core/storage/training_runs.h), added at the start, says how
+// it ended (a run whose process was killed: "cancelled" at the next open).
 
 #include <cstdint>
 #include <functional>

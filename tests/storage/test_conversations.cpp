@@ -1,13 +1,18 @@
-// Conversations (core/storage/conversations.h): the Chat page's store. Every test works on a fresh
-// database file in a QTemporaryDir.
+// Conversations (core/storage/conversations.h): the Chat page's store; and what the next open
+// marks of the work of a writer that has gone (core/storage/recovery.h): a streaming reply, a
+// training run. Every test works on a fresh database file in a QTemporaryDir.
 
 #include <QtTest>
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/common/error.h"
 #include "core/storage/conversations.h"
 #include "core/storage/database.h"
+#include "core/storage/live_writer.h"
+#include "core/storage/training_runs.h"
 
 using namespace tokenfab;
 namespace fs = std::filesystem;
@@ -26,6 +31,8 @@ class ConversationsTest : public QObject {
   void search_by_title_and_content();
   void rejects_bad_input();
   void survives_reopening();
+  void reply_of_a_gone_writer_reads_interrupted();
+  void training_run_of_a_gone_writer_reads_cancelled();
 
  private:
   std::unique_ptr<QTemporaryDir> dir_;
@@ -186,6 +193,70 @@ void ConversationsTest::survives_reopening() {
   Conversations c(*db_);
   QCOMPARE(c.find(id)->title, std::string("persisted"));
   QCOMPARE(c.messages(id).at(0).content, std::string("remember me"));
+}
+
+// A reply saved "generating" keeps that state while its writer (this process) runs, even across
+// another open; once the writer is gone (here: its identity replaced by that of a process that
+// does not exist) the next open marks it "interrupted" and keeps its text. Killed processes:
+// tests/crash.
+void ConversationsTest::reply_of_a_gone_writer_reads_interrupted() {
+  Conversations c(*db_);
+  const int64_t id = c.create("streaming");
+  const int64_t live = c.add_message({.conversation_id = id,
+                                      .role = "assistant",
+                                      .content = "Once",
+                                      .stats_json = R"({"state":"generating","tokens":1})"});
+  const int64_t gone = c.add_message({.conversation_id = id,
+                                      .role = "assistant",
+                                      .content = "Upon",
+                                      .stats_json = R"({"state":"generating","tokens":1})"});
+  db_->connection().exec("UPDATE messages SET writer = '- 2147483646 1' WHERE id = " +
+                         std::to_string(gone));
+  QVERIFY(!writer_is_alive("- 2147483646 1"));
+  QVERIFY(writer_is_alive(this_writer()));
+  db_.reset();
+  db_ = Database::open(file_);
+  Conversations reopened(*db_);
+  const std::vector<MessageRecord> m = reopened.messages(id);
+  QCOMPARE(m.at(0).id, live);
+  QCOMPARE(nlohmann::json::parse(m.at(0).stats_json)["state"], "generating");
+  QCOMPARE(m.at(1).id, gone);
+  QCOMPARE(m.at(1).content, std::string("Upon"));
+  QCOMPARE(nlohmann::json::parse(m.at(1).stats_json)["state"], "interrupted");
+  QCOMPARE(nlohmann::json::parse(m.at(1).stats_json)["tokens"], 1);
+  // A final state clears the writer: nothing is left for a later open to mark.
+  QVERIFY(reopened.update_message(live, "Once upon", R"({"state":"finished"})"));
+  sqlite::Statement writers(db_->connection(),
+                            "SELECT count(*) FROM messages WHERE writer IS NOT NULL");
+  QVERIFY(writers.step());
+  QCOMPARE(writers.column_int64(0), int64_t{0});
+}
+
+void ConversationsTest::training_run_of_a_gone_writer_reads_cancelled() {
+  TrainingRuns runs(*db_);
+  TrainingRunRecord r;
+  r.head_name = "h";
+  r.domain = "code";
+  r.type = "medusa";
+  r.steps = 100;
+  const int64_t live = runs.begin(r);
+  const int64_t gone = runs.begin(r);
+  const int64_t done = runs.begin(r);
+  runs.set_step(gone, 40);
+  runs.end(done, "failed", "out of memory");
+  db_->connection().exec("UPDATE training_runs SET writer = '- 2147483646 1' WHERE id = " +
+                         std::to_string(gone));
+  db_.reset();
+  db_ = Database::open(file_);
+  TrainingRuns reopened(*db_);
+  QCOMPARE(reopened.get(live)->state, std::string("running"));
+  QCOMPARE(reopened.get(gone)->state, std::string("cancelled"));
+  QCOMPARE(reopened.get(gone)->step, int64_t{40});
+  QVERIFY2(reopened.get(gone)->note.starts_with("interrupted at step 40"),
+           reopened.get(gone)->note.c_str());
+  QCOMPARE(reopened.get(done)->state, std::string("failed"));
+  QCOMPARE(reopened.get(done)->note, std::string("out of memory"));
+  QVERIFY_THROWS_EXCEPTION(Error, runs.end(live, "running", ""));
 }
 
 QTEST_GUILESS_MAIN(ConversationsTest)
