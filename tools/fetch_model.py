@@ -191,12 +191,39 @@ def fsync_dir(path):
         os.close(dir_fd)
 
 
+def remove_stale_partials(path):
+    """Removes the temporary files that fetches of `path` killed before they could clean up left
+    beside it (their names carry the writing process's id; a live fetch's are kept)."""
+    dest_dir = os.path.dirname(path)
+    prefix = "." + os.path.basename(path) + "."
+    for name in os.listdir(dest_dir):
+        if not (name.startswith(prefix) and name.endswith(".partial")):
+            continue
+        pid_text = name[len(prefix):].split(".", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+            continue  # that fetch still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's live process
+        try:
+            os.remove(os.path.join(dest_dir, name))
+        except FileNotFoundError:
+            pass
+
+
 def write_atomically(path, fill):
     """Calls fill(file) on a temporary file of its own beside `path` (two fetches at once never
-    share one), flushes it to disk and renames it over `path`: a crash leaves no half file."""
+    share one), flushes it to disk and renames it over `path`: a crash leaves no half file, and
+    what a killed fetch left is removed by the next one."""
     dest_dir = os.path.dirname(path)
-    fd, partial = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".partial",
-                                   dir=dest_dir)
+    remove_stale_partials(path)
+    fd, partial = tempfile.mkstemp(
+        prefix="." + os.path.basename(path) + "." + str(os.getpid()) + ".", suffix=".partial",
+        dir=dest_dir)
     try:
         with os.fdopen(fd, "wb") as out:
             fill(out)
