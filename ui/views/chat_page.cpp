@@ -458,7 +458,10 @@ void ChatPage::on_streamed(const QVector<StreamUpdate>& updates) {
 void ChatPage::save_partial_reply() {
   ActiveReply& reply = *active_;
   const auto now = std::chrono::steady_clock::now();
-  if (reply.view.content.isEmpty() || now - reply.saved < std::chrono::milliseconds(kSaveEveryMs))
+  // The first text is saved at once (a crash then leaves a reply to mark interrupted), the rest
+  // about once a second.
+  if (reply.view.content.isEmpty() ||
+      (reply.message_id != 0 && now - reply.saved < std::chrono::milliseconds(kSaveEveryMs)))
     return;
   reply.saved = now;
   const std::string stats =
