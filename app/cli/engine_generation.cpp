@@ -11,8 +11,6 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
                                     std::vector<TokenId> prompt, const GenerateOptions& options,
                                     const TextCallback& on_text, const std::atomic<bool>* cancel,
                                     Speculation* speculation) {
-  RequestEvents events(engine);  // before submit(): no event of the request is missed
-
   GenerationRequest request;
   request.prompt = std::move(prompt);
   request.max_tokens = options.max_tokens;
@@ -27,13 +25,14 @@ GenerateResult generate_with_engine(Engine& engine, const Tokenizer& tokenizer,
     request.tree_nodes = speculation->tree_nodes;
     request.lookup = speculation->lookup;
   }
-  const RequestId id = engine.submit(std::move(request));
+  RequestEvents events(engine, std::move(request));  // this request's events only
+  const RequestId id = events.id();
 
   IncrementalDetokenizer detok(tokenizer);
   GenerateResult result;
   bool cancel_sent = false;
   for (bool ended = false; !ended;) {
-    for (const TokenEvent& e : events.take(id, std::chrono::milliseconds(20))) {
+    for (const TokenEvent& e : events.take(std::chrono::milliseconds(20))) {
       for (const TokenId t : e.tokens) {
         if (options.stop_at_end_of_generation && tokenizer.is_end_of_generation(t)) continue;
         result.ids.push_back(t);

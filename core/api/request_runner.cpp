@@ -11,11 +11,10 @@ namespace tokenfab::api {
 RunResult run_request(Engine& engine, const Tokenizer& tokenizer, GenerationRequest request,
                       const std::vector<std::string>& stop, const PieceSink& on_piece,
                       const std::function<bool()>& alive) {
-  RequestEvents events(engine);  // before submit(): no event of the request is missed
-
   const bool stop_at_eog = request.stop_at_end_of_generation;
   const bool with_logprobs = request.logprobs >= 0;
-  const RequestId id = engine.submit(std::move(request));
+  RequestEvents events(engine, std::move(request));  // this request's events only
+  const RequestId id = events.id();
 
   IncrementalDetokenizer detok(tokenizer);
   StopText stop_text(stop);
@@ -31,7 +30,7 @@ RunResult run_request(Engine& engine, const Tokenizer& tokenizer, GenerationRequ
     if (on_piece && !on_piece(text, entries)) result.client_gone = true;
   };
   for (bool ended = false; !ended;) {
-    for (const TokenEvent& e : events.take(id, std::chrono::milliseconds(50))) {
+    for (const TokenEvent& e : events.take(std::chrono::milliseconds(50))) {
       for (size_t i = 0; i < e.tokens.size(); ++i) {
         const TokenId t = e.tokens[i];
         if (stop_text.stopped()) break;

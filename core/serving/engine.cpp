@@ -232,6 +232,10 @@ Engine::~Engine() {
 }
 
 RequestId Engine::submit(GenerationRequest request) {
+  return submit(std::move(request), {});
+}
+
+RequestId Engine::submit(GenerationRequest request, TokenCallback on_event) {
   const HParams& hp = model_.hparams();
   if (request.prompt.empty()) throw Error("request: empty prompt (expected at least one token)");
   for (const TokenId t : request.prompt)
@@ -307,6 +311,7 @@ RequestId Engine::submit(GenerationRequest request) {
     const RequestId id = next_id_++;
     const MetricsTime now = MetricsClock::now();
     record = std::make_shared<Record>(id, std::move(request), now);
+    record->on_event = std::move(on_event);
     requests_.emplace(id, record);
     if (n_active_++ == 0) busy_since_ = now;
   }
@@ -330,25 +335,39 @@ bool Engine::cancel(RequestId id, CancelReason reason) {
   return true;
 }
 
+namespace {
+
+std::shared_ptr<const std::vector<Engine::TokenCallback>> list_of(
+    const std::map<int64_t, Engine::TokenCallback>& subscribers) {
+  auto list = std::make_shared<std::vector<Engine::TokenCallback>>();
+  for (const auto& [id, cb] : subscribers) list->push_back(cb);
+  return list;
+}
+
+}  // namespace
+
 int64_t Engine::subscribe(TokenCallback callback) {
   std::lock_guard lock(subscribers_mutex_);
   const int64_t id = next_subscription_++;
   subscribers_.emplace(id, std::move(callback));
+  subscriber_list_ = list_of(subscribers_);
   return id;
 }
 
 void Engine::unsubscribe(int64_t subscription) {
   std::lock_guard lock(subscribers_mutex_);
   subscribers_.erase(subscription);
+  subscriber_list_ = list_of(subscribers_);
 }
 
-void Engine::publish(const TokenEvent& event) {
-  std::vector<TokenCallback> callbacks;
+void Engine::publish(const Record& record, const TokenEvent& event) {
+  if (record.on_event) record.on_event(event);
+  std::shared_ptr<const std::vector<TokenCallback>> list;
   {
     std::lock_guard lock(subscribers_mutex_);
-    for (const auto& [id, cb] : subscribers_) callbacks.push_back(cb);
+    list = subscriber_list_;
   }
-  for (const TokenCallback& cb : callbacks) cb(event);
+  for (const TokenCallback& cb : *list) cb(event);
 }
 
 void Engine::on_ended(Record& record) {

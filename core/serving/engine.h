@@ -288,6 +288,10 @@ class Engine {
   // Throws Error for an empty prompt, a token outside the vocabulary, max_tokens < 1, bad
   // sampling values, or prompt + max_tokens beyond the context limit.
   RequestId submit(GenerationRequest request);
+  // The same, with `on_event` called for this request's events only (on worker threads, one at
+  // a time, from before submit() returns): what a caller that follows its own requests uses
+  // instead of subscribe(), which hands every caller every request's events.
+  RequestId submit(GenerationRequest request, TokenCallback on_event);
   // Why a caller cancels: it gave up on the request (the client went away, the user pressed
   // stop), or the caller found a stop string in its text — the request then counts as finished
   // with reason "stop" in the live counters (its state is kCancelled either way).
@@ -318,7 +322,8 @@ class Engine {
 
   // For workers (engine.cpp, worker.cpp): not part of the facade.
   struct Record;
-  void publish(const TokenEvent& event);
+  // `record`'s event: to its own callback, then to every subscriber.
+  void publish(const Record& record, const TokenEvent& event);
   void on_ended(Record& record);
   // Prefill worker → the decode worker the router picks. Streamed: before the step that computes
   // the prompt's last chunk (the prefill worker still owns the request until that step ends).
@@ -354,6 +359,9 @@ class Engine {
 
   mutable std::mutex subscribers_mutex_;
   std::map<int64_t, TokenCallback> subscribers_;
+  // What publish() calls: the subscribers as of the last change, shared (no copy per event).
+  std::shared_ptr<const std::vector<TokenCallback>> subscriber_list_ =
+      std::make_shared<const std::vector<TokenCallback>>();
   int64_t next_subscription_ = 1;
 };
 

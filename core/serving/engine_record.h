@@ -38,6 +38,8 @@ struct Engine::Record {
   const GenerationRequest request;
   std::atomic<bool> cancelled{false};
   std::atomic<bool> stopped_by_caller{false};  // cancel(kStopText): finish reason "stop"
+  Engine::TokenCallback
+      on_event;  // submit()'s per-request callback (set before any worker sees it)
 
   // Worker-side (see above).
   Sampler sampler;

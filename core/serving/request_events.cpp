@@ -2,23 +2,20 @@
 
 namespace tokenfab {
 
-RequestEvents::RequestEvents(Engine& engine) : engine_(engine) {
-  subscription_ = engine_.subscribe([this](const TokenEvent& e) {
-    std::lock_guard lock(mutex_);
-    events_.push_back(e);
-    cv_.notify_all();
+RequestEvents::RequestEvents(Engine& engine, GenerationRequest request) {
+  id_ = engine.submit(std::move(request), [queue = queue_](const TokenEvent& e) {
+    std::lock_guard lock(queue->mutex);
+    queue->events.push_back(e);
+    queue->cv.notify_one();
   });
 }
 
-RequestEvents::~RequestEvents() { engine_.unsubscribe(subscription_); }
-
-std::vector<TokenEvent> RequestEvents::take(RequestId id, std::chrono::milliseconds wait) {
-  std::unique_lock lock(mutex_);
-  cv_.wait_for(lock, wait, [&] { return !events_.empty(); });
-  std::vector<TokenEvent> mine;
-  for (TokenEvent& e : events_)
-    if (e.id == id) mine.push_back(std::move(e));
-  events_.clear();
+std::vector<TokenEvent> RequestEvents::take(std::chrono::milliseconds wait) {
+  std::unique_lock lock(queue_->mutex);
+  queue_->cv.wait_for(lock, wait, [&] { return !queue_->events.empty(); });
+  std::vector<TokenEvent> mine(std::make_move_iterator(queue_->events.begin()),
+                               std::make_move_iterator(queue_->events.end()));
+  queue_->events.clear();
   return mine;
 }
 

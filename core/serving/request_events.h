@@ -1,12 +1,14 @@
 #pragma once
-// One caller's view of the engine's token events while it drives its own requests (the CLI's
-// generate, the API server's requests): subscribes on construction, unsubscribes on destruction,
-// and hands back the events of one request. Events arrive on worker threads, possibly before
-// submit() has returned the request's id, so every event is queued and picked here.
+// One caller's view of its own request while it drives it (the CLI's generate, the API server's
+// requests): submits the request with a callback of its own (Engine::submit's on_event), so the
+// engine hands this caller only this request's events — never the other requests' — and queues
+// them here until take() picks them up. Events arrive on worker threads, possibly before submit()
+// has returned; the queue outlives this object for as long as the engine may still call it.
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -16,21 +18,24 @@ namespace tokenfab {
 
 class RequestEvents {
  public:
-  explicit RequestEvents(Engine& engine);
-  ~RequestEvents();
+  // Submits `request`; throws as Engine::submit does.
+  RequestEvents(Engine& engine, GenerationRequest request);
   RequestEvents(const RequestEvents&) = delete;
   RequestEvents& operator=(const RequestEvents&) = delete;
 
-  // The events of request `id` that arrived since the last call, in order, after waiting up to
-  // `wait` for any event; the queued events of other requests are dropped.
-  std::vector<TokenEvent> take(RequestId id, std::chrono::milliseconds wait);
+  RequestId id() const { return id_; }
+  // The request's events that arrived since the last call, in order, after waiting up to `wait`
+  // for one.
+  std::vector<TokenEvent> take(std::chrono::milliseconds wait);
 
  private:
-  Engine& engine_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<TokenEvent> events_;
-  int64_t subscription_;
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<TokenEvent> events;
+  };
+  std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
+  RequestId id_ = 0;
 };
 
 }  // namespace tokenfab

@@ -360,7 +360,7 @@ void Worker::end(const std::shared_ptr<Engine::Record>& record, RequestState sta
   last.device = name_;
   last.state = state;
   last.error = std::move(error);
-  engine_.publish(last);
+  engine_.publish(*record, last);
   engine_.on_ended(*record);
 }
 

@@ -209,8 +209,9 @@ void Worker::publish_tokens(StepRun& run) {
     ev.time = t;
     ev.step = plan.step;
     ev.device = name_;
-    ev.state = requests_.at(id)->state();
-    engine_.publish(ev);
+    const Engine::Record& record = *requests_.at(id);
+    ev.state = record.state();
+    engine_.publish(record, ev);
   }
 }
 
@@ -265,7 +266,7 @@ void Worker::end_or_hand_off(StepRun& run) {
     last.step = step_id;
     last.device = name_;
     last.state = RequestState::kTransferring;
-    engine_.publish(last);
+    engine_.publish(*record, last);
     if (streamed)
       record->decode_worker->post_first_token(record);  // the decode worker owns it from here
     else
