@@ -6,7 +6,8 @@
 # Steps already done are skipped: a later call only builds targets that are missing or stale.
 #
 # Run it:     tools/llamacpp_build.sh TARGET…   builds those targets (e.g. llama-bench
-#             llama-quantize llama-perplexity llama-completion) and prints the bin folder
+#             llama-quantize llama-perplexity llama-completion llama-server) and prints the bin
+#             folder
 # Source it:  source tools/llamacpp_build.sh; llamacpp_build TARGET…
 #             then $llamacpp_bin is the bin folder, and $llamacpp_python_version,
 #             $llamacpp_sdist_sha256, $llamacpp_commit (may be empty) and the array
@@ -28,10 +29,17 @@ llamacpp_bin="$llamacpp_build_dir/bin"
 llamacpp_sdist_sha256=""
 llamacpp_commit=""
 
-# CPU only, Release, for this CPU (-march=native); the tools only (no examples, tests or server).
+# CPU only, Release, for this CPU (-march=native); the tools and llama-server (no examples, tests
+# or unified app). In this llama.cpp the server is a tool: tools/CMakeLists.txt adds tools/server
+# (and tools/ui, tools/cli) only when LLAMA_BUILD_SERVER is on, inside LLAMA_BUILD_TOOLS (on by
+# default). Its web UI is left empty: LLAMA_BUILD_UI off (no npm build) and LLAMA_USE_PREBUILT_UI
+# off (no download of prebuilt assets from a Hugging Face bucket at build time); the HTTP API
+# works without it. No HTTPS (LLAMA_OPENSSL off) and no model downloads (LLAMA_CURL off). None of
+# these options changes ggml's compile flags, so switching them keeps a built ggml.
 llamacpp_cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF)
+  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF)
 # Without AMX: on a CPU that has it, -march=native compiles ggml's AMX matmuls, and in this
 # llama.cpp GCC drops the stores that fill their on-stack tile configuration (only palette_id
 # survives: seen with GCC 12, llama-cpp-python 0.3.36, on a Xeon with amx_int8), so the first
@@ -148,7 +156,7 @@ llamacpp_configure() {
 
 # Builds llama.cpp targets (at low priority: the first build takes minutes on a few cores).
 llamacpp_build() {
-  (($#)) || llamacpp_die "llamacpp_build: name at least one target (e.g. llama-bench)"
+  (($#)) || llamacpp_die "llamacpp_build: name at least one target (e.g. llama-bench, llama-server)"
   llamacpp_need python3 "it downloads the sdist (apt-get install python3)"
   llamacpp_need cmake "it builds llama.cpp (apt-get install cmake)"
   llamacpp_need c++ "llama.cpp needs a C++ compiler (apt-get install build-essential)"
@@ -171,9 +179,9 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     cat <<EOF
 Usage: tools/llamacpp_build.sh TARGET…
 
-Builds llama.cpp targets (e.g. llama-bench llama-quantize llama-perplexity llama-completion)
-from the llama-cpp-python ${llamacpp_python_version} sdist (downloaded from PyPI and checked
-against its SHA-256 on the first run) in ${llamacpp_build_dir},
+Builds llama.cpp targets (e.g. llama-bench llama-quantize llama-perplexity llama-completion
+llama-server) from the llama-cpp-python ${llamacpp_python_version} sdist (downloaded from PyPI
+and checked against its SHA-256 on the first run) in ${llamacpp_build_dir},
 and prints the folder that holds the binaries. Progress goes to stderr.
 EOF
   }
