@@ -91,6 +91,7 @@ def main() -> None:
         "// by hand. Sorted, disjoint code point ranges with their class; code points outside every "
         "range are",
         "// kOther (kCodepointRanges) or neither a letter nor a mark (kLetterCategoryRanges).",
+        "// One concern over 600 lines: the tables are data, one range per line.",
         "",
         '#include "core/tokenizer/unicode_tables.h"',
         "",
