@@ -13,8 +13,8 @@ Each goes to POST /v1/completions (the raw-prompt endpoint: no chat template) wi
 "stream_options": {"include_usage": true}, "max_tokens": --max-tokens and "temperature": 0
 (greedy); with --chat, POST /v1/chat/completions with the prompt as one user message instead (the
 server applies the model's chat template: like serve-bench's chat-templated prompts, for measuring
-the HTTP layer against it). --ignore-eos adds "ignore_eos": true (llama-server has it; Tokenfab's server refuses
-unknown fields). --concurrency worker threads keep that many requests in flight, each request on
+the HTTP layer against it). --ignore-eos adds "ignore_eos": true (an extension of llama-server, vLLM and Tokenfab's
+server): every reply is max_tokens long, as serve-bench's are. --concurrency worker threads keep that many requests in flight, each request on
 a new connection. --warmup requests (other prompts, 8 tokens each) go first and are not
 counted.
 
@@ -306,7 +306,7 @@ def main():
     p.add_argument("--max-tokens", type=int, default=64, help="tokens to generate per request")
     p.add_argument("--seed", type=int, default=0, help="prompt generator seed")
     p.add_argument("--ignore-eos", action="store_true",
-                   help='send "ignore_eos": true (llama-server; Tokenfab refuses it)')
+                   help='send "ignore_eos": true: every reply max_tokens long (both servers take it)')
     p.add_argument("--chat", action="store_true",
                    help="POST /v1/chat/completions with each prompt as one user message (the "
                         "server's chat template around it) instead of /v1/completions")

@@ -1,6 +1,7 @@
 #include "core/api/api_server.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
@@ -17,6 +18,10 @@
 namespace tokenfab::api {
 
 using nlohmann::json;
+
+// Connections waiting for accept(): enough for every client of a full queue arriving at once (the
+// kernel caps it at net.core.somaxconn).
+constexpr int kListenBacklog = 1024;
 
 void ApiServerConfig::validate() const {
   if (host.empty()) throw Error("--host: give an address, e.g. 127.0.0.1");
@@ -222,6 +227,7 @@ struct ApiServer::Impl {
   httplib::Server http;
   bool bound = false;
   int port = 0;
+  int listen_fd = -1;       // the listening socket, recorded by the socket-options hook
   std::mutex attach_mutex;  // attach() and detach(), one at a time
 
   explicit Impl(ApiServerConfig c) : state(std::move(c)) {}
@@ -236,6 +242,17 @@ void ApiServer::Impl::install_limits() {
   // Each generation request holds a handler thread until it ends; a few more serve the rest.
   const auto threads = static_cast<size_t>(c.max_in_flight) + 4;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's own socket options set SO_REUSEPORT, with which a second server binds a port that is
+  // in use without an error and the two share its connections. Ours: SO_REUSEADDR only (a
+  // restarted server binds at once past the old connections' TIME_WAIT), and the socket is
+  // recorded so that bind() can raise the listen backlog.
+  http.set_socket_options([this](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
+  // Every SSE event is a small write the client waits for: no Nagle delay behind the last one.
+  http.set_tcp_nodelay(true);
   http.set_payload_max_length(c.max_body_bytes);
   http.set_read_timeout(c.read_timeout_s, 0);
   http.set_write_timeout(c.write_timeout_s, 0);
@@ -390,6 +407,11 @@ int ApiServer::bind() {
                   ": cannot bind (address in use, or not an address of this machine)");
     impl_->port = c.port;
   }
+  // Debian's compiled httplib listens with a backlog of 5: 32 clients connecting at once overflow
+  // it, and the kernel drops or resets their connections (the clients see resets, or a TTFT a
+  // second longer while their SYN is retried). listen() on a listening socket sets a new backlog.
+  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, kListenBacklog) != 0)
+    logger("api")->warn("could not raise the listen backlog to {}", kListenBacklog);
   impl_->bound = true;
   if (!is_loopback_host(c.host))
     logger("api")->warn("serving on {}:{}, beyond this machine; requests need the API key", c.host,

@@ -88,6 +88,7 @@ GenerationRequest engine_request(const ServerState& state, Backend& b, const Ope
   g.max_tokens = fitted_max_tokens(b, r, static_cast<int64_t>(g.prompt.size()));
   g.sampling = r.sampling;
   g.logprobs = r.logprobs.value_or(-1);
+  g.stop_at_end_of_generation = !r.ignore_eos;
   try {
     g.sampling.validate();
   } catch (const Error& e) {

@@ -253,6 +253,8 @@ OpenAiRequest parse_openai_request(const std::string& body, Endpoint endpoint) {
       r.stop = stop_strings(v);
     } else if (key == "stream") {
       r.stream = boolean(key, v);
+    } else if (key == "ignore_eos") {
+      r.ignore_eos = boolean(key, v);
     } else if (key == "stream_options") {
       if (!v.is_object()) wrong_type(key, v, "an object");
       for (const auto& [k, o] : v.items()) {

@@ -27,6 +27,9 @@ struct OpenAiRequest {
   SamplingParams sampling{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
   std::vector<std::string> stop;  // non-empty strings, at most kMaxStop
   bool stream = false;
+  // `ignore_eos` (an extension vLLM and llama.cpp's server share): generate max_tokens even past
+  // the model's end-of-generation tokens (benchmarks that need every reply at the same length).
+  bool ignore_eos = false;
   bool include_usage = false;  // stream_options.include_usage
   // Log-probabilities of the output tokens, with this many alternatives each (chat: logprobs true
   // and top_logprobs; completions: logprobs N); unset: none.

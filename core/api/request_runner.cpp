@@ -34,7 +34,8 @@ RunResult run_request(Engine& engine, const Tokenizer& tokenizer, GenerationRequ
       for (size_t i = 0; i < e.tokens.size(); ++i) {
         const TokenId t = e.tokens[i];
         if (stop_text.stopped()) break;
-        if (stop_at_eog && tokenizer.is_end_of_generation(t)) continue;
+        // End-of-generation tokens have no text, also when the request ignores them (ignore_eos).
+        if (tokenizer.is_end_of_generation(t)) continue;
         if (with_logprobs && i < e.logprobs.size()) {
           const TokenLogprob& lp = e.logprobs[i];
           LogprobEntry entry{tokenizer.token_bytes(t), lp.logprob, {}};

@@ -3,6 +3,13 @@
 // Prometheus text, and a server with no engine attached yet.
 
 #include <QtTest>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cmath>
@@ -60,6 +67,8 @@ class TestApiRequest : public QObject {
   void logprobs_json_shapes();
   void prometheus_text_escapes_and_counts();
   void unattached_server_says_loading();
+  void clients_connecting_at_once_are_all_accepted();
+  void a_port_in_use_is_refused();
 };
 
 void TestApiRequest::chat_fields_are_taken() {
@@ -67,7 +76,7 @@ void TestApiRequest::chat_fields_are_taken() {
       "{" + kMessages +
           R"(,"model":"m","max_completion_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":20,
           "min_p":0.1,"seed":42,"stop":["a","b"],"stream":true,
-          "stream_options":{"include_usage":true},"n":1,"tokenfab":{"head":"none"}})",
+          "stream_options":{"include_usage":true},"n":1,"ignore_eos":true,"tokenfab":{"head":"none"}})",
       Endpoint::kChat);
   QCOMPARE(r.model, std::string("m"));
   QCOMPARE(r.messages.size(), size_t{1});
@@ -80,7 +89,7 @@ void TestApiRequest::chat_fields_are_taken() {
   QCOMPARE(r.sampling.min_p, 0.1f);
   QCOMPARE(r.sampling.seed, uint64_t{42});
   QCOMPARE(r.stop, (std::vector<std::string>{"a", "b"}));
-  QVERIFY(r.stream && r.include_usage);
+  QVERIFY(r.stream && r.include_usage && r.ignore_eos);
   QCOMPARE(*r.head, std::string("none"));
 }
 
@@ -104,7 +113,7 @@ void TestApiRequest::defaults_are_openais() {
   QCOMPARE(r.sampling.top_k, 0);
   QCOMPARE(r.sampling.min_p, 0.0f);
   QVERIFY(!r.max_tokens);
-  QVERIFY(!r.stream && !r.head);
+  QVERIFY(!r.stream && !r.head && !r.ignore_eos);
 }
 
 void TestApiRequest::unsupported_fields_are_refused_by_name() {
@@ -347,6 +356,50 @@ void TestApiRequest::unattached_server_says_loading() {
   QVERIFY(!server.attached());
   server.stop();
   serving.join();
+}
+
+// 100 clients connect at once to a server whose accept loop is not running yet: the kernel
+// completes every handshake only if the listen backlog holds them all (httplib's own is 5; beyond
+// it SYNs are dropped and retried a second later, or the connections reset).
+void TestApiRequest::clients_connecting_at_once_are_all_accepted() {
+  ApiServerConfig c;
+  c.port = 0;
+  ApiServer server(c);
+  const int port = server.bind();
+  constexpr int kClients = 100;
+  std::vector<int> fds;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    QVERIFY(fd >= 0);
+    fds.push_back(fd);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int r = ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+    QVERIFY(r == 0 || errno == EINPROGRESS);
+  }
+  int connected = 0;
+  for (const int fd : fds) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::poll(&p, 1, 500) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+        err == 0)
+      ++connected;
+    ::close(fd);
+  }
+  QCOMPARE(connected, kClients);
+}
+
+// httplib's default socket options (SO_REUSEPORT) would let a second server share the port.
+void TestApiRequest::a_port_in_use_is_refused() {
+  ApiServerConfig c;
+  c.port = 0;
+  ApiServer first(c);
+  c.port = first.bind();
+  ApiServer second(c);
+  QVERIFY_THROWS_EXCEPTION(Error, second.bind());
 }
 
 QTEST_GUILESS_MAIN(TestApiRequest)

@@ -218,6 +218,15 @@ def run_tests(cli):
     check(comp.object == "text_completion" and full, f"{comp}")
     ok("text completion")
 
+    # ignore_eos (vLLM's and llama-server's extension): max_tokens exactly, even where the greedy
+    # chat reply above ends at an end-of-generation token; that token has no text.
+    long_chat = client.chat.completions.create(model=model_id, messages=messages, max_tokens=40,
+                                               temperature=0, extra_body={"ignore_eos": True})
+    check(long_chat.usage.completion_tokens == 40 and long_chat.choices[0].finish_reason == "length",
+          f"ignore_eos: {long_chat}")
+    check(long_chat.choices[0].message.content.startswith(text), "ignore_eos changed the reply")
+    ok("ignore_eos generates max_tokens")
+
     # Log-probabilities: one entry per output token (the end-of-generation token left out), the
     # greedy token the most probable of its row, the tokens' bytes joining to the text.
     lp_chat = client.chat.completions.create(model=model_id, messages=messages, max_tokens=24,
