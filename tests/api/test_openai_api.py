@@ -32,6 +32,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "common"))
+from script_support import check, ensure_venv, fail, model_path  # noqa: E402
+
 # openai 3.x talks through httpx2; httpx drives the raw stream of the disconnect check.
 # prometheus_client parses /metrics as Prometheus would.
 PINS = ["openai==3.51.0", "httpx2==2.17.0", "httpx==0.28.1", "prometheus-client==0.26.0"]
@@ -39,34 +42,6 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CTX = 512
 THREADS = "2"
 MESSAGE = "What is the capital of France? Answer in one sentence."
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def ensure_venv(venv: pathlib.Path) -> pathlib.Path:
-    python = venv / "bin" / "python"
-    marker = venv / "tokenfab-pins.txt"
-    if python.exists() and marker.exists() and marker.read_text() == "\n".join(PINS):
-        return python
-    if not python.exists():
-        r = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-        if r.returncode != 0:
-            fail(f"python3 -m venv {venv} failed (is python3-venv installed?):\n{r.stderr}")
-    r = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                        *PINS], capture_output=True, text=True)
-    if r.returncode != 0:
-        fail(f"pip could not install {' '.join(PINS)} into {venv} (this test needs PyPI):\n"
-             f"{r.stdout}{r.stderr}")
-    marker.write_text("\n".join(PINS))
-    return python
-
-
-def model_path() -> pathlib.Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(cache) / "tokenfab" / "models" / MODEL_FILE
 
 
 def free_port() -> int:
@@ -148,11 +123,6 @@ def metrics(url, headers=None):
 
 def metric(values, name, **labels):
     return values.get((name, frozenset(labels.items())))
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def run_tests(cli):
@@ -478,10 +448,10 @@ def main():
     parser.add_argument("--cli", required=True, help="the tokenfab-cli binary")
     parser.add_argument("--venv", required=True, help="where the pinned packages are installed")
     args = parser.parse_args()
-    if not model_path().exists():
-        fail(f"{model_path()} is missing; fetch it with `tokenfab-cli fetch`")
+    if not model_path(MODEL_FILE).exists():
+        fail(f"{model_path(MODEL_FILE)} is missing; fetch it with `tokenfab-cli fetch`")
     if os.environ.get("TOKENFAB_API_TEST_IN_VENV") != "1":
-        python = ensure_venv(pathlib.Path(args.venv))
+        python = ensure_venv(pathlib.Path(args.venv), PINS)
         env = dict(os.environ, TOKENFAB_API_TEST_IN_VENV="1")
         os.execve(str(python), [str(python), __file__, *sys.argv[1:]], env)
     run_tests(args.cli)

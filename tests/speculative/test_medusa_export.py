@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "common"))
+from script_support import check, ensure_venv, fail, model_path  # noqa: E402
+
 PINS = ["numpy==2.2.6", "safetensors==0.5.3"]
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HEADS = 4
@@ -49,43 +52,6 @@ POSITIONS = 4  # the last positions of each prompt whose drafts are compared
 # (with W transposed, 1 of 24 drafts equal).
 MARGIN = 0.25
 MIN_EXACT = 0.9
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
-
-
-def ensure_venv(venv: pathlib.Path) -> pathlib.Path:
-    python = venv / "bin" / "python"
-    marker = venv / "tokenfab-pins.txt"
-    if python.exists() and marker.exists() and marker.read_text() == "\n".join(PINS):
-        return python
-    if not python.exists():
-        r = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-        if r.returncode != 0:
-            fail(f"python3 -m venv {venv} failed (is python3-venv installed?):\n{r.stderr}")
-    r = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                        *PINS], capture_output=True, text=True)
-    if r.returncode != 0:
-        fail(f"pip could not install {' '.join(PINS)} into {venv} (this test needs PyPI):\n"
-             f"{r.stdout}{r.stderr}")
-    marker.write_text("\n".join(PINS))
-    return python
-
-
-def model_path() -> pathlib.Path:
-    """Where `tokenfab-cli fetch` put the embedded model (core/model/model_files.cpp's models_dir),
-    resolved before this test moves TOKENFAB_HOME."""
-    if os.environ.get("TOKENFAB_HOME"):
-        return pathlib.Path(os.environ["TOKENFAB_HOME"]) / "models" / MODEL_FILE
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(cache) / "tokenfab" / "models" / MODEL_FILE
 
 
 def run(args, env, expect_ok=True):
@@ -175,7 +141,7 @@ def run_tests(cli, probe):
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
-    model = model_path()
+    model = model_path(MODEL_FILE)
     with tempfile.TemporaryDirectory(prefix="tokenfab-export-") as tmp:
         tmp = pathlib.Path(tmp)
         env = dict(os.environ, TOKENFAB_HOME=str(tmp / "home"))
@@ -239,10 +205,10 @@ def main():
     parser.add_argument("--probe", required=True, help="the tokenfab-medusa-probe binary")
     parser.add_argument("--venv", required=True, help="where the pinned packages are installed")
     args = parser.parse_args()
-    if not model_path().exists():
-        fail(f"{model_path()} is missing; fetch it with `tokenfab-cli fetch`")
+    if not model_path(MODEL_FILE).exists():
+        fail(f"{model_path(MODEL_FILE)} is missing; fetch it with `tokenfab-cli fetch`")
     if os.environ.get("TOKENFAB_EXPORT_TEST_IN_VENV") != "1":
-        python = ensure_venv(pathlib.Path(args.venv))
+        python = ensure_venv(pathlib.Path(args.venv), PINS)
         env = dict(os.environ, TOKENFAB_EXPORT_TEST_IN_VENV="1")
         os.execve(str(python), [str(python), __file__, *sys.argv[1:]], env)
     run_tests(args.cli, args.probe)
