@@ -232,13 +232,15 @@ void run_serve_bench(ServeBenchCommand c) {
     requests.push_back(std::move(r));
   }
 
+  // The subscriber's state outlives the engine: the last requests end (and call it) after the
+  // submitting loop below has finished, while wait_idle() waits.
+  std::mutex mutex;
+  std::condition_variable cv;
+  int in_flight = 0;
   Engine engine(*m.model, c.engine,
                 [&tok = *m.tokenizer](TokenId t) { return tok.is_end_of_generation(t); });
   std::vector<RequestId> ids;
   if (concurrency > 0) {
-    std::mutex mutex;
-    std::condition_variable cv;
-    int in_flight = 0;
     engine.subscribe([&](const TokenEvent& e) {
       if (!request_ended(e.state)) return;
       std::lock_guard lock(mutex);

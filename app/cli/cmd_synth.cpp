@@ -37,7 +37,8 @@ void run_synth(const SynthCommand& c) {
   if (c.json) {
     // Tensors by type, as written: a super-block type's fallbacks show here.
     nlohmann::json counts = nlohmann::json::object();
-    for (const gguf::TensorInfo& t : gguf::GgufFile::open(out).tensors()) {
+    const gguf::GgufFile written = gguf::GgufFile::open(out);  // outlives the loop over its tensors
+    for (const gguf::TensorInfo& t : written.tensors()) {
       const std::string name = gguf::tensor_type_name(t.type);
       counts[name] = counts.value(name, 0) + 1;
     }

@@ -111,10 +111,9 @@ void GuiLiveKvTest::pages_show_what_a_disaggregated_run_reported() {
   config.decode = "cpu:1";
   config.threads = 2;
   config.kv_blocks = 256;
-  Engine engine(*model_, config);
-
   std::mutex mutex;
   std::vector<TokenEvent> events;  // guarded by mutex; drained on this (the GUI) thread
+  Engine engine(*model_, config);  // after its subscriber's state, so that it goes first
   engine.subscribe([&](const TokenEvent& e) {
     std::lock_guard lock(mutex);
     events.push_back(e);

@@ -177,11 +177,11 @@ void EngineTest::identical_greedy_outputs_in_every_mode() {
 }
 
 void EngineTest::events_stream_every_token_in_order() {
-  Engine engine(*model_, config("", "cpu:0", "cpu:1"));
-  std::mutex mutex;
+  std::mutex mutex;  // the subscriber's state, made before the engine so that it outlives it
   std::map<RequestId, std::vector<TokenId>> streamed;
   std::map<RequestId, int> final_events;
   std::map<RequestId, std::set<std::string>> devices;
+  Engine engine(*model_, config("", "cpu:0", "cpu:1"));
   engine.subscribe([&](const TokenEvent& e) {
     std::lock_guard lock(mutex);
     auto& v = streamed[e.id];
