@@ -205,6 +205,9 @@ def run(args):
     warm_rng = random.Random(args.seed ^ 0x77A2)
     warmups = [make_prompt(warm_rng, args.prompt_words) for _ in range(args.warmup)]
 
+    if args.save_prompts:
+        with open(args.save_prompts, "w") as f:
+            json.dump(prompts, f, indent=1)
     wait_ready(args)
     warm = Client(args.url, args.timeout, args.api_key, args.chat)
     for p in warmups:
@@ -313,6 +316,10 @@ def main():
     p.add_argument("--model", default="", help='"model" field to send (default: none)')
     p.add_argument("--api-key", default="", help="Authorization: Bearer KEY")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured requests sent first")
+    p.add_argument("--save-prompts", default="", metavar="FILE",
+                   help="write the measured prompts (a JSON array of strings) to FILE: "
+                        "`tokenfab-cli serve-bench --prompts FILE` runs the engine alone on them "
+                        "(with --chat, the same tokens the server reads)")
     p.add_argument("--dump-texts", default="",
                    help="write each prompt, its streamed text and finish reason to this JSON file")
     p.add_argument("--timeout", type=float, default=600, help="socket timeout, s")

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -38,6 +39,7 @@ struct ServeBenchCommand {
   int concurrency = 0;  // 0 with no --rate: 16
   double rate = 0;
   std::string prompt_len = "32:256";
+  std::string prompts_file;  // a JSON array of user messages instead of --prompt-len's prompts
   int long_every = 0;
   int long_len = 2000;
   int max_tokens = 64;
@@ -101,6 +103,28 @@ class WorkloadBuilder {
   std::vector<TokenId> prefix_, suffix_;
 };
 
+// --prompts FILE: a JSON array of user messages, each wrapped in the model's chat template and
+// tokenized as the API server does with a chat request's messages (the same tokens for the same
+// text: `tools/api_bench.py --save-prompts` writes such a file).
+std::vector<std::vector<TokenId>> read_prompts_file(const std::string& path, const LoadedModel& m) {
+  std::ifstream in(path);
+  if (!in) throw Error("--prompts " + path + ": cannot open it");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_array() || j.empty())
+    throw Error("--prompts " + path + ": expected a JSON array of user messages (strings)");
+  const ChatTemplate chat = ChatTemplate::from_gguf(m.model->file());
+  const Tokenizer& tok = *m.tokenizer;
+  std::vector<std::vector<TokenId>> prompts;
+  for (const nlohmann::json& message : j) {
+    if (!message.is_string() || message.get<std::string>().empty())
+      throw Error("--prompts " + path + ": entry " + std::to_string(prompts.size()) +
+                  " is not a non-empty string");
+    const std::string text = chat.apply({{"user", message.get<std::string>()}}, true);
+    prompts.push_back(tok.encode(text, tok.add_bos_token(), true));
+  }
+  return prompts;
+}
+
 std::pair<int, int> parse_range(const std::string& text) {
   const size_t colon = text.find(':');
   try {
@@ -138,37 +162,39 @@ nlohmann::json device_json(const DeviceSnapshot& d) {
 // The flags that shaped the run (the History page's "config").
 nlohmann::json config_json(const ServeBenchCommand& c, int concurrency) {
   const EngineConfig& e = c.engine;
-  nlohmann::json j = {{"requests", c.requests},
-                      {"concurrency", concurrency > 0 ? nlohmann::json(concurrency) : nullptr},
-                      {"rate", c.rate > 0 ? nlohmann::json(c.rate) : nullptr},
-                      {"prompt_len", c.prompt_len},
-                      {"long_every", c.long_every},
-                      {"long_len", c.long_len},
-                      {"max_tokens", c.max_tokens},
-                      {"seed", c.seed},
-                      {"temperature", c.temperature},
-                      {"threads", e.total_threads()},
-                      {"devices", e.devices},
-                      {"prefill", e.prefill},
-                      {"decode", e.decode},
-                      {"long_prefill", e.long_prefill},
-                      {"long_prompt_tokens", e.long_prompt_tokens},
-                      {"kv_blocks", e.kv_blocks},
-                      {"kv_mem_mb", e.kv_mem_mb},
-                      {"token_budget", e.token_budget},
-                      {"max_running", e.max_running},
-                      {"chunked_prefill", e.chunked_prefill},
-                      {"step_target_ms", e.step_target_ms},
-                      {"connector", e.connector},
-                      {"streamed_transfer", e.streamed_transfer},
-                      {"fused_layers", fused_layers_name(e)},
-                      {"head", c.head.head},
-                      {"spec", c.head.spec},
-                      {"draft_len", c.head.draft_len},
-                      {"adaptive_draft", c.head.adaptive_draft()},
-                      {"tree_shape", c.head.request_tree()},
-                      {"tree_nodes", c.head.request_tree_nodes()},
-                      {"lookup", c.head.lookup}};
+  nlohmann::json j = {
+      {"requests", c.requests},
+      {"concurrency", concurrency > 0 ? nlohmann::json(concurrency) : nullptr},
+      {"rate", c.rate > 0 ? nlohmann::json(c.rate) : nullptr},
+      {"prompt_len", c.prompts_file.empty() ? nlohmann::json(c.prompt_len) : nullptr},
+      {"prompts_file", c.prompts_file.empty() ? nullptr : nlohmann::json(c.prompts_file)},
+      {"long_every", c.long_every},
+      {"long_len", c.long_len},
+      {"max_tokens", c.max_tokens},
+      {"seed", c.seed},
+      {"temperature", c.temperature},
+      {"threads", e.total_threads()},
+      {"devices", e.devices},
+      {"prefill", e.prefill},
+      {"decode", e.decode},
+      {"long_prefill", e.long_prefill},
+      {"long_prompt_tokens", e.long_prompt_tokens},
+      {"kv_blocks", e.kv_blocks},
+      {"kv_mem_mb", e.kv_mem_mb},
+      {"token_budget", e.token_budget},
+      {"max_running", e.max_running},
+      {"chunked_prefill", e.chunked_prefill},
+      {"step_target_ms", e.step_target_ms},
+      {"connector", e.connector},
+      {"streamed_transfer", e.streamed_transfer},
+      {"fused_layers", fused_layers_name(e)},
+      {"head", c.head.head},
+      {"spec", c.head.spec},
+      {"draft_len", c.head.draft_len},
+      {"adaptive_draft", c.head.adaptive_draft()},
+      {"tree_shape", c.head.request_tree()},
+      {"tree_nodes", c.head.request_tree_nodes()},
+      {"lookup", c.head.lookup}};
   if (c.slo_ttft_ms) j["slo_ttft_ms"] = *c.slo_ttft_ms;
   if (c.slo_tpot_ms) j["slo_tpot_ms"] = *c.slo_tpot_ms;
   return j;
@@ -212,11 +238,17 @@ void run_serve_bench(ServeBenchCommand c) {
                 std::to_string(workload.overhead()) + " tokens; use a minimum above that");
   std::mt19937_64 rng(c.seed ^ 0x5e7e);
   std::uniform_int_distribution<int> length(len_min, len_max);
+  const std::vector<std::vector<TokenId>> file_prompts = c.prompts_file.empty()
+                                                             ? std::vector<std::vector<TokenId>>{}
+                                                             : read_prompts_file(c.prompts_file, m);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < c.requests; ++i) {
     const bool is_long = c.long_every > 0 && (i + 1) % c.long_every == 0;
     GenerationRequest r;
-    r.prompt = is_long ? workload.long_prompt(c.long_len) : workload.chat_prompt(length(rng));
+    if (!file_prompts.empty())
+      r.prompt = file_prompts[static_cast<size_t>(i) % file_prompts.size()];
+    else
+      r.prompt = is_long ? workload.long_prompt(c.long_len) : workload.chat_prompt(length(rng));
     r.max_tokens = c.max_tokens;
     r.sampling.temperature = static_cast<float>(c.temperature);
     r.sampling.seed = c.seed + static_cast<uint64_t>(i);
@@ -281,7 +313,8 @@ void run_serve_bench(ServeBenchCommand c) {
   j["workload"] = {
       {"concurrency", concurrency > 0 ? nlohmann::json(concurrency) : nlohmann::json()},
       {"rate", c.rate > 0 ? nlohmann::json(c.rate) : nlohmann::json()},
-      {"prompt_len", c.prompt_len},
+      {"prompt_len", c.prompts_file.empty() ? nlohmann::json(c.prompt_len) : nullptr},
+      {"prompts_file", c.prompts_file.empty() ? nullptr : nlohmann::json(c.prompts_file)},
       {"long_every", c.long_every},
       {"long_len", c.long_len},
       {"max_tokens", c.max_tokens},
@@ -357,10 +390,18 @@ void register_serve_bench(CLI::App& app) {
   cmd->add_option("--requests", c->requests, "requests to send")->capture_default_str();
   auto* conc = cmd->add_option("--concurrency", c->concurrency, "requests in flight (default 16)");
   cmd->add_option("--rate", c->rate, "Poisson arrivals, requests per second")->excludes(conc);
-  cmd->add_option("--prompt-len", c->prompt_len, "short prompt length range MIN:MAX, tokens")
-      ->capture_default_str();
-  cmd->add_option("--long-every", c->long_every, "every K-th request is a long document (0: none)")
-      ->capture_default_str();
+  auto* len =
+      cmd->add_option("--prompt-len", c->prompt_len, "short prompt length range MIN:MAX, tokens")
+          ->capture_default_str();
+  auto* every = cmd->add_option("--long-every", c->long_every,
+                                "every K-th request is a long document (0: none)")
+                    ->capture_default_str();
+  cmd->add_option("--prompts", c->prompts_file,
+                  "a JSON array of user messages, each in the model's chat template as the API "
+                  "server applies it; request i takes message i mod N (e.g. from "
+                  "tools/api_bench.py --save-prompts)")
+      ->excludes(len)
+      ->excludes(every);
   cmd->add_option("--long-len", c->long_len, "long prompt length, tokens")->capture_default_str();
   cmd->add_option("--max-tokens", c->max_tokens, "tokens generated per request")
       ->capture_default_str();

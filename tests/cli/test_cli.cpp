@@ -7,6 +7,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <filesystem>
@@ -339,6 +340,19 @@ void CliTest::serve_bench_json() {
       QCOMPARE(t["count"].toInt(), 0);
     }
   }
+  // --prompts: user messages from a file (api_bench.py --save-prompts), taken in turn.
+  const QString prompts = dir_.filePath("prompts.json");
+  QFile f(prompts);
+  QVERIFY(f.open(QIODevice::WriteOnly));
+  f.write(R"(["Name a color.", "What is two plus two?"])");
+  f.close();
+  const QJsonObject j =
+      run_json(QStringList{"serve-bench", "--prompts", prompts, "--requests", "3", "--concurrency",
+                           "2", "--max-tokens", "4", "--threads", "2", "--no-record"});
+  RETURN_IF_FAILED();
+  QCOMPARE(j["completed"].toInt(), 3);
+  QCOMPARE(j["output_tokens"].toInt(), 12);
+  QCOMPARE(j["workload"].toObject()["prompts_file"].toString(), prompts);
 }
 
 void CliTest::bench_json() {
@@ -866,6 +880,9 @@ void CliTest::bad_input_data() {
       << "every device is a CPU (use loopback)" << true;
   QTest::newRow("bad prompt length range")
       << QStringList{"serve-bench", "--prompt-len", "90:40"} << "expected MIN:MAX" << true;
+  QTest::newRow("serve-bench prompts file missing")
+      << QStringList{"serve-bench", "--prompts", "/nonexistent/prompts.json"}
+      << "--prompts /nonexistent/prompts.json: cannot open it" << true;
   QTest::newRow("ids not integers")
       << QStringList{"detokenize", "--ids", "1,x,3"} << "'x' is not an integer" << true;
   QTest::newRow("perplexity of a missing file")
