@@ -8,7 +8,8 @@
 #         (a worker thread per device and the connector's thread over shared KV pools), the KV
 #         transfer, the scheduler, the paged attention and the CPU kernels' thread pool. The
 #         kernels use their own pool (kernels/cpu/thread_pool.h), not OpenMP, so every
-#         synchronization is visible to TSan and no suppression is needed.
+#         synchronization of ours is visible to TSan; tools/tsan.supp only hides Qt's own calls
+#         (QtTest's watchdog thread at exit).
 # Every sanitized process, child processes included (test_cli runs tokenfab-cli), writes its
 # reports to build-*/sanitizer-logs/report.<pid>; the script prints a summary and exits 1 on any
 # report or failed test, 2 on a usage or build error. Docs: docs/testing.md.
@@ -65,7 +66,7 @@ run_one() {  # asan | tsan
   local ctest_status=0
   ASAN_OPTIONS="$common:detect_leaks=1" \
     UBSAN_OPTIONS="$common:print_stacktrace=1:halt_on_error=1" \
-    TSAN_OPTIONS="$common:second_deadlock_stack=1" \
+    TSAN_OPTIONS="$common:second_deadlock_stack=1:suppressions=$root/tools/tsan.supp" \
     ctest --test-dir "$build" "${label[@]}" --output-on-failure >"$build/ctest.log" 2>&1 ||
     ctest_status=$?
   t2=$(date +%s)
