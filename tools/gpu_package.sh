@@ -122,7 +122,7 @@ fi
 
 [ "$model_parts" = 1 ] || exit 0
 # The embedded model where the CLI keeps it (core/model/model_files: TOKENFAB_HOME, else the XDG
-# cache), checked against the hash tools/fetch_model.py pins, then cut at 58 MiB.
+# cache), checked against the hash tools/fetch_model.py pins, then cut in two halves.
 model="${TOKENFAB_HOME:+$TOKENFAB_HOME/models}"
 model="${model:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenfab/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
 pinned="$(sed -n 's/^SHA256 = "\([0-9a-f]*\)"$/\1/p' tools/fetch_model.py)"
@@ -136,7 +136,15 @@ if [ "$(sha256sum "$model" | cut -d' ' -f1)" != "$pinned" ]; then
 fi
 rm -rf gpu-model
 mkdir gpu-model
-part1_bytes=$((58 * 1024 * 1024))
+# Two halves: each travels with the working tree, so each must leave room for it (58 MiB parts
+# once left 2.5 KB to spare with a 6 MiB tree).
+model_bytes=$(stat -c %s "$model")
+part1_bytes=$(((model_bytes + 1) / 2))
+travel_limit=$((63 * 1024 * 1024))
+if [ $((part1_bytes + tree)) -gt "$travel_limit" ]; then
+  echo "gpu_package: half the model ($part1_bytes bytes) and the working tree ($tree bytes) exceed 63 MiB" >&2
+  exit 1
+fi
 head -c "$part1_bytes" "$model" >gpu-model/part-1
 tail -c +"$((part1_bytes + 1))" "$model" >gpu-model/part-2
 echo "$pinned" >gpu-model/SHA256
