@@ -136,13 +136,15 @@ if [ "$(sha256sum "$model" | cut -d' ' -f1)" != "$pinned" ]; then
 fi
 rm -rf gpu-model
 mkdir gpu-model
-# Two halves: each travels with the working tree, so each must leave room for it (58 MiB parts
-# once left 2.5 KB to spare with a 6 MiB tree).
+# Two halves: each travels with the working tree (the second with the head too), so each must
+# leave room for them (58 MiB parts once left 2.5 KB to spare with a 6 MiB tree).
 model_bytes=$(stat -c %s "$model")
 part1_bytes=$(((model_bytes + 1) / 2))
 travel_limit=$((63 * 1024 * 1024))
-if [ $((part1_bytes + tree)) -gt "$travel_limit" ]; then
-  echo "gpu_package: half the model ($part1_bytes bytes) and the working tree ($tree bytes) exceed 63 MiB" >&2
+head_bytes=0
+[ -n "$head_file" ] && head_bytes=$(stat -c %s "$head_file")
+if [ $((part1_bytes + head_bytes + tree)) -gt "$travel_limit" ]; then
+  echo "gpu_package: half the model ($part1_bytes bytes), the head ($head_bytes bytes) and the working tree ($tree bytes) exceed 63 MiB" >&2
   exit 1
 fi
 head -c "$part1_bytes" "$model" >gpu-model/part-1
